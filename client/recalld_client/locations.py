@@ -1,0 +1,73 @@
+"""Where recalld keeps things: the one place that reads ``RECALLD_HOME`` and ``RECALLD_CONFIG``.
+
+``RECALLD_HOME`` overrides every platform default: config, index, socket, logs and the default
+``memory/`` folder all live in that one folder. Without it the platform's directories are used
+(platformdirs). The daemon imports this module so that client and daemon always agree on the
+socket's location.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import platformdirs
+
+APP = "recalld"
+SOCKET_NAME = "recalld.sock"
+
+
+def env(name: str) -> str | None:
+    """One environment variable, or None when unset or empty (the only reader of os.environ)."""
+    value = os.environ.get(name)
+    return value if value else None
+
+
+def home() -> Path | None:
+    """The ``RECALLD_HOME`` folder, if set."""
+    value = env("RECALLD_HOME")
+    return Path(value).expanduser().resolve() if value else None
+
+
+def data_dir() -> Path:
+    """Folder of the index, logs and the default memory folder."""
+    h = home()
+    return h if h else Path(platformdirs.user_data_dir(APP))
+
+
+def config_path() -> Path:
+    """The config file: ``RECALLD_CONFIG``, else ``$RECALLD_HOME/config.toml``, else the platform's."""
+    explicit = env("RECALLD_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser()
+    h = home()
+    if h:
+        return h / "config.toml"
+    return Path(platformdirs.user_config_dir(APP)) / "config.toml"
+
+
+def runtime_dir() -> Path:
+    """Private folder (0700) that holds the socket."""
+    h = home()
+    if h:
+        return h / "run"
+    if sys.platform.startswith("linux"):
+        xdg = env("XDG_RUNTIME_DIR")
+        if xdg:
+            return Path(xdg) / APP
+    return Path(platformdirs.user_runtime_dir(APP))
+
+
+def socket_path() -> Path:
+    """The daemon's Unix socket (on Windows the pipe name is derived from it)."""
+    return runtime_dir() / SOCKET_NAME
+
+
+def pipe_name() -> str:
+    """The Windows named pipe for this home (one daemon per home)."""
+    import hashlib
+
+    digest = hashlib.sha256(str(socket_path()).encode()).hexdigest()[:16]
+    user = env("USERNAME") or "user"
+    return rf"\\.\pipe\recalld-{user}-{digest}"

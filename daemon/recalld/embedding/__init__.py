@@ -1,0 +1,1 @@
+"""Embedding providers: a small Protocol, a registry, the local default and remote services."""
