@@ -1,0 +1,332 @@
+"""The ``recalld`` command. The only place that turns exceptions into exit codes.
+
+``search``, ``get`` and ``status`` use the running daemon when there is one and otherwise answer
+in-process from the same index (read-only); ``sync`` without a daemon syncs in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from recalld import __version__
+from recalld.config import Config
+from recalld.errors import BadRequest, RecalldError
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE = 0, 1, 2, 3, 4
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="recalld", description="Always-on memory for local AI agents.")
+    p.add_argument("--version", action="version", version=f"recalld {__version__}")
+    p.add_argument("--config", type=Path, help="config file (default: RECALLD_CONFIG or platform)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log more")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser("serve", help="run the daemon in the foreground")
+
+    s = sub.add_parser("search", help="hybrid search of memory and sessions")
+    s.add_argument("query", nargs="+")
+    s.add_argument("--max", type=int, dest="max_results", help="results (default 6)")
+    s.add_argument("--min-score", type=float, help="score floor (default 0.35)")
+    s.add_argument("--source", choices=["memory", "sessions"], action="append", dest="sources")
+    s.add_argument("--path-prefix")
+    s.add_argument("--mode", choices=["hybrid", "keyword", "vector"], default="hybrid")
+    s.add_argument("--json", action="store_true")
+
+    g = sub.add_parser("get", help="print lines of an indexed file: PATH[:FROM[-TO]]")
+    g.add_argument("target")
+    g.add_argument("--json", action="store_true")
+
+    st = sub.add_parser("status", help="index state, provider, pending work, counts")
+    st.add_argument("--json", action="store_true")
+
+    sy = sub.add_parser("sync", help="sync now (in-process when no daemon runs)")
+    sy.add_argument("--wait", action="store_true", help="wait for the daemon's sync to finish")
+    sy.add_argument("--json", action="store_true")
+
+    r = sub.add_parser("reindex", help="full rebuild (temporary database + atomic swap)")
+    r.add_argument("--json", action="store_true")
+
+    e = sub.add_parser("eval", help="retrieval quality on a benchmark corpus")
+    e.add_argument("--corpus", type=Path, required=True)
+    e.add_argument("--queries", type=Path, required=True)
+    e.add_argument("--qrels", type=Path, required=True)
+    e.add_argument("--k", type=int, default=10)
+    e.add_argument("--mode", choices=["hybrid", "keyword", "vector", "rrf"], default="hybrid")
+    e.add_argument("--min-score", type=float, default=0.0,
+                   help="score floor during eval (default 0: rank quality of the top k)")
+    e.add_argument("--home", type=Path,
+                   help="where the throwaway index and its embedding cache live "
+                        "(default: eval/<corpus-name> in the data dir)")
+    e.add_argument("--limit", type=int, help="only the first N queries")
+    e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key for this run (TOML value)")
+    e.add_argument("--json", action="store_true")
+
+    sub.add_parser("mcp", help="MCP server over stdio (memory_search, memory_get)")
+    sub.add_parser("tray", help="tray icon showing sync state")
+    sv = sub.add_parser("service", help="systemd / launchd service files")
+    sv.add_argument("action", choices=["install", "uninstall", "print"])
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``recalld`` console script."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO if args.command == "serve"
+        else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except RecalldError as exc:
+        print(f"recalld: {exc}", file=sys.stderr)
+        return {"bad_request": EXIT_USAGE, "not_found": EXIT_NOT_FOUND,
+                "forbidden": EXIT_USAGE, "unavailable": EXIT_UNAVAILABLE}.get(exc.code, EXIT_ERROR)
+    except Exception as exc:  # the client's exceptions, translated at this boundary
+        code = getattr(exc, "code", None)
+        if code is not None or type(exc).__module__.startswith("recalld_client"):
+            print(f"recalld: {exc}", file=sys.stderr)
+            return EXIT_USAGE if code in ("bad_request", "forbidden") else EXIT_ERROR
+        raise
+
+
+def _load_config(args: argparse.Namespace) -> Config:
+    return Config.load(args.config)
+
+
+def _daemon_client() -> Any:
+    """A connected client if a daemon runs for this home, else None."""
+    try:
+        from recalld_client import Client, is_running
+    except ImportError:
+        return None
+    if not is_running():
+        return None
+    return Client()
+
+
+def _run(args: argparse.Namespace) -> int:
+    cmd = args.command
+    if cmd == "serve":
+        from recalld.daemon import serve
+
+        return serve(_load_config(args))
+    if cmd == "eval":
+        from recalld.evaluation import run_eval_cli
+
+        return run_eval_cli(args)
+    if cmd == "mcp":
+        from recalld.mcp_server import main as mcp_main
+
+        return mcp_main()
+    if cmd == "tray":
+        from recalld.tray import main as tray_main
+
+        return tray_main()
+    if cmd == "service":
+        from recalld.service import main as service_main
+
+        return service_main(args.action)
+    if cmd in ("search", "get", "status", "sync", "reindex"):
+        return _client_or_local(args)
+    raise BadRequest(f"unknown command {cmd}")
+
+
+def _client_or_local(args: argparse.Namespace) -> int:
+    client = _daemon_client()
+    if client is not None:
+        with client:
+            return _via_client(args, client)
+    return _local(args)
+
+
+def _search_params(args: argparse.Namespace) -> dict[str, Any]:
+    params: dict[str, Any] = {"query": " ".join(args.query), "mode": args.mode}
+    if args.max_results is not None:
+        params["max_results"] = args.max_results
+    if args.min_score is not None:
+        params["min_score"] = args.min_score
+    if args.sources:
+        params["sources"] = args.sources
+    if args.path_prefix:
+        params["path_prefix"] = args.path_prefix
+    return params
+
+
+def _get_params(target: str) -> dict[str, Any]:
+    from recalld.engine import _split_range
+
+    if os.path.exists(target):
+        return {"path": target}
+    path, first, count = _split_range(target, 1, None)
+    params: dict[str, Any] = {"path": path, "from_line": first}
+    if count is not None:
+        params["lines"] = count
+    return params
+
+
+def _via_client(args: argparse.Namespace, client: Any) -> int:
+    cmd = args.command
+    if cmd == "search":
+        p = _search_params(args)
+        query = p.pop("query")
+        _print_search(client.search(query, **p), args.json)
+    elif cmd == "get":
+        p = _get_params(args.target)
+        _print_get(client.get(p["path"], p.get("from_line", 1), p.get("lines")), args.json)
+    elif cmd == "status":
+        _print_status(client.status(), args.json)
+    elif cmd == "sync":
+        _print_json_or(client.sync(wait=args.wait), args.json, "sync")
+    elif cmd == "reindex":
+        _print_json_or(client.reindex(wait=True), args.json, "reindex")
+    return EXIT_OK
+
+
+def _local(args: argparse.Namespace) -> int:
+    from recalld.engine import Engine
+
+    config = _load_config(args)
+    cmd = args.command
+    if cmd in ("sync", "reindex"):
+        engine = Engine(config, writable=True)
+        try:
+            bar = _ProgressBar() if sys.stderr.isatty() and not args.json else None
+            if bar is not None:
+                engine.on_progress = bar.update
+            report = engine.sync() if cmd == "sync" else engine.reindex()
+            if bar is not None:
+                bar.done()
+            out = report.as_dict()
+            out["status"] = {k: v for k, v in engine.status().items()
+                             if k in ("provider", "degraded", "counts")}
+            _print_json_or(out, args.json, cmd)
+        finally:
+            engine.close()
+        return EXIT_OK
+    engine = Engine(config, writable=False)
+    try:
+        if cmd == "search":
+            _print_search(engine.search(_search_params(args)), args.json)
+        elif cmd == "get":
+            _print_get(engine.get(_get_params(args.target)), args.json)
+        elif cmd == "status":
+            status = engine.status()
+            status["daemon"] = "not running (answered in-process)"
+            _print_status(status, args.json)
+    finally:
+        engine.close()
+    return EXIT_OK
+
+
+# output ---------------------------------------------------------------------------------------
+
+
+def _print_search(res: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(res, ensure_ascii=False))
+        return
+    if res.get("degraded"):
+        print(f"note: {res['degraded']}", file=sys.stderr)
+    results = res.get("results", [])
+    if not results:
+        print("no results")
+    for i, r in enumerate(results, 1):
+        sc = r.get("scores") or {}
+        parts = [f"{name} {sc[name]:.2f}" for name in ("vector", "keyword") if sc.get(name) is not None]
+        print(f"{i}. {r['citation']}  score {r['score']:.3f} ({', '.join(parts)}) [{r['source']}]")
+        for line in r["snippet"].splitlines()[:4]:
+            print(f"   {line[:160]}")
+    print(f"-- {res.get('mode')} · {res.get('provider')} · {res.get('took_ms')} ms", file=sys.stderr)
+
+
+def _print_get(res: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(res, ensure_ascii=False))
+        return
+    sys.stdout.write(res["text"] + ("\n" if res["text"] else ""))
+
+
+def _print_status(res: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(res, ensure_ascii=False, default=str))
+        return
+    counts = res.get("counts", {})
+    last = res.get("last_sync")
+    lines = [
+        f"state:     {res.get('state')}" + (f" ({res['daemon']})" if res.get("daemon") else ""),
+        f"provider:  {res.get('provider')} — {res.get('provider_reason')}",
+        f"degraded:  {res.get('degraded') or 'no'}",
+        f"index:     {res.get('index_path')}",
+        f"files:     {counts.get('files', 0)} ({counts.get('memory_files', 0)} memory, "
+        f"{counts.get('session_files', 0)} sessions)",
+        f"chunks:    {counts.get('chunks', 0)} ({counts.get('vectors', 0)} with vectors, "
+        f"{counts.get('cached_embeddings', 0)} cached embeddings)",
+        f"last sync: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(last)) if last else 'never'}",
+        f"memory:    {', '.join(res.get('memory_roots', []))}",
+    ]
+    if res.get("last_error"):
+        lines.append(f"error:     {res['last_error']}")
+    print("\n".join(lines))
+
+
+def _print_json_or(res: dict[str, Any], as_json: bool, what: str) -> None:
+    if as_json:
+        print(json.dumps(res, ensure_ascii=False, default=str))
+        return
+    if "files_changed" in res:
+        print(
+            f"{what}: {res.get('files_changed', 0)} changed, {res.get('files_unchanged', 0)} "
+            f"unchanged, {res.get('files_removed', 0)} removed, {res.get('files_skipped', 0)} "
+            f"skipped; {res.get('chunks_written', 0)} chunks written, "
+            f"{res.get('chunks_embedded', 0)} embedded in {res.get('seconds', 0)} s"
+        )
+        if res.get("embed_error"):
+            print(f"warning: embedding failed: {res['embed_error']}", file=sys.stderr)
+    else:
+        print(json.dumps(res, ensure_ascii=False, default=str))
+
+
+class _ProgressBar:
+    """A one-line progress bar on stderr: files, chunks, rate, ETA."""
+
+    def __init__(self) -> None:
+        self._last = 0.0
+
+    def update(self, progress: Any) -> None:
+        now = time.monotonic()
+        if now - self._last < 0.2:
+            return
+        self._last = now
+        p = progress.as_dict()
+        total = max(p["files_total"], 1)
+        filled = int(30 * p["files_done"] / total)
+        bar = "#" * filled + "-" * (30 - filled)
+        sys.stderr.write(
+            f"\r{p['phase']:<9} [{bar}] {p['files_done']}/{p['files_total']} files · "
+            f"{p['chunks_done']} chunks · {p['chunks_per_s']:.1f} chunks/s · ETA {p['eta_s']:.0f}s "
+        )
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        sys.stderr.write("\r" + " " * 100 + "\r")
+        sys.stderr.flush()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,318 @@
+"""``recalld serve``: the engine behind the socket server, one writer thread, and the watcher.
+
+Handlers are plain functions in one table (callable in tests without a socket). Writes are jobs on
+a queue consumed by the single writer thread; searches and gets run on read-only connections in
+the server's worker threads, so they never wait for a sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recalld import paths
+from recalld.config import Config
+from recalld.engine import Engine
+from recalld.errors import BadRequest, Unavailable
+from recalld.filters import make_filter
+from recalld.indexer import Progress
+from recalld.watcher import Watcher
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass
+class Job:
+    """One unit of work for the writer thread."""
+
+    kind: str  # "paths" | "full" | "reindex" | "sessions"
+    paths: set[Path] = field(default_factory=set)
+    done: threading.Event = field(default_factory=threading.Event)
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class Daemon:
+    """The long-running service around one :class:`Engine`."""
+
+    def __init__(self, config: Config, *, engine: Engine | None = None) -> None:
+        self.config = config
+        self.engine = engine or Engine(config, writable=True)
+        self.engine.on_progress = self._on_progress
+        self.started = time.time()
+        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self._stop = threading.Event()
+        self._writer = threading.Thread(target=self._writer_loop, name="recalld-writer", daemon=True)
+        self.watcher: Watcher | None = None
+        self.paused = False
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
+        self._listeners_lock = threading.Lock()
+        self._last_progress_event = 0.0
+        self.shutdown_hook: Callable[[], None] | None = None
+        self.sessions: Any = None
+
+    # lifecycle ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the writer; reconcile with the disk, then watch."""
+        self._writer.start()
+        if self.config.bool("sync.watch"):
+            self.watcher = Watcher(
+                self.config.memory_roots(),
+                make_filter(self.config.list("memory.extensions")),
+                self.config.float("sync.debounce_s"),
+                self._on_batch,
+            )
+            # Watching starts before the reconcile so that no edit made during it is missed.
+            self.watcher.start()
+        self.submit(Job("full"))
+        self._start_sessions()
+
+    def _start_sessions(self) -> None:
+        try:
+            from recalld.session_sync import SessionWatcher
+        except ImportError:
+            return
+        self.sessions = SessionWatcher(self.config, lambda: self.submit(Job("sessions")))
+        self.sessions.start()
+
+    def stop(self) -> None:
+        """Stop watching, finish the current job, close the index."""
+        self._stop.set()
+        if self.watcher is not None:
+            self.watcher.stop()
+        if self.sessions is not None:
+            self.sessions.stop()
+        self.jobs.put(None)
+        self._writer.join(timeout=30)
+        self.engine.close()
+
+    # writer -------------------------------------------------------------------------------------
+
+    def submit(self, job: Job) -> Job:
+        """Queue a job for the writer thread."""
+        if self._stop.is_set():
+            raise Unavailable("the daemon is shutting down")
+        self.jobs.put(job)
+        return job
+
+    def _on_batch(self, batch: list[Path]) -> None:
+        self.submit(Job("paths", set(batch)))
+
+    def _take(self) -> list[Job] | None:
+        """The next job, merged with queued ones of the same kind (a burst becomes one sync)."""
+        first = self.jobs.get()
+        if first is None:
+            return None
+        merged = [first]
+        while True:
+            try:
+                nxt = self.jobs.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is None:
+                self.jobs.put(None)
+                break
+            merged.append(nxt)
+        return merged
+
+    def _writer_loop(self) -> None:
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            kinds = {j.kind for j in batch}
+            try:
+                if "reindex" in kinds:
+                    report = self.engine.reindex().as_dict()
+                elif "full" in kinds:
+                    report = self.engine.sync().as_dict()
+                elif "paths" in kinds:
+                    dirty: set[Path] = set().union(*(j.paths for j in batch if j.kind == "paths"))
+                    report = self.engine.sync(sorted(dirty)).as_dict()
+                else:
+                    report = {}
+                if "sessions" in kinds or "full" in kinds or "reindex" in kinds:
+                    if self.sessions is not None:
+                        report["sessions"] = self.engine.sync_sessions()
+                error = None
+            except Exception as exc:  # noqa: BLE001 - the writer must survive any one job
+                log.exception("sync failed")
+                report, error = {}, str(exc)
+            for job in batch:
+                job.result, job.error = report, error
+                job.done.set()
+            self._emit(self.status_event())
+
+    # events ---------------------------------------------------------------------------------------
+
+    def _on_progress(self, progress: Progress) -> None:
+        now = time.monotonic()
+        if now - self._last_progress_event >= 0.25 or progress.phase == "idle":
+            self._last_progress_event = now
+            self._emit(self.status_event())
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(event)
+            except Exception:  # noqa: BLE001
+                log.debug("a watch listener failed", exc_info=True)
+
+    def status_event(self) -> dict[str, Any]:
+        """A compact status for ``watch`` subscribers (the tray)."""
+        engine = self.engine
+        try:
+            with engine.reader() as store:
+                counts = store.counts()
+        except Exception:  # noqa: BLE001 - during a swap the counts can wait
+            counts = {}
+        return {
+            "state": "paused" if self.paused and engine.state == "idle" else engine.state,
+            "provider": engine.embedder.label if engine.embedder else "none",
+            "degraded": engine.degraded(),
+            "progress": engine.progress.as_dict(),
+            "files": counts.get("files"),
+            "chunks": counts.get("chunks"),
+            "last_sync": engine.last_sync,
+            "last_error": engine.last_error,
+            "pending": self.pending(),
+            "paused": self.paused,
+            "time": time.time(),
+        }
+
+    def pending(self) -> int:
+        """Paths and jobs waiting."""
+        dirty = len(self.watcher.dirty) if self.watcher is not None else 0
+        return dirty + self.jobs.qsize()
+
+    # handlers -----------------------------------------------------------------------------------
+
+    def handlers(self) -> dict[str, Handler]:
+        """The dispatch table of plain methods."""
+        return {
+            "search": self.engine.search,
+            "get": self.engine.get,
+            "status": self.h_status,
+            "sync": self.h_sync,
+            "reindex": self.h_reindex,
+            "pause": self.h_pause,
+            "shutdown": self.h_shutdown,
+        }
+
+    def h_status(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        status = self.engine.status()
+        status["daemon"] = {
+            "pid": os.getpid(),
+            "uptime_s": round(time.time() - self.started, 1),
+            "socket": str(paths.socket_path()),
+            "watching": self.watcher is not None and not self.paused,
+            "paused": self.paused,
+            "pending": self.pending(),
+        }
+        if self.sessions is not None:
+            status["sessions"] = self.sessions.stats()
+        return status
+
+    def _run_job(self, job: Job, params: Mapping[str, Any]) -> dict[str, Any]:
+        wait = params.get("wait", False)
+        if not isinstance(wait, bool):
+            raise BadRequest("wait must be true or false")
+        self.submit(job)
+        if not wait:
+            return {"queued": True, "job": job.kind}
+        timeout = params.get("timeout_s", 3600)
+        if not job.done.wait(float(timeout)):
+            raise Unavailable(f"the {job.kind} is still running after {timeout} s")
+        if job.error:
+            raise Unavailable(f"{job.kind} failed: {job.error}")
+        return {"queued": False, "job": job.kind, "report": job.result}
+
+    def h_sync(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return self._run_job(Job("full"), params)
+
+    def h_reindex(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return self._run_job(Job("reindex"), params)
+
+    def h_pause(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        paused = params.get("paused", True)
+        if not isinstance(paused, bool):
+            raise BadRequest("paused must be true or false")
+        self.paused = paused
+        if self.watcher is not None:
+            self.watcher.paused = paused
+        self._emit(self.status_event())
+        return {"paused": paused}
+
+    def h_shutdown(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        if self.shutdown_hook is not None:
+            self.shutdown_hook()
+        return {"stopping": True}
+
+    async def watch(self, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Stream of status events: the current one, then one per change."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=100)
+
+        def listener(event: dict[str, Any]) -> None:
+            def put() -> None:
+                if events.full():
+                    events.get_nowait()  # a slow reader gets the newest state, not a backlog
+                events.put_nowait(event)
+
+            loop.call_soon_threadsafe(put)
+
+        with self._listeners_lock:
+            self._listeners.append(listener)
+        try:
+            yield await asyncio.to_thread(self.status_event)
+            while not self._stop.is_set():
+                try:
+                    yield await asyncio.wait_for(events.get(), timeout=15.0)
+                except TimeoutError:
+                    yield await asyncio.to_thread(self.status_event)  # heartbeat
+        finally:
+            with self._listeners_lock:
+                self._listeners.remove(listener)
+
+
+def serve(config: Config) -> int:
+    """Run the daemon in the foreground until SIGTERM/SIGINT or a ``shutdown`` request."""
+    from recalld.server import Server
+
+    socket_path: Path = paths.socket_path()
+    daemon = Daemon(config)
+
+    async def main() -> None:
+        server = Server(daemon.handlers(), {"watch": daemon.watch}, socket_path)
+        loop = asyncio.get_running_loop()
+        daemon.shutdown_hook = lambda: loop.call_soon_threadsafe(server.request_shutdown)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, server.request_shutdown)
+            except (NotImplementedError, RuntimeError):
+                pass
+        await server.start()
+        log.info("recalld listening on %s (provider %s)", socket_path,
+                 daemon.engine.embedder.label if daemon.engine.embedder else "none")
+        daemon.start()
+        await server.serve_forever()
+
+    try:
+        asyncio.run(main())
+    finally:
+        daemon.stop()
+    return 0

@@ -1,0 +1,446 @@
+"""The engine: one index, its writer, read-only readers, the vector matrix and the provider.
+
+Used in-process by the CLI and wrapped by the daemon. All writes go through :meth:`Engine.sync`
+and :meth:`Engine.reindex` (the daemon calls them from its single writer thread); searches and
+gets use pooled read-only connections and never wait for a sync. A full rebuild happens in a
+temporary database next to the live one and is swapped in with ``os.replace``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from recalld import __version__, access, paths
+from recalld.config import Config
+from recalld.embedding.base import Embedder
+from recalld.embedding.registry import ProviderChoice, resolve_embedder
+from recalld.errors import BadRequest, IndexError_, NotFound, RecalldError
+from recalld.indexer import Indexer, Progress, SyncReport, identity_for
+from recalld.search import SearchContext, parse_request, run_search
+from recalld.store import FileChange, Identity, Store
+from recalld.vector_index import VectorIndex
+
+log = logging.getLogger(__name__)
+
+ProgressHook = Callable[[Progress], None]
+
+
+class SwapLock:
+    """Many searches at once, or one index swap: a small readers-writer lock."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer:
+                self._cond.wait()
+            self._writer = True
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class Engine:
+    """The search engine over one index file."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        writable: bool = True,
+        choice: ProviderChoice | None = None,
+        index_path: Path | None = None,
+    ) -> None:
+        self.config = config
+        self.index_path = index_path or paths.index_path(config.base_dir)
+        self.writable = writable
+        self._choice = choice
+        self._choice_lock = threading.Lock()
+        self.swap = SwapLock()
+        self._readers: queue.SimpleQueue[Store] = queue.SimpleQueue()
+        self._all_readers: list[Store] = []
+        self._readers_lock = threading.Lock()
+        self._vectors: VectorIndex | None = None
+        self._vectors_lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recalld-channel")
+        self.writer: Store | None = None
+        self.progress = Progress()
+        self.state = "idle"
+        self.last_sync: float | None = None
+        self.last_report: SyncReport | None = None
+        self.last_error: str | None = None
+        self.needs_reindex: str | None = None
+        self.on_progress: ProgressHook | None = None
+        if writable:
+            self.writer = Store(self.index_path)
+            self._check_identity()
+        else:
+            with self.reader() as store:
+                self._check_identity_readonly(store)
+
+    # provider ---------------------------------------------------------------------------------
+
+    @property
+    def choice(self) -> ProviderChoice:
+        """The active embedding provider (resolved once; no flip-flopping at run time)."""
+        with self._choice_lock:
+            if self._choice is None:
+                choice = resolve_embedder(self.config)
+                warm = getattr(choice.embedder, "warm", None)
+                if warm is not None:
+                    try:
+                        warm()
+                    except RecalldError as exc:
+                        choice = ProviderChoice(
+                            None, f"the embedding model failed to load ({exc}); keyword-only"
+                        )
+                self._choice = choice
+            return self._choice
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder, or None when search is keyword-only."""
+        return self.choice.embedder
+
+    def _check_identity(self) -> None:
+        assert self.writer is not None
+        stored = self.writer.identity()
+        wanted = identity_for(self.config, self.embedder)
+        if stored is None:
+            self.writer.set_identity(wanted)
+            return
+        if stored.chunking != wanted.chunking:
+            self.needs_reindex = "the chunking settings changed"
+        elif wanted.provider_key and stored.provider_key and not stored.same_space(wanted):
+            self.needs_reindex = f"the provider changed from {stored.label} to {wanted.label}"
+        elif wanted.provider_key and not stored.provider_key:
+            # A keyword-only index gains vectors: same chunks, so a backfill is enough.
+            self.writer.set_identity(wanted)
+
+    def _check_identity_readonly(self, store: Store) -> None:
+        stored = store.identity()
+        if stored is None or not stored.provider_key:
+            return
+        wanted = identity_for(self.config, self.embedder)
+        if wanted.provider_key and not stored.same_space(wanted):
+            self.needs_reindex = f"the index was built with {stored.label}, not {wanted.label}"
+
+    def degraded(self) -> str | None:
+        """Why vector search is off, or None."""
+        if self.embedder is None:
+            return self.choice.reason
+        if self.needs_reindex:
+            return f"{self.needs_reindex}; keyword-only until `recalld reindex` completes"
+        return None
+
+    # readers ----------------------------------------------------------------------------------
+
+    @contextmanager
+    def reader(self) -> Iterator[Store]:
+        """A pooled read-only connection (held under the swap lock's shared side)."""
+        with self.swap.shared():
+            try:
+                store = self._readers.get_nowait()
+            except queue.Empty:
+                store = Store(self.index_path, readonly=True)
+                with self._readers_lock:
+                    self._all_readers.append(store)
+            try:
+                yield store
+            finally:
+                self._readers.put(store)
+
+    def _close_readers(self) -> None:
+        with self._readers_lock:
+            for store in self._all_readers:
+                store.close()
+            self._all_readers.clear()
+        while True:
+            try:
+                self._readers.get_nowait()
+            except queue.Empty:
+                break
+
+    def vectors(self, store: Store) -> VectorIndex | None:
+        """The in-memory vector matrix, loaded on first use."""
+        emb = self.embedder
+        if emb is None or self.needs_reindex:
+            return None
+        with self._vectors_lock:
+            if self._vectors is None:
+                started = time.perf_counter()
+                self._vectors = VectorIndex.load(store, emb.dims)
+                log.info(
+                    "loaded %d vectors in %.2f s", len(self._vectors), time.perf_counter() - started
+                )
+            return self._vectors
+
+    def _on_change(self, change: FileChange) -> None:
+        with self._vectors_lock:
+            if self._vectors is not None:
+                self._vectors.apply(change.removed, change.added)
+
+    # search / get -----------------------------------------------------------------------------
+
+    def search(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``search`` method."""
+        request = parse_request(params, self.config)
+        with self.reader() as store:
+            if request.path_prefix:
+                request = _absolute_prefix(request, self.config.memory_roots())
+            vectors = self.vectors(store) if request.mode != "keyword" else None
+            ctx = SearchContext(
+                store=store,
+                config=self.config,
+                embedder=self.embedder if request.mode != "keyword" else None,
+                vectors=vectors,
+                degraded=self.degraded() if request.mode != "keyword" else None,
+                executor=self._executor,
+                reranker=self.reranker(),
+                index_info=self.index_info,
+            )
+            return run_search(request, ctx)
+
+    _reranker: Any = None
+    _reranker_loaded = False
+
+    def reranker(self) -> Any:
+        """The configured reranker, or None (off by default)."""
+        if not self._reranker_loaded:
+            self._reranker_loaded = True
+            if self.config.str("rerank.provider") not in ("", "none"):
+                try:
+                    from recalld.rerank import resolve_reranker
+
+                    self._reranker = resolve_reranker(self.config)
+                except Exception as exc:  # noqa: BLE001 - search works without a reranker
+                    self.last_error = f"reranker unavailable: {exc}"
+        return self._reranker
+
+    def roots(self) -> list[Path]:
+        """Folders ``get`` may read from."""
+        return access.allowed_roots(self.config.memory_roots(), self.config.session_globs())
+
+    def get(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``get`` method: lines of an indexed file."""
+        raw = params.get("path")
+        if not isinstance(raw, str):
+            raise BadRequest("get needs a 'path' string")
+        from_line = params.get("from_line", params.get("from", 1))
+        lines = params.get("lines")
+        if isinstance(raw, str) and ":" in raw and from_line == 1 and not Path(raw).exists():
+            raw, from_line, lines = _split_range(raw, from_line, lines)
+        with self.reader() as store:
+            path = access.resolve_path(raw, self.roots(), lambda p: store.file(p) is not None)
+            row = store.file(str(path))
+        if row is None and not path.exists():
+            raise NotFound(f"{path} is not indexed and does not exist")
+        redact = None
+        if row is not None and row.source == "sessions":
+            from recalld.sessions.redaction import redact_line
+
+            redact = redact_line
+        return access.read_lines(path, from_line, lines, redact=redact)
+
+    # writes -----------------------------------------------------------------------------------
+
+    def _indexer(self, store: Store, on_change: Callable[[FileChange], None] | None) -> Indexer:
+        from recalld.tokens import default_tokenizer
+
+        return Indexer(
+            store,
+            self.config,
+            self.embedder,
+            default_tokenizer().count,
+            on_change=on_change,
+            on_progress=self._progress,
+        )
+
+    def _progress(self, progress: Progress) -> None:
+        self.progress = progress
+        if self.on_progress is not None:
+            self.on_progress(progress)
+
+    def sync(self, paths_: Iterable[Path] | None = None) -> SyncReport:
+        """Bring the index up to date (all files, or the given dirty ones)."""
+        if self.writer is None:
+            raise IndexError_("this engine is read-only; run `recalld sync` to update the index")
+        if self.needs_reindex:
+            return self.reindex()
+        self.state = "syncing"
+        try:
+            report = self._indexer(self.writer, self._on_change).sync(paths_)
+            self._after_write(report)
+            return report
+        except Exception as exc:
+            self.last_error = str(exc)
+            raise
+        finally:
+            self.state = "idle"
+
+    def _after_write(self, report: SyncReport) -> None:
+        self.last_report = report
+        self.last_sync = time.time()
+        self.last_error = report.embed_error
+
+    def reindex(self) -> SyncReport:
+        """Full rebuild in a temporary database, then an atomic swap; the old index serves until."""
+        if self.writer is None:
+            raise IndexError_("this engine is read-only")
+        self.state = "reindexing"
+        tmp = self.index_path.with_name(f"{self.index_path.name}.rebuild-{os.getpid()}")
+        _remove_db(tmp)
+        new: Store | None = None
+        try:
+            new = Store(tmp)
+            if self.index_path.exists():
+                new.copy_cache_from(self.index_path)
+            wanted = identity_for(self.config, self.embedder)
+            new.set_identity(wanted)
+            saved, self.needs_reindex = self.needs_reindex, None
+            try:
+                report = self._indexer(new, None).sync()
+            except BaseException:
+                self.needs_reindex = saved
+                raise
+            vectors = VectorIndex.load(new, wanted.dims) if wanted.provider_key else None
+            new.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            new.conn.execute("PRAGMA journal_mode = DELETE")
+            new.close()
+            new = None
+            with self.swap.exclusive():
+                self._close_readers()
+                self.writer.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                self.writer.close()
+                os.replace(tmp, self.index_path)
+                for suffix in ("-wal", "-shm"):
+                    Path(str(self.index_path) + suffix).unlink(missing_ok=True)
+                self.writer = Store(self.index_path)
+                with self._vectors_lock:
+                    self._vectors = vectors
+            self._after_write(report)
+            return report
+        except Exception as exc:
+            self.last_error = f"reindex failed, the old index stays live: {exc}"
+            raise
+        finally:
+            if new is not None:
+                new.close()
+            _remove_db(tmp)
+            self.state = "idle"
+
+    # status -----------------------------------------------------------------------------------
+
+    def index_info(self) -> dict[str, Any]:
+        """The ``index`` block of search results."""
+        return {
+            "state": self.state,
+            "pending": max(self.progress.files_total - self.progress.files_done, 0)
+            if self.state != "idle"
+            else 0,
+            "last_sync": self.last_sync,
+        }
+
+    def status(self) -> dict[str, Any]:
+        """The ``status`` method."""
+        with self.reader() as store:
+            counts = store.counts()
+            identity = store.identity()
+        return {
+            "version": __version__,
+            "state": self.state,
+            "provider": self.embedder.label if self.embedder else "none",
+            "provider_reason": self.choice.reason,
+            "degraded": self.degraded(),
+            "identity": _identity_dict(identity),
+            "counts": counts,
+            "progress": self.progress.as_dict(),
+            "last_sync": self.last_sync,
+            "last_report": self.last_report.as_dict() if self.last_report else None,
+            "last_error": self.last_error,
+            "index_path": str(self.index_path),
+            "memory_roots": [str(r) for r in self.config.memory_roots()],
+            "session_globs": self.config.session_globs(),
+            "config_path": str(self.config.source) if self.config.source else None,
+        }
+
+    def close(self) -> None:
+        """Close every connection."""
+        self._executor.shutdown(wait=False)
+        self._close_readers()
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+def _identity_dict(identity: Identity | None) -> dict[str, Any] | None:
+    if identity is None:
+        return None
+    return {
+        "provider": identity.label,
+        "provider_key": identity.provider_key,
+        "model": identity.model,
+        "dims": identity.dims,
+        "chunking": identity.chunking,
+    }
+
+
+def _absolute_prefix(request: Any, roots: list[Path]) -> Any:
+    """A relative ``path_prefix`` is taken relative to the first memory root."""
+    from dataclasses import replace
+
+    prefix = request.path_prefix
+    if prefix and not os.path.isabs(os.path.expanduser(prefix)) and roots:
+        prefix = str(roots[0] / prefix) + (os.sep if prefix.endswith(("/", os.sep)) else "")
+    elif prefix:
+        prefix = os.path.expanduser(prefix)
+    return replace(request, path_prefix=prefix)
+
+
+def _split_range(raw: str, from_line: Any, lines: Any) -> tuple[str, Any, Any]:
+    """``PATH:FROM-TO`` / ``PATH:FROM`` → (PATH, FROM, count)."""
+    head, _, tail = raw.rpartition(":")
+    start, _, end = tail.partition("-")
+    if not head or not start.isdigit() or (end and not end.isdigit()):
+        return raw, from_line, lines
+    first = int(start)
+    count = int(end) - first + 1 if end else lines
+    if count is not None and count < 1:
+        raise BadRequest(f"empty line range in {raw!r}")
+    return head, first, count
+
+
+def _remove_db(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(str(path) + suffix).unlink(missing_ok=True)

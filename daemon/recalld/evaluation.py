@@ -1,0 +1,318 @@
+"""``recalld eval``: retrieval quality of the real pipeline on a benchmark set.
+
+Format of ``../shared/bench/README.md``: queries (id, text, scope, tags), qrels (query, path, line,
+grade; line 0 = whole file). A hit covers a row when the paths match and the line lies inside the
+hit's range. The corpus is indexed into a throwaway index under its own home, which is kept so that
+repeated runs reuse the index and its embedding cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+import tomllib
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recalld import paths
+from recalld.config import Config, Value
+from recalld.errors import BadRequest
+
+EXCLUDED_FROM_OVERALL = ("adversarial",)  # LoCoMo: reported apart, as the reference does
+BUDGET_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class Query:
+    """One benchmark query."""
+
+    id: str
+    text: str
+    scope: str | None
+    tags: tuple[str, ...]
+
+
+@dataclass
+class Scores:
+    """Per-query metrics."""
+
+    values: dict[str, float] = field(default_factory=dict)
+
+
+def load_queries(path: Path) -> list[Query]:
+    """Queries of a set (JSONL)."""
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            out.append(Query(str(obj["id"]), str(obj["text"]), obj.get("scope"),
+                             tuple(obj.get("tags") or ())))
+        except (ValueError, KeyError) as exc:
+            raise BadRequest(f"{path}:{n}: not a query record ({exc})") from exc
+    return out
+
+
+def load_qrels(path: Path) -> dict[str, list[tuple[str, int]]]:
+    """Relevant (path, line) rows per query id (grade > 0)."""
+    out: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) < 3:
+            raise BadRequest(f"{path}:{n}: expected query<TAB>path<TAB>line[<TAB>grade]")
+        grade = float(parts[3]) if len(parts) > 3 and parts[3] else 1.0
+        if grade > 0:
+            out[parts[0]].append((parts[1], int(parts[2])))
+    return out
+
+
+def covers(hit: dict[str, Any], rel_path: str, line: int) -> bool:
+    """Whether a hit (with a corpus-relative ``rel``) covers a relevant row."""
+    if hit["rel"] != rel_path:
+        return False
+    return line == 0 or hit["start_line"] <= line <= hit["end_line"]
+
+
+def score_query(hits: Sequence[dict[str, Any]], rels: Sequence[tuple[str, int]],
+                ks: Sequence[int]) -> dict[str, float]:
+    """recall@k, hit@k, MRR@10, nDCG@10 and budgeted recall for one query."""
+    out: dict[str, float] = {}
+    n_rel = len(rels)
+    for k in ks:
+        top = hits[:k]
+        covered = {i for i, (p, ln) in enumerate(rels) for h in top if covers(h, p, ln)}
+        out[f"recall@{k}"] = len(covered) / n_rel
+        out[f"hit@{k}"] = 1.0 if covered else 0.0
+    rr = 0.0
+    for rank, h in enumerate(hits[:10], 1):
+        if any(covers(h, p, ln) for p, ln in rels):
+            rr = 1.0 / rank
+            break
+    out["mrr@10"] = rr
+    seen: set[int] = set()
+    dcg = 0.0
+    for rank, h in enumerate(hits[:10], 1):
+        new = {i for i, (p, ln) in enumerate(rels) if i not in seen and covers(h, p, ln)}
+        if new:
+            dcg += 1.0 / math.log2(rank + 1)
+            seen |= new
+    ideal = sum(1.0 / math.log2(r + 1) for r in range(1, min(n_rel, 10) + 1))
+    out["ndcg@10"] = dcg / ideal if ideal else 0.0
+    budget_cov: set[int] = set()
+    used = 0
+    for h in hits:
+        if used > BUDGET_CHARS:
+            break
+        budget_cov |= {i for i, (p, ln) in enumerate(rels) if covers(h, p, ln)}
+        used += h["chars"]
+    out["recall@4kc"] = len(budget_cov) / n_rel
+    return out
+
+
+_LINES: dict[str, list[int]] = {}
+
+
+def cited_chars(path: str, start: int, end: int) -> int:
+    """Characters of the lines a hit cites (for budgeted recall)."""
+    lengths = _LINES.get(path)
+    if lengths is None:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return 0
+        lengths = [len(line) + 1 for line in text.split("\n")]
+        if len(_LINES) > 20_000:
+            _LINES.clear()
+        _LINES[path] = lengths
+    return sum(lengths[max(start - 1, 0) : end])
+
+
+def _mean(rows: Sequence[dict[str, float]], keys: Sequence[str]) -> dict[str, float]:
+    return {k: round(sum(r[k] for r in rows) / len(rows), 4) if rows else 0.0 for k in keys}
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    idx = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
+    return round(ordered[idx], 2)
+
+
+def eval_home(corpus: Path) -> Path:
+    """Default home of a corpus's throwaway index (kept to reuse the embedding cache)."""
+    digest = hashlib.sha256(str(corpus.resolve()).encode()).hexdigest()[:8]
+    return paths.data_dir() / "eval" / f"{corpus.resolve().name}-{digest}"
+
+
+def _is_transcript_corpus(corpus: Path) -> bool:
+    for _, _, files in os.walk(corpus):
+        for name in files:
+            if name.endswith(".jsonl"):
+                return True
+            if name.endswith((".md", ".markdown", ".txt")):
+                return False
+    return False
+
+
+def eval_config(corpus: Path, home: Path, overrides: dict[str, Value]) -> Config:
+    """Config of an eval run: only the corpus indexed, under ``home``."""
+    corpus = corpus.resolve()
+    values: dict[str, Value] = {"sync.watch": False}
+    if _is_transcript_corpus(corpus):
+        values["memory.paths"] = [str(home / "no-memory")]
+        values["sessions.paths"] = [str(corpus / "**" / "*.jsonl")]
+    else:
+        values["memory.paths"] = [str(corpus)]
+        values["sessions.paths"] = []
+    values.update(overrides)
+    return Config(values, base_dir=home)
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Value]:
+    """``KEY=VALUE`` pairs with TOML values (``search.vector_weight=0.5``)."""
+    out: dict[str, Value] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise BadRequest(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw
+        out[key.strip()] = value
+    return out
+
+
+def run_eval(
+    corpus: Path,
+    queries_path: Path,
+    qrels_path: Path,
+    *,
+    k: int = 10,
+    mode: str = "hybrid",
+    min_score: float = 0.0,
+    home: Path | None = None,
+    overrides: dict[str, Value] | None = None,
+    limit: int | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Index ``corpus`` (incrementally) and score every query; returns the JSON result."""
+    from recalld.engine import Engine
+
+    if not corpus.is_dir():
+        raise BadRequest(f"--corpus {corpus} is not a folder")
+    home = (home or eval_home(corpus)).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    over = dict(overrides or {})
+    search_mode = mode
+    if mode == "rrf":
+        over["search.fusion"] = "rrf"
+        search_mode = "hybrid"
+    config = eval_config(corpus, home, over)
+    engine = Engine(config, writable=True)
+    try:
+        if progress:
+            print(f"eval: indexing {corpus} into {home} ...", file=sys.stderr)
+        t0 = time.perf_counter()
+        report = engine.sync()
+        index_s = time.perf_counter() - t0
+        queries = load_queries(queries_path)
+        qrels = load_qrels(qrels_path)
+        queries = [q for q in queries if q.id in qrels]
+        if limit:
+            queries = queries[:limit]
+        ks = sorted({1, 5, 10, k})
+        root = corpus.resolve()
+        fetch = max(k, 10)
+        per_query: list[tuple[Query, dict[str, float]]] = []
+        latencies: list[float] = []
+        for i, q in enumerate(queries):
+            params: dict[str, Any] = {"query": q.text, "max_results": fetch,
+                                      "min_score": min_score, "mode": search_mode}
+            if q.scope:
+                params["path_prefix"] = str(root / q.scope) + ("/" if q.scope.endswith("/") else "")
+            t = time.perf_counter()
+            try:
+                res = engine.search(params)
+            except BadRequest:
+                res = {"results": []}
+            latencies.append((time.perf_counter() - t) * 1000)
+            hits = []
+            for r in res["results"]:
+                try:
+                    rel = os.path.relpath(r["path"], root)
+                except ValueError:
+                    rel = r["path"]
+                hits.append({"rel": rel, "start_line": r["start_line"], "end_line": r["end_line"],
+                             "chars": cited_chars(r["path"], r["start_line"], r["end_line"])})
+            per_query.append((q, score_query(hits, qrels[q.id], ks)))
+            if progress and (i + 1) % 200 == 0:
+                print(f"eval: {i + 1}/{len(queries)} queries", file=sys.stderr)
+        keys = [f"recall@{x}" for x in ks] + [f"hit@{x}" for x in ks] + [
+            "mrr@10", "ndcg@10", "recall@4kc"]
+        overall = [s for q, s in per_query if not set(q.tags) & set(EXCLUDED_FROM_OVERALL)]
+        by_tag: dict[str, list[dict[str, float]]] = defaultdict(list)
+        for q, s in per_query:
+            for tag in q.tags:
+                by_tag[tag].append(s)
+        out: dict[str, Any] = {"mode": mode, "queries": len(overall)}
+        out.update(_mean(overall, keys))
+        out["by_tag"] = {
+            tag: {"queries": len(rows), **_mean(rows, keys)} for tag, rows in sorted(by_tag.items())
+        }
+        out["excluded_from_overall"] = [t for t in EXCLUDED_FROM_OVERALL if t in by_tag]
+        out["latency_ms"] = {"p50": _percentile(latencies, 0.5),
+                             "p95": _percentile(latencies, 0.95)}
+        counts = engine.status()["counts"]
+        out["index"] = {"home": str(home), "files": counts["files"], "chunks": counts["chunks"],
+                        "vectors": counts["vectors"], "index_s": round(index_s, 2),
+                        "chunks_embedded": report.chunks_embedded}
+        out["provider"] = engine.embedder.label if engine.embedder else "none"
+        out["min_score"] = min_score
+        return out
+    finally:
+        engine.close()
+
+
+def format_table(res: dict[str, Any]) -> str:
+    """Human-readable summary."""
+    keys = ["recall@1", "recall@5", "recall@10", "hit@1", "hit@5", "hit@10", "mrr@10",
+            "ndcg@10", "recall@4kc"]
+    lines = [
+        f"mode {res['mode']} · {res['queries']} queries · provider {res['provider']} · "
+        f"index {res['index']['chunks']} chunks ({res['index']['home']})",
+        "| group | n | " + " | ".join(keys) + " |",
+        "|---|---|" + "---|" * len(keys),
+        "| all | " + str(res["queries"]) + " | " + " | ".join(f"{res[k]:.3f}" for k in keys) + " |",
+    ]
+    for tag, row in res["by_tag"].items():
+        lines.append(f"| {tag} | {row['queries']} | " + " | ".join(f"{row[k]:.3f}" for k in keys)
+                     + " |")
+    lat = res["latency_ms"]
+    lines.append(f"latency p50 {lat['p50']} ms, p95 {lat['p95']} ms")
+    if res.get("excluded_from_overall"):
+        lines.append(f"(tags {', '.join(res['excluded_from_overall'])} reported apart, not in 'all')")
+    return "\n".join(lines)
+
+
+def run_eval_cli(args: argparse.Namespace) -> int:
+    """The ``eval`` subcommand."""
+    res = run_eval(
+        args.corpus, args.queries, args.qrels, k=args.k, mode=args.mode,
+        min_score=args.min_score, home=args.home, overrides=parse_overrides(args.set),
+        limit=args.limit, progress=not args.json,
+    )
+    print(json.dumps(res) if args.json else format_table(res))
+    return 0

@@ -1,0 +1,87 @@
+"""Score mapping and fusion of the keyword and vector channels.
+
+Both fusions return (chunk id, fused score, vector score or None, keyword score or None), best
+first, with fused scores in [0, 1] so that one ``min_score`` floor means the same for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Fused:
+    """One fused candidate."""
+
+    chunk_id: int
+    score: float
+    vector: float | None
+    keyword: float | None
+
+
+def bm25_scores(hits: Sequence[tuple[int, float]]) -> dict[int, float]:
+    """Map FTS5 bm25 ranks (negative, lower is better) to (0, 1], the best hit scoring 1.
+
+    Relative to the best hit of this query: absolute BM25 values depend on corpus size and query
+    length, so no fixed squashing function means the same on every index.
+    """
+    if not hits:
+        return {}
+    strengths = {cid: max(-rank, 0.0) for cid, rank in hits}
+    best = max(strengths.values())
+    if best <= 0:
+        return {cid: 1.0 for cid in strengths}
+    # A floor keeps every match strictly above 0: it did match.
+    return {cid: max(s / best, 1e-3) for cid, s in strengths.items()}
+
+
+def cosine_scores(hits: Sequence[tuple[int, float]]) -> dict[int, float]:
+    """Map cosine similarity (= 1 - cosine distance) into [0, 1]."""
+    return {cid: min(max(sim, 0.0), 1.0) for cid, sim in hits}
+
+
+def weighted(
+    vector: dict[int, float],
+    keyword: dict[int, float],
+    *,
+    vector_weight: float,
+    text_weight: float,
+) -> list[Fused]:
+    """``vector_weight * v + text_weight * k``, a channel that missed a chunk counting 0.
+
+    Weights are normalised to sum to 1 so that scores stay in [0, 1].
+    """
+    total = vector_weight + text_weight
+    wv, wk = (vector_weight / total, text_weight / total) if total > 0 else (0.5, 0.5)
+    out = [
+        Fused(
+            cid,
+            wv * vector.get(cid, 0.0) + wk * keyword.get(cid, 0.0),
+            vector.get(cid),
+            keyword.get(cid),
+        )
+        for cid in set(vector) | set(keyword)
+    ]
+    out.sort(key=lambda f: (-f.score, f.chunk_id))
+    return out
+
+
+def rrf(
+    vector_ranked: Sequence[int],
+    keyword_ranked: Sequence[int],
+    vector: dict[int, float],
+    keyword: dict[int, float],
+    *,
+    k: int = 60,
+) -> list[Fused]:
+    """Reciprocal rank fusion, scaled so that rank 1 in both channels scores 1."""
+    raw: dict[int, float] = {}
+    for ranked in (vector_ranked, keyword_ranked):
+        for rank, cid in enumerate(ranked, start=1):
+            raw[cid] = raw.get(cid, 0.0) + 1.0 / (k + rank)
+    channels = (1 if vector_ranked else 0) + (1 if keyword_ranked else 0)
+    best = channels / (k + 1) if channels else 1.0
+    out = [Fused(cid, s / best, vector.get(cid), keyword.get(cid)) for cid, s in raw.items()]
+    out.sort(key=lambda f: (-f.score, f.chunk_id))
+    return out

@@ -1,0 +1,100 @@
+"""Numbered schema migrations, applied in order and recorded in ``PRAGMA user_version``.
+
+The vec0 table is not created here: its width depends on the provider, so the store creates it
+when the index's vector identity is first set (see :meth:`recalld.store.Store.set_identity`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: the base schema.
+    """
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    CREATE TABLE files (
+        path       TEXT PRIMARY KEY,
+        source     TEXT NOT NULL,
+        size       INTEGER NOT NULL,
+        mtime_ns   INTEGER NOT NULL,
+        hash       TEXT NOT NULL,
+        lines      INTEGER NOT NULL,
+        indexed_at REAL NOT NULL
+    );
+    CREATE TABLE chunks (
+        id         INTEGER PRIMARY KEY,
+        path       TEXT NOT NULL,
+        source     TEXT NOT NULL,
+        start_line INTEGER NOT NULL,
+        end_line   INTEGER NOT NULL,
+        hash       TEXT NOT NULL,
+        text       TEXT NOT NULL
+    );
+    CREATE INDEX chunks_by_path ON chunks(path, start_line);
+    CREATE INDEX chunks_by_hash ON chunks(hash);
+    -- External-content FTS5 kept in sync by triggers, so the text is stored once.
+    CREATE VIRTUAL TABLE chunks_fts USING fts5(
+        text,
+        content = 'chunks',
+        content_rowid = 'id',
+        tokenize = "porter unicode61 remove_diacritics 2"
+    );
+    CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+        INSERT INTO chunks_fts(rowid, text) VALUES (new.id, new.text);
+    END;
+    CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+        INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', old.id, old.text);
+    END;
+    CREATE TRIGGER chunks_au AFTER UPDATE OF text ON chunks BEGIN
+        INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', old.id, old.text);
+        INSERT INTO chunks_fts(rowid, text) VALUES (new.id, new.text);
+    END;
+    CREATE TABLE embedding_cache (
+        provider_key TEXT NOT NULL,
+        model        TEXT NOT NULL,
+        dims         INTEGER NOT NULL,
+        text_hash    TEXT NOT NULL,
+        vector       BLOB NOT NULL,
+        created_at   REAL NOT NULL,
+        PRIMARY KEY (provider_key, model, dims, text_hash)
+    ) WITHOUT ROWID;
+    CREATE TABLE session_state (
+        path           TEXT PRIMARY KEY,
+        format         TEXT NOT NULL,
+        offset         INTEGER NOT NULL,
+        line_count     INTEGER NOT NULL,
+        messages       INTEGER NOT NULL,
+        last_line_hash TEXT NOT NULL,
+        inode          INTEGER NOT NULL,
+        size           INTEGER NOT NULL,
+        skipped        INTEGER NOT NULL DEFAULT 0,
+        state          TEXT NOT NULL DEFAULT '{}'
+    );
+    """,
+)
+
+
+def current_version(conn: Any) -> int:
+    """The schema version recorded in the database."""
+    row = conn.execute("PRAGMA user_version").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(conn: Any) -> int:
+    """Apply pending migrations, each in its own transaction; returns the new version."""
+    version = current_version(conn)
+    if version > len(MIGRATIONS):
+        from recalld.errors import IndexError_
+
+        raise IndexError_(
+            f"the index has schema version {version}, newer than this recalld "
+            f"({len(MIGRATIONS)}): upgrade recalld or run `recalld reindex`"
+        )
+    for number, sql in enumerate(MIGRATIONS[version:], start=version + 1):
+        with conn:
+            conn.execute(sql)
+            conn.execute(f"PRAGMA user_version = {number}")
+    return len(MIGRATIONS)

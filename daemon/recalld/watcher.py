@@ -1,0 +1,148 @@
+"""Watch memory folders: watchdog handler threads only mark paths dirty; a debouncer hands over
+batches of paths that have been quiet for ``sync.debounce_s``.
+
+Editors save in many ways (write in place, write a temp file and rename it over the original,
+delete and recreate); all of them end as "this path is dirty", and the indexer decides from the
+disk what happened. Folder moves and deletes mark the folder, which the indexer expands.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from recalld.filters import PathFilter
+
+log = logging.getLogger(__name__)
+
+BatchHandler = Callable[[list[Path]], None]
+
+
+class DirtySet:
+    """Paths with the time of their last event; ``ready`` pops those quiet long enough."""
+
+    def __init__(self, debounce_s: float) -> None:
+        self.debounce_s = debounce_s
+        self._dirty: dict[Path, float] = {}
+        self._cond = threading.Condition()
+
+    def mark(self, path: Path) -> None:
+        """Record an event on ``path`` (called from watchdog's threads: must be cheap)."""
+        with self._cond:
+            self._dirty[path] = time.monotonic()
+            self._cond.notify()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._dirty)
+
+    def wait_ready(self, stop: threading.Event) -> list[Path]:
+        """Block until some paths have been quiet for the debounce time (or ``stop`` is set)."""
+        with self._cond:
+            while not stop.is_set():
+                now = time.monotonic()
+                ready = [p for p, t in self._dirty.items() if now - t >= self.debounce_s]
+                if ready:
+                    for p in ready:
+                        del self._dirty[p]
+                    return sorted(ready)
+                if self._dirty:
+                    oldest = min(self._dirty.values())
+                    timeout = max(self.debounce_s - (now - oldest), 0.01)
+                else:
+                    timeout = 0.5
+                self._cond.wait(timeout)
+            return []
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, root: Path, filter_: PathFilter, dirty: DirtySet) -> None:
+        self.root = root
+        self.filter = filter_
+        self.dirty = dirty
+
+    def _consider(self, raw: str | bytes, is_dir: bool) -> None:
+        path = Path(raw.decode() if isinstance(raw, bytes) else raw)
+        try:
+            rel = path.relative_to(self.root)
+        except ValueError:
+            return
+        if any(not self.filter.dir_ok(part) for part in rel.parts[:-1]):
+            return
+        if is_dir:
+            if rel.parts and not self.filter.dir_ok(rel.parts[-1]):
+                return
+            self.dirty.mark(path)
+        elif self.filter.file_ok(path, self.root):
+            self.dirty.mark(path)
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("opened", "closed_no_write"):
+            return
+        if event.is_directory and event.event_type == "modified":
+            return  # a folder's mtime changes with its files; those have their own events
+        self._consider(event.src_path, event.is_directory)
+        dest = getattr(event, "dest_path", "")
+        if dest:
+            self._consider(dest, event.is_directory)
+
+
+class Watcher:
+    """Observer over the memory roots plus the debounce thread that delivers batches."""
+
+    def __init__(
+        self, roots: Sequence[Path], filter_: PathFilter, debounce_s: float, on_batch: BatchHandler
+    ) -> None:
+        self.roots = list(roots)
+        self.filter = filter_
+        self.dirty = DirtySet(debounce_s)
+        self.on_batch = on_batch
+        self.paused = False
+        self._stop = threading.Event()
+        self._observer: Observer | None = None  # type: ignore[valid-type]
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start watching (missing roots are created so that they can be watched)."""
+        observer = Observer()
+        for root in self.roots:
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+                observer.schedule(_Handler(root, self.filter, self.dirty), str(root), recursive=True)
+            except OSError as exc:
+                log.warning("cannot watch %s: %s", root, exc)
+        observer.daemon = True
+        observer.start()
+        self._observer = observer
+        self._thread = threading.Thread(target=self._run, name="recalld-debounce", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            batch = self.dirty.wait_ready(self._stop)
+            if batch and not self.paused:
+                try:
+                    self.on_batch(batch)
+                except Exception:  # noqa: BLE001 - the watcher must outlive any one batch
+                    log.exception("handing over a batch of %d paths failed", len(batch))
+            elif batch:
+                for p in batch:  # paused: keep them dirty for when watching resumes
+                    self.dirty.mark(p)
+                self._stop.wait(0.5)
+
+    def stop(self) -> None:
+        """Stop the observer and the debounce thread."""
+        self._stop.set()
+        with self.dirty._cond:
+            self.dirty._cond.notify_all()
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
