@@ -1,0 +1,59 @@
+"""Shared fixtures: a private RECALLD_HOME per test and one real local model per session."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from recalld.config import Config, Value
+
+BENCH = Path(__file__).resolve().parents[1].parent / "shared" / "bench"
+
+
+@pytest.fixture(scope="session")
+def local_embedder() -> object:
+    """The real all-MiniLM-L6-v2 int8 model, loaded once."""
+    from recalld.embedding.local import LocalEmbedder
+
+    emb = LocalEmbedder()
+    emb.warm()
+    return emb
+
+
+@pytest.fixture
+def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh RECALLD_HOME (short path under /tmp: AF_UNIX paths are limited to 107 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="rcd-", dir="/tmp"))
+    monkeypatch.setenv("RECALLD_HOME", str(path))
+    monkeypatch.delenv("RECALLD_CONFIG", raising=False)
+    (path / "memory").mkdir()
+    yield path
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def make_config(home: Path, **values: Value) -> Config:
+    """A config rooted at ``home`` with no transcript globs (tests never read the user's)."""
+    base: dict[str, Value] = {"sessions.paths": [], "sync.debounce_s": 0.3}
+    base.update({k.replace("__", "."): v for k, v in values.items()})
+    return Config(base, base_dir=home)
+
+
+def write(path: Path, text: str) -> Path:
+    """Write a file, creating folders."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def env_for(home: Path) -> dict[str, str]:
+    """Environment of a subprocess using ``home``."""
+    env = dict(os.environ)
+    env["RECALLD_HOME"] = str(home)
+    env.pop("RECALLD_CONFIG", None)
+    return env

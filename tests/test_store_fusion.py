@@ -1,0 +1,108 @@
+"""Store schema/consistency and fusion arithmetic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recalld import fusion
+from recalld.config import Config
+from recalld.errors import ConfigError
+from recalld.migrations import MIGRATIONS, current_version
+from recalld.store import FileRow, Identity, NewChunk, Store
+from recalld.vector_index import VectorIndex
+
+
+def unit(v: list[float]) -> np.ndarray:
+    a = np.asarray(v, dtype=np.float32)
+    return a / np.linalg.norm(a)
+
+
+def test_migrations_and_consistency(tmp_path: Path) -> None:
+    store = Store(tmp_path / "i.sqlite")
+    assert current_version(store.conn) == len(MIGRATIONS)
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.set_identity(Identity("k", "t/m", "m", 3, "{}"))
+    row = FileRow("/m/a.md", "memory", 10, 1, "h", 3)
+    chunks = [NewChunk(1, 1, "alpha beta", "h1"), NewChunk(2, 3, "gamma delta", "h2")]
+    change = store.replace_file(row, chunks, {"h1": unit([1, 0, 0]), "h2": unit([0, 1, 0])})
+    assert len(change.added) == 2 and change.removed == []
+    counts = store.counts()
+    assert counts["chunks"] == counts["fts_rows"] == counts["vectors"] == 2
+    again = store.replace_file(row, chunks[:1], {"h1": unit([1, 0, 0])})
+    assert len(again.removed) == 2
+    counts = store.counts()
+    assert counts["chunks"] == counts["fts_rows"] == counts["vectors"] == 1
+    assert store.keyword_search('"alpha"', 5, None, None)
+    assert store.keyword_search('"gamma"', 5, None, None) == []
+    store.remove_file("/m/a.md")
+    counts = store.counts()
+    assert counts["chunks"] == counts["fts_rows"] == counts["vectors"] == counts["files"] == 0
+    assert store.integrity_ok()
+    store.close()
+
+
+def test_embedding_cache_keyed_by_space(tmp_path: Path) -> None:
+    store = Store(tmp_path / "i.sqlite")
+    store.put_cache("p1", "m", 3, {"h": unit([1, 2, 3])})
+    assert "h" in store.cached("p1", "m", 3, ["h"])
+    assert store.cached("p2", "m", 3, ["h"]) == {}
+    assert store.cached("p1", "m", 4, ["h"]) == {}
+    other = Store(tmp_path / "j.sqlite")
+    assert other.copy_cache_from(tmp_path / "i.sqlite") == 1
+    np.testing.assert_allclose(other.cached("p1", "m", 3, ["h"])["h"], unit([1, 2, 3]))
+
+
+def test_vector_index_exact_topk_with_mask() -> None:
+    rng = np.random.default_rng(0)
+    mat = rng.normal(size=(500, 16)).astype(np.float32)
+    mat /= np.linalg.norm(mat, axis=1, keepdims=True)
+    index = VectorIndex(16)
+    index.apply([], [(i + 1, mat[i]) for i in range(500)])
+    q = mat[7]
+    exact = list(np.argsort(-(mat @ q))[:10] + 1)
+    assert [cid for cid, _ in index.search(q, 10)] == exact
+    allowed = np.arange(200, 301, dtype=np.int64)
+    got = index.search(q, 5, allowed)
+    assert all(200 <= cid <= 300 for cid, _ in got) and len(got) == 5
+    index.apply([8], [])
+    assert 8 not in [cid for cid, _ in index.search(q, 10)]
+    assert len(index) == 499
+
+
+def test_bm25_mapping_and_weighted_fusion() -> None:
+    kw = fusion.bm25_scores([(1, -8.0), (2, -4.0), (3, -0.0001)])
+    assert kw[1] == 1.0 and kw[2] == pytest.approx(0.5) and 0 < kw[3] <= 1
+    vs = fusion.cosine_scores([(1, 0.2), (4, 0.9), (5, -0.3)])
+    assert vs[5] == 0.0
+    fused = fusion.weighted(vs, kw, vector_weight=0.7, text_weight=0.3)
+    by_id = {f.chunk_id: f for f in fused}
+    assert by_id[1].score == pytest.approx(0.7 * 0.2 + 0.3 * 1.0)
+    assert by_id[4].score == pytest.approx(0.7 * 0.9) and by_id[4].keyword is None
+    assert by_id[2].score == pytest.approx(0.3 * 0.5) and by_id[2].vector is None
+    assert fused[0].chunk_id == 4
+
+
+def test_rrf_scaled_to_one() -> None:
+    fused = fusion.rrf([1, 2, 3], [1, 3], {}, {}, k=60)
+    assert fused[0].chunk_id == 1 and fused[0].score == pytest.approx(1.0)
+    assert fused[1].chunk_id == 3
+    assert fused[-1].chunk_id == 2
+
+
+def test_config_validation(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[search]\nmin_score = 0.5\nfusion = "rrf"\n')
+    loaded = Config.load(cfg)
+    assert loaded.float("search.min_score") == 0.5 and loaded.str("search.fusion") == "rrf"
+    cfg.write_text("[search]\nmin_scor = 0.5\n")
+    with pytest.raises(ConfigError, match="unknown setting 'search.min_scor'"):
+        Config.load(cfg)
+    cfg.write_text('[search]\nmax_results = "six"\n')
+    with pytest.raises(ConfigError, match="must be int"):
+        Config.load(cfg)
+    cfg.write_text("[search\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        Config.load(cfg)
