@@ -152,8 +152,10 @@ def _percentile(values: Sequence[float], q: float) -> float:
 
 def eval_home(corpus: Path) -> Path:
     """Default home of a corpus's throwaway index (kept to reuse the embedding cache)."""
-    digest = hashlib.sha256(str(corpus.resolve()).encode()).hexdigest()[:8]
-    return paths.data_dir() / "eval" / f"{corpus.resolve().name}-{digest}"
+    real = corpus.resolve()
+    digest = hashlib.sha256(str(real).encode()).hexdigest()[:8]
+    name = real.parent.name if real.name == "corpus" else real.name  # <set>/corpus → <set>
+    return paths.data_dir() / "eval" / f"{name}-{digest}"
 
 
 def _is_transcript_corpus(corpus: Path) -> bool:
