@@ -79,28 +79,35 @@ SETTINGS: tuple[Setting, ...] = (
 
 _BY_KEY = {s.key: s for s in SETTINGS}
 
+# Config's typed getters are named after the builtins; these aliases keep annotations unambiguous.
+_Str = str
+_Int = int
+_Float = float
+_Bool = bool
+_List = list
+
 
 class Config:
     """Resolved settings: defaults overlaid with the config file and explicit overrides."""
 
     def __init__(
         self,
-        values: Mapping[str, Value] | None = None,
+        values: Mapping[_Str, Value] | None = None,
         *,
         source: Path | None = None,
         base_dir: Path | None = None,
     ) -> None:
-        self._values: dict[str, Value] = {s.key: s.default for s in SETTINGS}
+        self._values: dict[_Str, Value] = {s.key: s.default for s in SETTINGS}
         for key, value in (values or {}).items():
             self._values[key] = _check(key, value)
         self.source = source
         self.base_dir = base_dir or paths.data_dir()
 
     @classmethod
-    def load(cls, path: Path | None = None, overrides: Mapping[str, Value] | None = None) -> Config:
+    def load(cls, path: Path | None = None, overrides: Mapping[_Str, Value] | None = None) -> Config:
         """Read the config file (missing is fine) and apply ``overrides``."""
         path = path or paths.config_path()
-        flat: dict[str, Value] = {}
+        flat: dict[_Str, Value] = {}
         if path.exists():
             try:
                 data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -110,55 +117,55 @@ class Config:
         flat.update(overrides or {})
         return cls(flat, source=path if path.exists() else None)
 
-    def with_overrides(self, overrides: Mapping[str, Value]) -> Config:
+    def with_overrides(self, overrides: Mapping[_Str, Value]) -> Config:
         """A copy with some keys replaced."""
         merged = dict(self._values)
         merged.update(overrides)
         return Config(merged, source=self.source, base_dir=self.base_dir)
 
-    def get(self, key: str) -> Value:
+    def get(self, key: _Str) -> Value:
         """The value of ``key``."""
         if key not in _BY_KEY:
             raise KeyError(key)
         return self._values[key]
 
-    def str(self, key: str) -> str:
+    def str(self, key: _Str) -> _Str:
         value = self.get(key)
         assert isinstance(value, str)
         return value
 
-    def int(self, key: str) -> int:
+    def int(self, key: _Str) -> _Int:
         value = self.get(key)
         assert isinstance(value, int) and not isinstance(value, bool)
         return value
 
-    def float(self, key: str) -> float:
+    def float(self, key: _Str) -> _Float:
         value = self.get(key)
         assert isinstance(value, int | float) and not isinstance(value, bool)
         return float(value)
 
-    def bool(self, key: str) -> bool:
+    def bool(self, key: _Str) -> _Bool:
         value = self.get(key)
         assert isinstance(value, bool)
         return value
 
-    def list(self, key: str) -> list[str]:
+    def list(self, key: _Str) -> _List[_Str]:
         value = self.get(key)
         assert isinstance(value, list)
         return value
 
-    def memory_roots(self) -> list[Path]:
+    def memory_roots(self) -> _List[Path]:
         """The memory folders, resolved (default: ``memory/`` in the data dir)."""
         configured = self.list("memory.paths")
         if not configured:
             return [paths.default_memory_dir(self.base_dir).resolve()]
         return [Path(p).expanduser().resolve() for p in configured]
 
-    def session_globs(self) -> list[str]:
+    def session_globs(self) -> _List[_Str]:
         """Transcript globs with ``~`` expanded."""
         return [str(Path(g).expanduser()) if g.startswith("~") else g for g in self.list("sessions.paths")]
 
-    def as_dict(self) -> dict[str, Value]:
+    def as_dict(self) -> dict[_Str, Value]:
         """All values, keys flattened (secrets masked)."""
         out = dict(self._values)
         for key in ("embedding.api_key",):

@@ -59,7 +59,6 @@ class Daemon:
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
         self._listeners_lock = threading.Lock()
         self._last_progress_event = 0.0
-        self.shutdown_hook: Callable[[], None] | None = None
         self.sessions: Any = None
 
     # lifecycle ----------------------------------------------------------------------------------
@@ -94,8 +93,9 @@ class Daemon:
             self.watcher.stop()
         if self.sessions is not None:
             self.sessions.stop()
-        self.jobs.put(None)
-        self._writer.join(timeout=30)
+        if self._writer.is_alive():
+            self.jobs.put(None)
+            self._writer.join(timeout=30)
         self.engine.close()
 
     # writer -------------------------------------------------------------------------------------
@@ -210,7 +210,6 @@ class Daemon:
             "sync": self.h_sync,
             "reindex": self.h_reindex,
             "pause": self.h_pause,
-            "shutdown": self.h_shutdown,
         }
 
     def h_status(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -257,11 +256,6 @@ class Daemon:
         self._emit(self.status_event())
         return {"paused": paused}
 
-    def h_shutdown(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        if self.shutdown_hook is not None:
-            self.shutdown_hook()
-        return {"stopping": True}
-
     async def watch(self, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """Stream of status events: the current one, then one per change."""
         loop = asyncio.get_running_loop()
@@ -299,7 +293,6 @@ def serve(config: Config) -> int:
     async def main() -> None:
         server = Server(daemon.handlers(), {"watch": daemon.watch}, socket_path)
         loop = asyncio.get_running_loop()
-        daemon.shutdown_hook = lambda: loop.call_soon_threadsafe(server.request_shutdown)
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 loop.add_signal_handler(sig, server.request_shutdown)

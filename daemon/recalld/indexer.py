@@ -210,8 +210,8 @@ class Indexer:
         report.files_seen = len(files)
         self.progress.phase = "indexing"
         self.progress.files_total = len(files)
-        for path in gone:
-            self._apply(self.store.remove_file(path))
+        for gone_path in gone:
+            self._apply(self.store.remove_file(gone_path))
             report.files_removed += 1
             self.progress.files_removed += 1
         pending: list[Prepared] = []

@@ -237,6 +237,7 @@ def _rerank(
         lambda f: rows[f.chunk_id].text,
         top_n=cfg.int("rerank.top_n"),
         timeout_s=cfg.float("rerank.timeout_s"),
+        score_of=lambda f: f.score,
     )
     if note:
         return kept, note

@@ -360,7 +360,7 @@ class Store:
             return
         last = -1
         while True:
-            rows = self.conn.execute(
+            rows: list[Any] = self.conn.execute(
                 "SELECT rowid, embedding FROM chunks_vec WHERE rowid > ? ORDER BY rowid LIMIT ?",
                 (last, batch),
             ).fetchall()

@@ -1,0 +1,281 @@
+"""The blocking client: one lazily opened connection, one request at a time, thread-safe."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, cast
+
+from recalld_client import locations
+from recalld_client.errors import (
+    ConnectionLost,
+    ProtocolError,
+    RecalldClientError,
+    Timeout,
+    error_from_wire,
+)
+from recalld_client.protocol import (
+    NOT_IDEMPOTENT,
+    PROTOCOL_VERSION,
+    FrameDecoder,
+    encode_frame,
+    request,
+)
+from recalld_client.transport import Transport, default_transport
+from recalld_client.types import GetResponse, Hello, Mode, SearchResponse, StatusResponse
+
+_CHUNK = 1 << 16
+
+
+class _Default(enum.Enum):
+    TIMEOUT = enum.auto()
+
+
+DEFAULT_TIMEOUT = _Default.TIMEOUT
+
+
+class _Connection:
+    """A connected transport and the decoder of its incoming bytes."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self.decoder = FrameDecoder()
+
+    def next_frame(self, deadline: float | None) -> dict[str, Any] | None:
+        """The next frame, or None if the daemon closed the connection cleanly between frames."""
+        while (frame := self.decoder.next_frame()) is None:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Timeout("no answer from the daemon in time")
+                self.transport.settimeout(left)
+            else:
+                self.transport.settimeout(None)
+            data = self.transport.recv(_CHUNK)
+            if not data:
+                if self.decoder.buffered:
+                    raise ConnectionLost("the daemon closed the connection in mid-frame")
+                return None
+            self.decoder.feed(data)
+        return frame
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+def _unwrap(msg: dict[str, Any]) -> dict[str, Any]:
+    """The result map of a response, or the error it carries raised as an exception."""
+    if "error" in msg:
+        err = msg["error"]
+        if not isinstance(err, dict):
+            raise ProtocolError(f"malformed error in response: {err!r}")
+        raise error_from_wire(err.get("code"), err.get("message", ""))
+    result = msg.get("result")
+    if not isinstance(result, dict):
+        raise ProtocolError("response has neither a result map nor an error")
+    return result
+
+
+class Client:
+    """A connection to the recalld daemon.
+
+    Connects on first use. With ``reconnect`` a request whose connection broke (the daemon
+    restarted) is sent again once on a new connection, except ``shutdown``. Use it as a context
+    manager, or call :meth:`close`; a closed client reconnects if used again.
+
+        with Client() as c:
+            hits = c.search("what did we decide about the cache", max_results=3)
+
+    ``timeout`` bounds each request (None: wait forever); ``transport_factory`` builds the
+    transport (default: the platform's, for ``socket_path``).
+    """
+
+    def __init__(
+        self,
+        socket_path: str | Path | None = None,
+        *,
+        connect_timeout: float | None = 2.0,
+        timeout: float | None = 30.0,
+        reconnect: bool = True,
+        transport_factory: Callable[[], Transport] | None = None,
+    ) -> None:
+        self.socket_path = Path(socket_path) if socket_path is not None else locations.socket_path()
+        self.connect_timeout = connect_timeout
+        self.timeout = timeout
+        self.reconnect = reconnect
+        self._factory = transport_factory or (lambda: default_transport(self.socket_path))
+        self._lock = threading.Lock()
+        self._conn: _Connection | None = None
+        self._ids = itertools.count(1)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (if any)."""
+        with self._lock:
+            self._drop()
+
+    def call(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        timeout: float | _Default | None = DEFAULT_TIMEOUT,
+    ) -> dict[str, Any]:
+        """Send one request and return its result map (any method).
+
+        Raises the :mod:`recalld_client.errors` class of the daemon's error code.
+        """
+        limit = self.timeout if isinstance(timeout, _Default) else timeout
+        with self._lock:
+            req_id = next(self._ids)
+            # Encoded before connecting: a request over the cap raises without touching the wire.
+            frame = encode_frame(request(req_id, method, params))
+            retry = self.reconnect and method not in NOT_IDEMPOTENT
+            while True:
+                conn = self._connected()
+                try:
+                    return self._roundtrip(conn, req_id, frame, limit)
+                except ConnectionLost:
+                    self._drop()
+                    if not retry:
+                        raise
+                    retry = False
+                except (Timeout, ProtocolError):
+                    # A late or half-read answer would be misread by the next request.
+                    self._drop()
+                    raise
+
+    def hello(self) -> Hello:
+        """The daemon's versions, pid and capabilities."""
+        return cast(Hello, self.call("hello", {"protocol": PROTOCOL_VERSION}))
+
+    def search(
+        self,
+        query: str,
+        *,
+        max_results: int | None = None,
+        min_score: float | None = None,
+        sources: str | Sequence[str] | None = None,
+        path_prefix: str | None = None,
+        mode: Mode | None = None,
+    ) -> SearchResponse:
+        """Search memory and transcripts; options left None use the daemon's configured defaults."""
+        params: dict[str, Any] = {"query": query}
+        if max_results is not None:
+            params["max_results"] = max_results
+        if min_score is not None:
+            params["min_score"] = min_score
+        if sources is not None:
+            params["sources"] = [sources] if isinstance(sources, str) else list(sources)
+        if path_prefix is not None:
+            params["path_prefix"] = path_prefix
+        if mode is not None:
+            params["mode"] = mode
+        return cast(SearchResponse, self.call("search", params))
+
+    def get(self, path: str | Path, from_line: int = 1, lines: int | None = None) -> GetResponse:
+        """``lines`` lines of an indexed file from ``from_line`` (1-based; None: to the end)."""
+        params: dict[str, Any] = {"path": str(path), "from_line": from_line}
+        if lines is not None:
+            params["lines"] = lines
+        return cast(GetResponse, self.call("get", params))
+
+    def status(self) -> StatusResponse:
+        """Index state, provider, pending work, counts."""
+        return cast(StatusResponse, self.call("status"))
+
+    def sync(self, wait: bool = False) -> dict[str, Any]:
+        """Sync now; with ``wait`` return only when it is done."""
+        return self.call("sync", {"wait": wait}, timeout=None if wait else DEFAULT_TIMEOUT)
+
+    def reindex(self, wait: bool = False) -> dict[str, Any]:
+        """Full rebuild (temporary database, then an atomic swap)."""
+        return self.call("reindex", {"wait": wait}, timeout=None if wait else DEFAULT_TIMEOUT)
+
+    def shutdown(self) -> dict[str, Any]:
+        """Ask the daemon to stop (it finishes in-flight requests first). Never resent."""
+        return self.call("shutdown")
+
+    def watch(self) -> Iterator[dict[str, Any]]:
+        """Status events, on a connection of their own, until the daemon closes it.
+
+        Connects when iteration starts; closing the generator closes the connection.
+        """
+        conn = self._open()
+        try:
+            conn.transport.send(encode_frame(request(1, "watch")))
+            while True:
+                msg = conn.next_frame(None)
+                if msg is None:
+                    return
+                if msg.get("id") not in (1, None):
+                    continue
+                if "event" in msg:
+                    event = msg["event"]
+                    if not isinstance(event, dict):
+                        raise ProtocolError(f"watch event is not a map: {event!r}")
+                    yield event
+                else:
+                    _unwrap(msg)
+                    return
+        finally:
+            conn.close()
+
+    def _open(self) -> _Connection:
+        transport = self._factory()
+        transport.connect(self.connect_timeout)
+        return _Connection(transport)
+
+    def _connected(self) -> _Connection:
+        if self._conn is None:
+            self._conn = self._open()
+        return self._conn
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            conn.close()
+
+    def _roundtrip(
+        self, conn: _Connection, req_id: int, frame: bytes, timeout: float | None
+    ) -> dict[str, Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        conn.transport.settimeout(timeout)
+        conn.transport.send(frame)
+        while True:
+            msg = conn.next_frame(deadline)
+            if msg is None:
+                raise ConnectionLost("the daemon closed the connection (is it shutting down?)")
+            msg_id = msg.get("id")
+            if msg_id is None:
+                # About the connection itself (refused, undecodable): the daemon closes it.
+                self._drop()
+                _unwrap(msg)
+                raise ProtocolError(f"unexpected frame without id: {msg!r}")
+            if msg_id == req_id:
+                return _unwrap(msg)
+
+
+def is_running(socket_path: str | Path | None = None, *, timeout: float = 1.0) -> bool:
+    """Whether a daemon answers ``hello`` at ``socket_path`` (default: this home's socket)."""
+    try:
+        with Client(socket_path, connect_timeout=timeout, timeout=timeout, reconnect=False) as c:
+            c.hello()
+    except RecalldClientError:
+        return False
+    return True

@@ -1,0 +1,92 @@
+"""Typed shapes of the daemon's answers (TypedDicts: they are plain dicts on the wire).
+
+``total=False`` marks shapes whose keys depend on the daemon's state; readers should use
+``.get`` for those.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+Source = Literal["memory", "sessions"]
+Mode = Literal["hybrid", "keyword", "vector"]
+
+
+class Scores(TypedDict):
+    """Per-channel scores of a result (None: that channel did not return the chunk)."""
+
+    vector: float | None
+    keyword: float | None
+
+
+class SearchResult(TypedDict):
+    """One hit: enough to judge relevance, then ``get`` the lines."""
+
+    path: str
+    source: Source
+    start_line: int
+    end_line: int
+    score: float
+    snippet: str  # at most 700 characters
+    citation: str  # "path#L12-L30"
+    scores: Scores
+
+
+class IndexInfo(TypedDict):
+    """The index's sync state as seen by a search."""
+
+    state: str  # e.g. "idle", "syncing", "reindexing"
+    pending: int  # files waiting to be indexed
+    last_sync: float | None  # Unix time the last sync finished (None: not since start)
+
+
+class SearchResponse(TypedDict):
+    """The answer to ``search``."""
+
+    results: list[SearchResult]
+    mode: Mode
+    degraded: str | None  # why vector search is off, None when it is on
+    provider: str  # e.g. "local/all-MiniLM-L6-v2", "none"
+    index: IndexInfo
+    took_ms: float
+
+
+class GetResponse(TypedDict):
+    """The answer to ``get``: exactly the lines asked for."""
+
+    path: str
+    start_line: int
+    end_line: int
+    text: str
+    total_lines: int
+
+
+class StatusResponse(TypedDict, total=False):
+    """The answer to ``status``; keys typed loosely where the engine reports free-form blocks."""
+
+    version: str
+    state: str
+    provider: str
+    provider_reason: str
+    degraded: str | None
+    identity: dict[str, Any] | None  # provider, model, dims, chunking of the index
+    counts: dict[str, Any]  # files, chunks, ...
+    progress: dict[str, Any]
+    last_sync: float | None
+    last_report: dict[str, Any] | None
+    last_error: str | None
+    index_path: str
+    memory_roots: list[str]
+    session_globs: list[str]
+    config_path: str | None
+    daemon: dict[str, Any]  # pid, uptime_s, socket, watching, paused, pending
+    sessions: dict[str, Any]
+
+
+class Hello(TypedDict):
+    """The answer to ``hello``."""
+
+    protocol: int  # the daemon's protocol version
+    version: str  # the daemon's package version
+    pid: int
+    capabilities: list[str]  # the methods it serves

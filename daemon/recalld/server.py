@@ -1,0 +1,605 @@
+"""The daemon's socket server: framing, peer checks, dispatch to a table of handlers.
+
+The server knows no search: the engine hands it a table of blocking ``Handler`` functions (run in
+a bounded thread pool, never on the event loop) and async ``StreamHandler`` generators (``watch``).
+``hello`` (and a default ``shutdown``) are built in.
+
+    server = Server(engine.handlers, engine.streams, paths.socket_path())
+    asyncio.run(server.serve_forever())       # returns after request_shutdown()
+
+One daemon per home: an exclusive lock on ``<runtime dir>/recalld.lock`` held for the daemon's
+life (it also holds the pid). The runtime dir is 0700, the socket 0600, and on Linux the peer's
+uid is checked with ``SO_PEERCRED``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import socket
+import stat
+import struct
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+from recalld import __version__
+from recalld.errors import ConfigError, RecalldError, Unavailable
+from recalld_client.errors import FrameTooLarge, ProtocolError
+from recalld_client.protocol import (
+    ERROR_CODES,
+    MAX_FRAME,
+    PROTOCOL_VERSION,
+    FrameDecoder,
+    encode_frame,
+    error_response,
+)
+
+if sys.platform != "win32":
+    import fcntl
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[dict[str, Any]], dict[str, Any]]
+StreamHandler = Callable[[dict[str, Any]], AsyncIterator[dict[str, Any]]]
+
+LOCK_NAME = "recalld.lock"
+_CHUNK = 1 << 16
+_MAX_MESSAGE = 16 * 1024  # error messages are cut here so an error frame always fits
+# AF_UNIX paths: 108 bytes with the NUL on Linux, 104 on the BSDs and macOS.
+_MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
+
+
+class AlreadyRunning(Unavailable):
+    """Another daemon holds this home's lock."""
+
+    def __init__(self, pid: int | None, socket_path: Path) -> None:
+        who = f"pid {pid}" if pid else "pid unknown"
+        super().__init__(
+            f"a recalld daemon is already running for this home ({who}, socket {socket_path}): "
+            "use `recalld status` or stop it first"
+        )
+        self.pid = pid
+        self.socket_path = socket_path
+
+
+class _Listener(Protocol):
+    """An asyncio server, or a Windows pipe server (which lacks ``wait_closed``)."""
+
+    def close(self) -> None: ...
+
+
+class _WireError(Exception):
+    """A protocol-level refusal carrying its wire code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Conn:
+    """One client connection: its writer and its running request and stream tasks."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.requests: set[asyncio.Task[None]] = set()
+        self.streams: set[asyncio.Task[None]] = set()
+
+    async def send(self, frame: bytes) -> bool:
+        """Write one whole frame; False once the peer is gone."""
+        if self.writer.is_closing():
+            return False
+        # One write() per frame, so concurrent responses never interleave.
+        self.writer.write(frame)
+        try:
+            await self.writer.drain()
+        except (ConnectionError, OSError):
+            return False
+        return True
+
+    async def close(self) -> None:
+        for task in self.streams:
+            task.cancel()
+        if not self.writer.is_closing():
+            self.writer.close()
+        try:
+            await asyncio.wait_for(self.writer.wait_closed(), 2.0)
+        except (TimeoutError, ConnectionError, OSError):
+            self.writer.transport.abort()  # a peer that does not read must not hold us
+
+
+class Server:
+    """Serves a handler table on a Unix socket (a named pipe on Windows).
+
+    ``max_connections`` caps clients at once; ``max_inflight`` caps concurrent requests per
+    connection (the server stops reading from a connection at the cap); ``workers`` sizes the
+    thread pool of blocking handlers; ``shutdown_grace`` is how long :meth:`close` lets
+    in-flight requests finish.
+    """
+
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler],
+        streams: Mapping[str, StreamHandler],
+        socket_path: Path,
+        *,
+        max_frame: int = MAX_FRAME,
+        max_connections: int = 256,
+        max_inflight: int = 64,
+        workers: int | None = None,
+        shutdown_grace: float = 10.0,
+    ) -> None:
+        bad = (set(handlers) & set(streams)) | ({"hello"} & {*handlers, *streams})
+        if bad:
+            raise ValueError(f"methods defined twice or built in: {sorted(bad)}")
+        self.handlers: dict[str, Handler] = {"shutdown": self._shutdown_handler, **handlers}
+        self.streams = dict(streams)
+        self.socket_path = Path(socket_path)
+        self.max_frame = max_frame
+        self.max_connections = max_connections
+        self.max_inflight = max_inflight
+        self.workers = workers or min(32, (os.cpu_count() or 1) + 4)
+        self.shutdown_grace = shutdown_grace
+        self._uid: int | None = None
+        if sys.platform != "win32":
+            self._uid = os.getuid()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._listeners: list[_Listener] = []
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock_fd: int | None = None
+        self._socket_id: tuple[int, int] | None = None
+        self._conns: dict[_Conn, asyncio.Task[Any] | None] = {}
+        self._requests: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self._closed: asyncio.Future[None] | None = None
+
+    @property
+    def capabilities(self) -> list[str]:
+        """The methods served, ``hello`` included."""
+        return sorted({"hello", *self.handlers, *self.streams})
+
+    async def start(self) -> None:
+        """Take the home's lock and listen; :class:`AlreadyRunning` if another daemon has it."""
+        if self._listeners:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        runtime = self.socket_path.parent
+        _private_dir(runtime)
+        self._lock_fd = _lock(runtime / LOCK_NAME, self.socket_path)
+        try:
+            if sys.platform == "win32":
+                self._listeners = await self._listen_pipe()
+            else:
+                sock = self._bind()
+                self._listeners = [
+                    await asyncio.start_unix_server(self._on_connection, sock=sock, backlog=128)
+                ]
+        except BaseException:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise
+        self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="recalld-handler")
+        logger.info(
+            "recalld %s listening on %s (pid %d)", __version__, self.socket_path, os.getpid()
+        )
+
+    async def serve_forever(self) -> None:
+        """Start, serve until :meth:`request_shutdown` (or cancellation), then close cleanly."""
+        await self.start()
+        assert self._stop is not None
+        try:
+            await self._stop.wait()
+        finally:
+            await self.close()
+
+    def request_shutdown(self) -> None:
+        """Ask :meth:`serve_forever` to stop; safe from any thread (handlers run in threads)."""
+        loop, stop = self._loop, self._stop
+        if loop is None or stop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is already closed
+            loop.call_soon_threadsafe(stop.set)
+
+    async def close(self) -> None:
+        """Stop accepting, let in-flight requests finish, end streams, remove the socket."""
+        if not self._listeners:
+            return
+        if self._closed is None:  # one closing, however many callers
+            self._closed = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closed)
+
+    async def _close(self) -> None:
+        self._closing = True
+        for listener in self._listeners:
+            listener.close()
+        me = asyncio.current_task()
+        pending = {t for t in self._requests if t is not me}
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=self.shutdown_grace)
+            for task in late:
+                logger.warning("request still running after %.0f s: cancelled", self.shutdown_grace)
+                task.cancel()
+        await asyncio.gather(*(conn.close() for conn in list(self._conns)))
+        tasks = [t for t in self._conns.values() if t is not None and t is not me]
+        if tasks:
+            await asyncio.wait(tasks, timeout=2.0)
+        for listener in self._listeners:
+            if isinstance(listener, asyncio.AbstractServer):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(listener.wait_closed(), 2.0)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        self._remove_socket()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the lock
+            self._lock_fd = None
+        if self._stop is not None:
+            self._stop.set()
+        logger.info("recalld stopped")
+
+    # -- listening ---------------------------------------------------------------------------
+
+    def _bind(self) -> socket.socket:
+        path = self.socket_path
+        if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
+            raise ConfigError(
+                f"socket path {path} is longer than the {_MAX_SOCKET_PATH} bytes a Unix socket "
+                "allows: set RECALLD_HOME to a shorter folder"
+            )
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISSOCK(st.st_mode):
+                raise ConfigError(f"{path} exists and is not a socket: move it away")
+            if _answers(path):  # the lock is ours, yet something listens: don't steal it
+                raise AlreadyRunning(None, path)
+            logger.info("removing stale socket %s", path)
+            path.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(path))
+            os.chmod(path, 0o600)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        st = os.stat(path)
+        self._socket_id = (st.st_dev, st.st_ino)
+        return sock
+
+    async def _listen_pipe(self) -> list[_Listener]:
+        """Windows: serve the home's named pipe (the pipe's default DACL admits only its owner
+        as a writer). Not exercised by the test suite, which runs on Linux."""
+        if sys.platform != "win32":
+            raise RuntimeError("named pipes are Windows only")
+        from recalld_client.transport import pipe_name_for
+
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, asyncio.ProactorEventLoop)  # the default loop on Windows
+
+        def protocol() -> asyncio.StreamReaderProtocol:
+            reader = asyncio.StreamReader(limit=_CHUNK)
+            return asyncio.StreamReaderProtocol(reader, self._on_connection)
+
+        servers = await loop.start_serving_pipe(protocol, pipe_name_for(self.socket_path))
+        return list(servers)
+
+    def _remove_socket(self) -> None:
+        if self._socket_id is None:
+            return
+        with contextlib.suppress(OSError):
+            st = os.lstat(self.socket_path)
+            if (st.st_dev, st.st_ino) == self._socket_id:  # still ours, not a successor's
+                self.socket_path.unlink()
+        self._socket_id = None
+
+    def _peer_refusal(self, writer: asyncio.StreamWriter) -> str | None:
+        """Why this peer may not talk to us (Linux: another uid), or None."""
+        if not sys.platform.startswith("linux"):
+            return None  # elsewhere the 0700 runtime dir is the guard
+        sock = writer.get_extra_info("socket")
+        if sock is None:
+            return None
+        try:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        except OSError as exc:
+            return f"cannot check the connecting user ({exc})"
+        pid, uid, _gid = struct.unpack("3i", creds)
+        if uid != self._uid:
+            return f"this daemon serves uid {self._uid} only; the client (pid {pid}) is uid {uid}"
+        return None
+
+    # -- connections -------------------------------------------------------------------------
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        conn = _Conn(writer)
+        refusal: tuple[str, str] | None = None
+        if self._closing:
+            refusal = ("unavailable", "the daemon is shutting down: retry in a moment")
+        elif len(self._conns) >= self.max_connections:
+            refusal = ("unavailable", f"too many connections ({self.max_connections}): retry")
+        elif why := self._peer_refusal(writer):
+            refusal = ("forbidden", why)
+        if refusal is not None:
+            logger.warning("connection refused: %s", refusal[1])
+            await conn.send(encode_frame(error_response(None, *refusal)))
+            await conn.close()
+            return
+        self._conns[conn] = asyncio.current_task()
+        try:
+            await self._read_requests(reader, conn)
+            # EOF: the client may have only shut its writing side, so answer what it sent.
+            for task in conn.streams:
+                task.cancel()
+            if conn.requests:
+                await asyncio.wait(set(conn.requests))
+        except Exception:
+            logger.exception("connection failed")
+        finally:
+            del self._conns[conn]
+            await conn.close()
+
+    async def _read_requests(self, reader: asyncio.StreamReader, conn: _Conn) -> None:
+        decoder = FrameDecoder(self.max_frame)
+        slots = asyncio.Semaphore(self.max_inflight)
+        while True:
+            try:
+                data = await reader.read(_CHUNK)
+            except (ConnectionError, OSError):
+                return
+            if not data:
+                return
+            decoder.feed(data)
+            try:
+                for msg in decoder:
+                    await slots.acquire()  # at the cap, stop reading: back-pressure
+                    self._spawn(conn, msg, slots)
+            except ProtocolError as exc:  # FrameTooLarge included: its body is never read
+                code = "too_large" if isinstance(exc, FrameTooLarge) else "protocol"
+                logger.warning("closing a connection: %s", exc)
+                await conn.send(encode_frame(error_response(None, code, str(exc))))
+                return
+
+    def _spawn(self, conn: _Conn, msg: dict[str, Any], slots: asyncio.Semaphore) -> None:
+        task = asyncio.create_task(self._dispatch(conn, msg))
+        method = msg.get("method")
+        owner = (
+            conn.streams if isinstance(method, str) and method in self.streams else conn.requests
+        )
+        owner.add(task)
+        if owner is conn.requests:
+            self._requests.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            owner.discard(t)
+            self._requests.discard(t)
+            slots.release()
+
+        task.add_done_callback(done)
+
+    # -- dispatch ----------------------------------------------------------------------------
+
+    async def _dispatch(self, conn: _Conn, msg: dict[str, Any]) -> None:
+        req_id = msg.get("id")
+        method = msg.get("method")
+        try:
+            frame = await self._answer(conn, req_id, method, msg)
+        except Exception as exc:
+            frame = self._error_frame(req_id, method, exc)
+        await conn.send(frame)
+
+    async def _answer(self, conn: _Conn, req_id: Any, method: Any, msg: dict[str, Any]) -> bytes:
+        version = msg.get("v", PROTOCOL_VERSION)
+        params = msg.get("params")
+        params = {} if params is None else params
+        if not isinstance(req_id, int) or isinstance(req_id, bool):
+            raise _WireError("bad_request", "a request needs an integer id")
+        if not isinstance(method, str):
+            raise _WireError("bad_request", "a request needs a method name")
+        if not isinstance(params, dict):
+            raise _WireError("bad_request", "params must be a map")
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise _WireError("bad_request", "v must be an integer")
+        if version > PROTOCOL_VERSION and method != "hello":  # hello lets clients negotiate
+            raise _WireError(
+                "version",
+                f"this daemon speaks protocol {PROTOCOL_VERSION}, the client {version}: "
+                "upgrade recalld or use an older client",
+            )
+        if self._closing:
+            raise Unavailable("the daemon is shutting down: retry in a moment")
+        if method == "hello":
+            return encode_frame({"id": req_id, "result": self._hello()}, self.max_frame)
+        stream = self.streams.get(method)
+        if stream is not None:
+            return await self._stream(conn, req_id, stream, params)
+        handler = self.handlers.get(method)
+        if handler is None:
+            raise _WireError(
+                "bad_request",
+                f"unknown method {method!r}: this daemon serves {', '.join(self.capabilities)}",
+            )
+        assert self._loop is not None and self._executor is not None
+        return await self._loop.run_in_executor(
+            self._executor, self._call, handler, req_id, method, params
+        )
+
+    def _call(self, handler: Handler, req_id: int, method: str, params: dict[str, Any]) -> bytes:
+        """Run a handler and encode its answer, both in a worker thread."""
+        result = handler(params)
+        if not isinstance(result, dict):
+            raise TypeError(f"the {method!r} handler returned {type(result).__name__}, not a dict")
+        try:
+            return encode_frame({"id": req_id, "result": result}, self.max_frame)
+        except FrameTooLarge as exc:
+            raise _WireError(
+                "too_large", f"the answer is over the frame cap ({exc}): ask for less"
+            ) from exc
+
+    async def _stream(
+        self, conn: _Conn, req_id: int, handler: StreamHandler, params: dict[str, Any]
+    ) -> bytes:
+        events = handler(params)
+        sent = 0
+        try:
+            async for event in events:
+                if not await conn.send(encode_frame({"id": req_id, "event": event})):
+                    break  # the watcher is gone
+                sent += 1
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        return encode_frame({"id": req_id, "result": {"events": sent}})
+
+    def _hello(self) -> dict[str, Any]:
+        return {
+            "protocol": PROTOCOL_VERSION,
+            "version": __version__,
+            "pid": os.getpid(),
+            "capabilities": self.capabilities,
+        }
+
+    def _shutdown_handler(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Default ``shutdown`` (the engine may replace it, and then calls request_shutdown)."""
+        self.request_shutdown()
+        return {"stopping": True, "pid": os.getpid()}
+
+    def _error_frame(self, req_id: Any, method: Any, exc: Exception) -> bytes:
+        code = getattr(exc, "code", None)
+        if isinstance(code, str) and code in ERROR_CODES and code != "internal":
+            logger.info("%s failed: [%s] %s", method, code, exc)
+            message = str(exc) or type(exc).__name__
+        elif isinstance(exc, RecalldError):
+            logger.error("%s failed", method, exc_info=exc)
+            code, message = "internal", str(exc) or type(exc).__name__
+        else:
+            logger.error("%s failed with an unexpected error", method, exc_info=exc)
+            code = "internal"
+            message = f"internal error in {method!r} ({type(exc).__name__}: {exc}); see the log"
+        if not isinstance(req_id, int) or isinstance(req_id, bool):
+            req_id = None
+        return encode_frame(error_response(req_id, code, message[:_MAX_MESSAGE]))
+
+
+class ServerThread:
+    """Runs a :class:`Server` on its own event loop in a background thread.
+
+    For tests and for embedding the daemon in another program:
+
+        with ServerThread(Server(handlers, {}, path)):
+            Client(path).hello()
+    """
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="recalld-server", daemon=True)
+
+    def start(self, timeout: float = 10.0) -> Server:
+        """Start serving; re-raises a failed start (e.g. :class:`AlreadyRunning`)."""
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise TimeoutError("the server did not start in time")
+        if self._error is not None:
+            raise self._error
+        return self.server
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Shut the server down and wait for the thread."""
+        self.server.request_shutdown()
+        self._thread.join(timeout)
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        try:
+            await self.server.start()
+        except BaseException as exc:
+            self._error = exc
+            return
+        finally:
+            self._started.set()
+        await self.server.serve_forever()
+
+
+def _private_dir(path: Path) -> None:
+    """Create the runtime dir 0700, tighten it if looser, refuse one owned by someone else."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if sys.platform == "win32":
+        return  # per-user folders are private by their ACL
+    st = os.stat(path)
+    if st.st_uid != os.getuid():
+        raise ConfigError(
+            f"runtime folder {path} belongs to uid {st.st_uid}, not to you: "
+            "remove it or set RECALLD_HOME"
+        )
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+
+
+def _lock(path: Path, socket_path: Path) -> int:
+    """Take the exclusive single-instance lock and write our pid in it; the fd holds the lock."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if sys.platform == "win32":
+            import msvcrt
+
+            os.lseek(fd, 1 << 20, os.SEEK_SET)  # lock a byte past the pid, which stays readable
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        else:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        pid = _read_pid(fd)
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES, errno.EDEADLK):
+            raise AlreadyRunning(pid, socket_path) from None
+        raise
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _read_pid(fd: int) -> int | None:
+    with contextlib.suppress(OSError, ValueError):
+        os.lseek(fd, 0, os.SEEK_SET)
+        return int(os.read(fd, 32).decode().strip())
+    return None
+
+
+def _answers(path: Path) -> bool:
+    """Whether something accepts connections on the socket at ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
