@@ -79,11 +79,11 @@ class Daemon:
         self._start_sessions()
 
     def _start_sessions(self) -> None:
-        try:
-            from recalld.session_sync import SessionWatcher
-        except ImportError:
+        from recalld.session_sync import SessionWatcher
+
+        if not self.config.session_globs():
             return
-        self.sessions = SessionWatcher(self.config, lambda: self.submit(Job("sessions")))
+        self.sessions = SessionWatcher(self.config, lambda due: self.submit(Job("sessions", due)))
         self.sessions.start()
 
     def stop(self) -> None:
@@ -134,6 +134,7 @@ class Daemon:
                 return
             kinds = {j.kind for j in batch}
             try:
+                report: dict[str, Any] = {}
                 if "reindex" in kinds:
                     report = self.engine.reindex().as_dict()
                 elif "full" in kinds:
@@ -141,11 +142,11 @@ class Daemon:
                 elif "paths" in kinds:
                     dirty: set[Path] = set().union(*(j.paths for j in batch if j.kind == "paths"))
                     report = self.engine.sync(sorted(dirty)).as_dict()
-                else:
-                    report = {}
-                if "sessions" in kinds or "full" in kinds or "reindex" in kinds:
-                    if self.sessions is not None:
-                        report["sessions"] = self.engine.sync_sessions()
+                if "sessions" in kinds and not kinds & {"full", "reindex"}:
+                    due: set[Path] = set().union(*(j.paths for j in batch if j.kind == "sessions"))
+                    report["sessions"] = self.engine.sync_sessions(sorted(due))
+                if self.sessions is not None:
+                    self.sessions.mark_indexed(self.engine.last_session_sizes)
                 error = None
             except Exception as exc:  # noqa: BLE001 - the writer must survive any one job
                 log.exception("sync failed")

@@ -26,6 +26,7 @@ from recalld.embedding.registry import ProviderChoice, resolve_embedder
 from recalld.errors import BadRequest, IndexError_, NotFound, RecalldError
 from recalld.indexer import Indexer, Progress, SyncReport, identity_for
 from recalld.search import SearchContext, parse_request, run_search
+from recalld.session_sync import SessionIndexer
 from recalld.store import FileChange, Identity, Store
 from recalld.vector_index import VectorIndex
 
@@ -102,6 +103,7 @@ class Engine:
         self.last_error: str | None = None
         self.needs_reindex: str | None = None
         self.on_progress: ProgressHook | None = None
+        self.last_session_sizes: dict[str, int] = {}
         if writable:
             self.writer = Store(self.index_path)
             self._check_identity()
@@ -292,15 +294,27 @@ class Engine:
         if self.on_progress is not None:
             self.on_progress(progress)
 
+    def _session_indexer(self, store: Store, indexer: Indexer,
+                         on_change: Callable[[FileChange], None] | None) -> SessionIndexer:
+        from recalld.tokens import default_tokenizer
+
+        return SessionIndexer(store, self.config, indexer.vectors_for, default_tokenizer().count,
+                              self.embedder, on_change=on_change)
+
     def sync(self, paths_: Iterable[Path] | None = None) -> SyncReport:
-        """Bring the index up to date (all files, or the given dirty ones)."""
+        """Bring the index up to date (all files and transcripts, or the given dirty files)."""
         if self.writer is None:
             raise IndexError_("this engine is read-only; run `recalld sync` to update the index")
         if self.needs_reindex:
             return self.reindex()
         self.state = "syncing"
         try:
-            report = self._indexer(self.writer, self._on_change).sync(paths_)
+            indexer = self._indexer(self.writer, self._on_change)
+            report = indexer.sync(paths_)
+            if paths_ is None and self.config.session_globs():
+                sessions = self._session_indexer(self.writer, indexer, self._on_change).sync()
+                report.sessions = sessions.as_dict()
+                self.last_session_sizes = sessions.indexed_sizes
             self._after_write(report)
             return report
         except Exception as exc:
@@ -308,6 +322,20 @@ class Engine:
             raise
         finally:
             self.state = "idle"
+
+    def sync_sessions(self, paths_: Iterable[Path] | None = None) -> dict[str, Any]:
+        """Index new transcript lines (the given files, or every file the globs match)."""
+        if self.writer is None:
+            raise IndexError_("this engine is read-only")
+        if self.needs_reindex:
+            return self.reindex().as_dict()
+        indexer = self._indexer(self.writer, self._on_change)
+        report = self._session_indexer(self.writer, indexer, self._on_change).sync(paths_)
+        self.last_session_sizes = report.indexed_sizes
+        self.last_sync = time.time()
+        out = report.as_dict()
+        out["indexed_sizes"] = report.indexed_sizes
+        return out
 
     def _after_write(self, report: SyncReport) -> None:
         self.last_report = report
@@ -330,7 +358,12 @@ class Engine:
             new.set_identity(wanted)
             saved, self.needs_reindex = self.needs_reindex, None
             try:
-                report = self._indexer(new, None).sync()
+                indexer = self._indexer(new, None)
+                report = indexer.sync()
+                if self.config.session_globs():
+                    sessions = self._session_indexer(new, indexer, None).sync()
+                    report.sessions = sessions.as_dict()
+                    self.last_session_sizes = sessions.indexed_sizes
             except BaseException:
                 self.needs_reindex = saved
                 raise

@@ -30,6 +30,7 @@ from recalld.store import FileChange, FileRow, Identity, NewChunk, Store
 log = logging.getLogger(__name__)
 
 CHUNKER_VERSION = "md-1"
+SESSION_CHUNKER_VERSION = "sessions-1"
 EMBED_GROUP_CHUNKS = 256  # chunks embedded per call across files
 
 
@@ -48,6 +49,9 @@ def chunking_identity(config: Config) -> str:
     return json.dumps(
         {
             "chunker": CHUNKER_VERSION,
+            "session_chunker": SESSION_CHUNKER_VERSION,
+            "include_thinking": config.bool("sessions.include_thinking"),
+            "tool_result_chars": config.int("sessions.tool_result_chars"),
             "max_tokens": config.int("chunking.max_tokens"),
             "target_tokens": config.int("chunking.target_tokens"),
         },
@@ -118,6 +122,7 @@ class SyncReport:
     chunks_embedded: int = 0
     embed_error: str | None = None
     seconds: float = 0.0
+    sessions: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Wire form."""

@@ -1,0 +1,300 @@
+"""Transcripts into the index on byte and message deltas.
+
+:class:`SessionIndexer` (writer side) reads only the complete new lines of each transcript, parses
+and redacts them, and rewrites only the transcript's open last chunk plus the new ones, in one
+transaction with the tail state. :class:`SessionWatcher` (daemon side) polls the transcript globs
+cheaply (``stat``) and asks for a sync when enough new bytes or messages arrived, or when a grown
+file has been quiet for a few seconds.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from recalld.config import Config
+from recalld.embedding.base import Embedder
+from recalld.sessions import SessionChunker, TailState, TranscriptParser, read_delta
+from recalld.store import FileChange, FileRow, NewChunk, Store
+
+log = logging.getLogger(__name__)
+
+MAX_DELTA_BYTES = 64 * 1024 * 1024  # per call; a bigger backlog is read in several steps
+
+
+def transcript_files(globs: Iterable[str]) -> list[Path]:
+    """Files matching the transcript globs (``**`` recursive)."""
+    found: dict[str, Path] = {}
+    for pattern in globs:
+        for name in glob.glob(os.path.expanduser(pattern), recursive=True):
+            path = Path(name)
+            if path.is_file():
+                found.setdefault(str(path.absolute()), path.absolute())
+    return sorted(found.values())
+
+
+@dataclass
+class SessionReport:
+    """What one sessions sync did."""
+
+    files: int = 0
+    files_changed: int = 0
+    files_reset: int = 0
+    files_removed: int = 0
+    lines: int = 0
+    messages: int = 0
+    chunks_written: int = 0
+    skipped_lines: int = 0
+    indexed_sizes: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Wire form (without the per-file sizes)."""
+        out = dict(self.__dict__)
+        out.pop("indexed_sizes")
+        return out
+
+
+class SessionIndexer:
+    """Indexes transcripts into a store (one per write connection)."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: Config,
+        vectors_for: Callable[[dict[str, str]], dict[str, Any] | None],
+        count_tokens: Callable[[str], int],
+        embedder: Embedder | None,
+        *,
+        on_change: Callable[[FileChange], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.vectors_for = vectors_for
+        self.count_tokens = count_tokens
+        self.on_change = on_change
+        self.max_tokens = config.int("chunking.max_tokens")
+        if embedder is not None:
+            self.max_tokens = min(self.max_tokens, embedder.max_input_tokens)
+        self.target_tokens = min(config.int("chunking.target_tokens"), self.max_tokens)
+
+    def _parser(self, fmt: str | None) -> TranscriptParser:
+        return TranscriptParser(
+            fmt,
+            include_thinking=self.config.bool("sessions.include_thinking"),
+            tool_result_chars=self.config.int("sessions.tool_result_chars"),
+        )
+
+    def _chunker(self) -> SessionChunker:
+        return SessionChunker(
+            self.count_tokens, max_tokens=self.max_tokens, target_tokens=self.target_tokens
+        )
+
+    def sync(self, paths: Iterable[Path] | None = None) -> SessionReport:
+        """Index new lines of the given transcripts (all matching files when None)."""
+        report = SessionReport()
+        globs = self.config.session_globs()
+        if paths is None:
+            files = transcript_files(globs)
+            known = self.store.files("sessions")
+            present = {str(p) for p in files}
+            for gone in [p for p in known if p not in present]:
+                self._change(self.store.remove_file(gone))
+                report.files_removed += 1
+        else:
+            files = []
+            for p in paths:
+                if Path(p).is_file():
+                    files.append(Path(p))
+                elif self.store.file(str(p)) is not None:
+                    self._change(self.store.remove_file(str(p)))
+                    report.files_removed += 1
+        report.files = len(files)
+        for path in files:
+            try:
+                self._sync_file(path, report)
+            except FileNotFoundError:
+                continue  # vanished mid-read; the next sync removes it
+            except OSError as exc:
+                log.warning("skipping transcript %s: %s", path, exc)
+        return report
+
+    def _sync_file(self, path: Path, report: SessionReport) -> None:
+        key = str(path)
+        saved = self.store.session_state(key)
+        tail = TailState.from_dict(saved) if saved else None
+        extra: dict[str, Any] = saved["state"] if saved else {}
+        skipped = int(saved["skipped"]) if saved else 0
+        while True:
+            delta = read_delta(path, tail, max_bytes=MAX_DELTA_BYTES)
+            if delta.reset or tail is None:
+                parser = self._parser(None)
+                chunker = self._chunker()
+                keep_from = 1  # replace everything indexed for this file
+                skipped = 0
+                if delta.reset and tail is not None:
+                    report.files_reset += 1
+            else:
+                parser = self._parser(str(extra.get("format") or "") or None)
+                chunker = self._chunker()
+                chunker.restore(extra.get("chunker", {}))
+                open_start = extra.get("open_start")
+                keep_from = int(open_start) if open_start else (tail.line_count + 1)
+            if not delta.lines and not delta.reset and tail is not None:
+                report.indexed_sizes[key] = tail.offset
+                return
+            messages = parser.feed(delta.lines)
+            final = chunker.feed(messages)
+            pending = chunker.pending()
+            chunks = [
+                NewChunk(c.start_line, c.end_line, c.text, _hash(c.text)) for c in final + pending
+            ]
+            stats = parser.stats
+            skipped += stats.skipped_invalid + stats.skipped_unknown + stats.skipped_huge
+            new_tail = replace(delta.state, messages=delta.state.messages + len(messages))
+            state = new_tail.to_dict()
+            state.update(
+                format=parser.fmt or "unknown",
+                skipped=skipped,
+                state={
+                    "format": parser.fmt,
+                    "chunker": chunker.save(),
+                    "open_start": pending[0].start_line if pending else None,
+                },
+            )
+            vectors = self.vectors_for({c.hash: c.text for c in chunks})
+            row = FileRow(key, "sessions", new_tail.size, _mtime_ns(path), new_tail.last_line_hash,
+                          new_tail.line_count)
+            change = self.store.replace_file(
+                row, chunks, vectors, keep_from_line=keep_from, session_state=state
+            )
+            self._change(change)
+            report.files_changed += 1
+            report.lines += len(delta.lines)
+            report.messages += len(messages)
+            report.chunks_written += len(chunks)
+            report.skipped_lines += stats.skipped_invalid + stats.skipped_unknown + stats.skipped_huge
+            report.indexed_sizes[key] = new_tail.offset
+            if not delta.more:
+                return
+            tail, extra = new_tail, state["state"]
+
+    def _change(self, change: FileChange) -> None:
+        if self.on_change is not None:
+            self.on_change(change)
+
+
+def _hash(text: str) -> str:
+    from recalld.indexer import text_hash
+
+    return text_hash(text)
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+class SessionWatcher:
+    """Polls transcript files and triggers a sync on byte/message deltas or quiet time."""
+
+    def __init__(self, config: Config, trigger: Callable[[set[Path]], None],
+                 *, poll_s: float = 0.5, rescan_s: float = 5.0) -> None:
+        self.globs = config.session_globs()
+        self.delta_bytes = config.int("sessions.delta_bytes")
+        self.delta_messages = config.int("sessions.delta_messages")
+        self.quiet_s = config.float("sessions.quiet_s")
+        self.trigger = trigger
+        self.poll_s = poll_s
+        self.rescan_s = rescan_s
+        self._indexed: dict[Path, int] = {}
+        self._seen: dict[Path, tuple[int, float]] = {}  # size, time it last changed
+        self._requested: set[Path] = set()
+        self._files: list[Path] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start polling (no-op without globs)."""
+        if not self.globs:
+            return
+        self._thread = threading.Thread(target=self._run, name="recalld-sessions", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop polling."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def mark_indexed(self, sizes: dict[str, int]) -> None:
+        """Record what the writer has indexed (bytes per file)."""
+        with self._lock:
+            for name, size in sizes.items():
+                self._indexed[Path(name)] = size
+                self._requested.discard(Path(name))
+
+    def stats(self) -> dict[str, Any]:
+        """For ``status``."""
+        with self._lock:
+            waiting = sum(
+                1 for p, (size, _) in self._seen.items() if size != self._indexed.get(p, -1)
+            )
+            return {"files": len(self._files), "waiting": waiting, "globs": self.globs}
+
+    def _run(self) -> None:
+        last_scan = 0.0
+        while not self._stop.wait(self.poll_s):
+            now = time.monotonic()
+            if now - last_scan >= self.rescan_s:
+                self._files = transcript_files(self.globs)
+                last_scan = now
+            due = self.poll_once(now)
+            if due:
+                self.trigger(due)
+
+    def poll_once(self, now: float) -> set[Path]:
+        """Paths whose pending delta should be indexed now."""
+        due: set[Path] = set()
+        with self._lock:
+            for path in self._files:
+                try:
+                    size = path.stat().st_size
+                except OSError:
+                    continue
+                prev = self._seen.get(path)
+                if prev is None or prev[0] != size:
+                    self._seen[path] = (size, now)
+                indexed = self._indexed.get(path)
+                if indexed is None or path in self._requested:
+                    if indexed is None and path not in self._requested:
+                        due.add(path)  # unknown to this run: let the writer look at it once
+                    continue
+                if size == indexed:
+                    continue
+                new_bytes = size - indexed
+                quiet = now - self._seen[path][1] >= self.quiet_s
+                if (new_bytes < 0 or new_bytes >= self.delta_bytes or quiet
+                        or _count_lines(path, indexed, size) >= self.delta_messages):
+                    due.add(path)
+            self._requested |= due
+        return due
+
+
+def _count_lines(path: Path, start: int, end: int) -> int:
+    """Newlines among the pending bytes (bounded: only called below ``delta_bytes``)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(start)
+            return fh.read(max(end - start, 0)).count(b"\n")
+    except OSError:
+        return 0

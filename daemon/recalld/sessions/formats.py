@@ -1,0 +1,680 @@
+"""Agent transcript formats: detection, and parsers from JSONL lines to :class:`Message` records.
+
+Formats (detected per file from its first records, see :func:`detect_format`):
+
+- ``claude_code``: ``~/.claude/projects/**/*.jsonl``. ``user``/``assistant`` records whose
+  ``message.content`` is a string or a list of text / tool_use / tool_result / thinking blocks;
+  ``summary``, ``system``, ``progress``, ``file-history-snapshot``... records are metadata.
+- ``codex``: ``~/.codex/sessions/**/rollout-*.jsonl``. ``session_meta``, ``turn_context``,
+  ``event_msg`` and ``response_item`` envelopes (payload ``message``, ``function_call``,
+  ``function_call_output``, ``reasoning``...), and the older rollouts with bare items, a header
+  line and ``{"record_type": "state"}`` markers. ``event_msg`` records repeat what the
+  ``response_item`` records say and are skipped as metadata.
+- ``openclaw``: OpenClaw / pi-coding-agent sessions. ``session`` header, ``message`` entries whose
+  ``message.role`` is user / assistant (text, thinking, toolCall blocks) / toolResult /
+  bashExecution, and ``compaction``, ``model_change``, ``custom``... entries.
+- ``generic``: one ``{"role", "content"}`` object a line, content a string or a list of
+  ``{"type": "text", "text"}`` blocks; ``speaker``/``name`` kept as :attr:`Message.name`.
+
+Kept: user and assistant text; a tool call as one short line (``tool: Bash `git status```); the
+head of a tool result (``tool_result_chars``); thinking only on request. Dropped and counted:
+metadata records, invalid / unknown / huge lines. Parsing never raises on file content.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from recalld.sessions.redaction import redact
+
+__all__ = [
+    "CLAUDE_CODE", "CODEX", "FORMATS", "GENERIC", "KINDS", "OPENCLAW", "UNKNOWN", "Message",
+    "ParseStats", "TranscriptParser", "detect_format", "parse_file", "parse_lines", "tool_line",
+]  # fmt: skip
+
+CLAUDE_CODE, CODEX, OPENCLAW, GENERIC, UNKNOWN = (
+    "claude_code",
+    "codex",
+    "openclaw",
+    "generic",
+    "unknown",
+)
+#: Known formats, in the order that breaks ties in :func:`detect_format`.
+FORMATS = (CLAUDE_CODE, CODEX, OPENCLAW, GENERIC)
+KINDS = ("text", "tool_call", "tool_result", "thinking", "meta")
+
+#: Lines longer than this are skipped unparsed (a pasted image, a runaway tool output).
+MAX_LINE_BYTES = 5 * 1024 * 1024
+#: Valid records :func:`detect_format` looks at.
+DETECT_RECORDS = 20
+_TOOL_ARG_CHARS = 200
+# Redaction runs on a window a bit larger than the kept head so that a secret cut by the head is
+# still recognised whole (a PEM block is ~3 KB).
+_REDACT_MARGIN = 4096
+# A result at most this much over the limit is kept whole: cutting it would save less than the
+# "… (N more chars)" marker costs.
+_TRUNCATE_SLACK = 40
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One indexed unit of a transcript.
+
+    ``line`` is the 1-based JSONL line the message came from (one line can yield several
+    messages: text plus tool calls). ``role``: ``user``, ``assistant``, ``tool`` (tool results)
+    or ``system`` (meta). ``kind``: one of :data:`KINDS`. ``timestamp``: the record's ISO time,
+    or ``""``. ``name``: the speaker's name when the format has one (generic ``speaker``).
+    """
+
+    line: int
+    role: str
+    text: str
+    kind: str
+    timestamp: str = ""
+    name: str = ""
+
+
+@dataclass(slots=True)
+class ParseStats:
+    """Counts of what a parse saw; ``lines`` counts every line fed, blank ones included."""
+
+    lines: int = 0
+    messages: int = 0
+    blank: int = 0
+    skipped_invalid: int = 0  # not JSON, or not a JSON object
+    skipped_unknown: int = 0  # valid JSON the format does not know
+    skipped_huge: int = 0  # longer than max_line_bytes
+    skipped_meta: int = 0  # metadata records (summaries, system, progress, session headers...)
+    dropped_thinking: int = 0  # thinking blocks left out (include_thinking=False)
+
+    def add(self, other: ParseStats) -> None:
+        """Add ``other``'s counts to these."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+# --- text helpers --------------------------------------------------------------------------------
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_BLANKS = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
+_LINENO = re.compile(r"(?m)^ {0,8}\d{1,7}\u2192")  # Claude Code's "    12→" Read prefixes
+_SPACE = re.compile(r"\s+")
+_PATCH_FILE = re.compile(r"(?m)^\*\*\* (?:Add|Update|Delete) File: (.+)$")
+_EXEC_HEADER = re.compile(
+    r"Exit code: (-?\d+)\nWall time: [^\n]*\n(?:[A-Z][^\n:]{0,40}: [^\n]*\n)*?Output:\n"
+)
+_REMINDER_OPEN, _REMINDER_CLOSE = "<system-reminder>", "</system-reminder>"
+
+
+def _strip_reminders(text: str) -> str:
+    # Harness-injected reminders say nothing about the work; str.find keeps this linear.
+    out, pos = [], 0
+    while (start := text.find(_REMINDER_OPEN, pos)) != -1:
+        end = text.find(_REMINDER_CLOSE, start)
+        if end == -1:
+            break
+        out.append(text[pos:start])
+        pos = end + len(_REMINDER_CLOSE)
+    return "".join(out) + text[pos:] if out else text
+
+
+def _clean(text: str) -> str:
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if _REMINDER_OPEN in text:
+        text = _strip_reminders(text)
+    if "\n\n\n" in text or "\n \n" in text:
+        text = _BLANKS.sub("\n\n", text)
+    return text.strip()
+
+
+def _short(value: str, limit: int = _TOOL_ARG_CHARS) -> str:
+    value = _SPACE.sub(" ", value).strip()
+    return value if len(value) <= limit else value[: limit - 1].rstrip() + "…"
+
+
+def _plain(content: Any) -> str:
+    """The text of a content value: a string, or the text parts of a list of blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, Mapping):
+                text = block.get("text")
+                if isinstance(text, str):
+                    parts.append(text)
+                elif block.get("type") in ("image", "input_image"):
+                    parts.append("[image]")
+        return "\n".join(parts)
+    if isinstance(content, Mapping):
+        for key in ("output", "text", "content"):
+            if isinstance(content.get(key), str | list):
+                return _plain(content[key])
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":"))
+    return "" if content is None else str(content)
+
+
+def _patch_files(patch: str) -> str:
+    return ", ".join(_PATCH_FILE.findall(patch)) or "patch"
+
+
+def _arg_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        if value[0] == "apply_patch" and len(value) > 1:
+            return _patch_files(value[1])
+        # ["bash", "-lc", "git status"] is Codex's way of running "git status".
+        if len(value) == 3 and value[1] in ("-c", "-lc") and value[0].rsplit("/", 1)[-1] in (
+            "bash", "sh", "zsh"
+        ):  # fmt: skip
+            return str(value[2])
+        return " ".join(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+# Argument that says what a call did, best first; CODE ones are shown in backticks.
+_KEY_ARGS = ("command", "cmd", "file_path", "notebook_path", "pattern", "path", "url", "query",
+             "skill", "description", "prompt", "task_id", "subagent_type", "plan")  # fmt: skip
+_CODE_ARGS = frozenset({"command", "cmd", "pattern"})
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def tool_line(name: Any, args: Any, clean: Callable[[str], str] = _same) -> str:
+    """One line for a tool call: ``tool: Bash `git status```, ``tool: Read src/app.py``.
+
+    ``clean`` (redaction) sees each argument before it is shortened, so that a secret cut by
+    the length limit is still recognised.
+    """
+    name = _short(str(name), 60) if name else "tool"
+    if isinstance(args, str):
+        stripped = args.strip()
+        if stripped.startswith("{"):
+            with contextlib.suppress(ValueError):
+                args = json.loads(stripped)
+        elif stripped.startswith("*** Begin Patch"):
+            return f"tool: {name} {_short(clean(_patch_files(stripped)))}"
+        elif stripped:
+            return f"tool: {name} {_short(clean(stripped.splitlines()[0]))}"
+    if not isinstance(args, Mapping):
+        return f"tool: {name}"
+    for key in _KEY_ARGS:
+        text = _arg_text(args.get(key))
+        if text is None:
+            continue
+        text = _short(clean(text))
+        if key == "pattern" and isinstance(path := args.get("path"), str):
+            return f"tool: {name} `{text}` in {_short(clean(path), 120)}"
+        return f"tool: {name} `{text}`" if key in _CODE_ARGS else f"tool: {name} {text}"
+    return f"tool: {name}"
+
+
+def _timestamp(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        try:  # epoch milliseconds (OpenClaw message.timestamp)
+            return datetime.fromtimestamp(value / 1000, UTC).isoformat().replace("+00:00", "Z")
+        except (OverflowError, OSError, ValueError):
+            return ""
+    return ""
+
+
+def _record_time(rec: Mapping[str, Any]) -> str:
+    stamp = rec.get("timestamp")
+    if stamp is None and isinstance(message := rec.get("message"), Mapping):
+        stamp = message.get("timestamp")  # OpenClaw entries without their own time
+    return _timestamp(stamp)
+
+
+# --- the message builder shared by all formats ----------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Out:
+    include_thinking: bool
+    tool_result_chars: int
+    redact: bool
+    include_meta: bool
+    stats: ParseStats
+    messages: list[Message] = field(default_factory=list)
+    line: int = 0
+    timestamp: str = ""
+
+    def _add(self, role: str, text: str, kind: str, name: str = "") -> None:
+        if self.redact:
+            text = redact(text)
+        self.messages.append(Message(self.line, role, text, kind, self.timestamp, name))
+
+    def text(self, role: str, content: Any, name: str = "") -> None:
+        text = _clean(_plain(content))
+        if text:
+            self._add(role, text, "text", name)
+
+    def call(self, name: Any, args: Any, role: str = "assistant") -> None:
+        text = tool_line(name, args, redact if self.redact else _same)
+        self.messages.append(Message(self.line, role, text, "tool_call", self.timestamp))
+
+    def result(self, content: Any, error: bool = False) -> None:
+        limit = self.tool_result_chars
+        if limit <= 0:
+            return
+        text = _plain(content)
+        if text.startswith('{"output":'):
+            with contextlib.suppress(ValueError):  # older Codex: {"output": ..., "metadata": ...}
+                text = _plain(json.loads(text))
+        if (header := _EXEC_HEADER.match(text)) is not None:
+            code = header.group(1)
+            text = (
+                text[header.end() :] if code == "0" else f"exit code {code}\n{text[header.end() :]}"
+            )
+        text = _clean(_LINENO.sub("", text) if "\u2192" in text else text)
+        if error:
+            text = f"error: {text}"
+        if not text:
+            return
+        head = text[: limit + _REDACT_MARGIN]
+        if self.redact:
+            head = redact(head)
+        if len(text) > limit + _TRUNCATE_SLACK:
+            cut = head[:limit]
+            token = head.rfind("[REDACTED:", 0, limit + len("[REDACTED:"))
+            if 0 <= token < limit and (end := head.find("]", token)) >= limit:
+                cut = head[: end + 1]  # never cut a redaction token in half
+            head = f"{cut.rstrip()} … ({len(text) - limit} more chars)"
+        self.messages.append(Message(self.line, "tool", head, "tool_result", self.timestamp))
+
+    def thinking(self, content: Any) -> None:
+        text = _clean(_plain(content))
+        if not self.include_thinking:
+            self.stats.dropped_thinking += 1
+        elif text:
+            self._add("assistant", text, "thinking")
+
+    def meta(self, content: Any = None) -> None:
+        if self.include_meta and (text := _clean(_plain(content))):
+            self._add("system", text, "meta")
+
+    def blocks(self, content: Any, role: str, name: str = "") -> None:
+        """Walk a content value: a string, or a list of typed blocks of any known vocabulary."""
+        if not isinstance(content, list):
+            self.text(role, content, name)
+            return
+        for block in content:
+            if isinstance(block, str):
+                self.text(role, block, name)
+                continue
+            if not isinstance(block, Mapping):
+                continue
+            kind = block.get("type")
+            if kind in ("text", "input_text", "output_text"):
+                if isinstance(text := block.get("text"), str):
+                    self.text(role, text, name)
+            elif kind in ("tool_use", "server_tool_use", "toolCall", "function_call"):
+                self.call(block.get("name"), block.get("input", block.get("arguments")), role)
+            elif kind == "tool_result":
+                self.result(block.get("content"), bool(block.get("is_error")))
+            elif kind in ("thinking", "reasoning", "redacted_thinking"):
+                self.thinking(block.get("thinking", block.get("text")))
+
+
+# Parsers return one of these; records yielding no message (a dropped thinking block) are _OK.
+_OK, _META, _UNKNOWN = 0, 1, 2
+_Parser = Callable[[Mapping[str, Any], _Out], int]
+
+# --- Claude Code ---------------------------------------------------------------------------------
+
+_CLAUDE_META = frozenset({"summary", "system", "progress", "file-history-snapshot",
+                          "queue-operation", "custom-title", "result", "attachment"})  # fmt: skip
+_CLAUDE_META_FLAGS = (
+    "isMeta",
+    "isCompactSummary",
+    "isVisibleInTranscriptOnly",
+    "isApiErrorMessage",
+)
+_TAG = re.compile(r"\s*<([a-z][a-z-]*)>")
+_META_TAGS = frozenset(
+    {"local-command-stdout", "local-command-stderr", "local-command-caveat",
+     "task-notification", "system-reminder", "user-prompt-submit-hook"}
+)  # fmt: skip
+
+
+def _inner(text: str, tag: str) -> str:
+    start = text.find(f"<{tag}>")
+    end = text.find(f"</{tag}>", start)
+    return text[start + len(tag) + 2 : end] if start != -1 and end != -1 else ""
+
+
+def _claude_user_string(text: str, out: _Out) -> int:
+    tag = m.group(1) if (m := _TAG.match(text)) is not None else ""
+    if tag in _META_TAGS:
+        out.meta(text)
+        return _META
+    if tag.startswith("command-"):  # a slash command: "/compact keep the API notes"
+        out.text("user", f"{_inner(text, 'command-name')} {_inner(text, 'command-args')}")
+    elif tag == "bash-input":  # "!" shell mode: the user ran a command
+        out.call("Bash", {"command": _inner(text, "bash-input")}, "user")
+    elif tag in ("bash-stdout", "bash-stderr"):
+        out.result(f"{_inner(text, 'bash-stdout')}\n{_inner(text, 'bash-stderr')}")
+    else:
+        out.text("user", text)
+    return _OK
+
+
+def _claude(rec: Mapping[str, Any], out: _Out) -> int:
+    kind = rec.get("type")
+    if kind in ("user", "assistant"):
+        message = rec.get("message")
+        if not isinstance(message, Mapping):
+            return _UNKNOWN
+        content = message.get("content")
+        if any(rec.get(flag) for flag in _CLAUDE_META_FLAGS):
+            out.meta(content)
+            return _META
+        if kind == "user" and isinstance(content, str):
+            return _claude_user_string(content, out)
+        out.blocks(content, kind)
+        return _OK
+    if kind in _CLAUDE_META:
+        out.meta(rec.get("summary") if kind == "summary" else None)
+        return _META
+    return _UNKNOWN
+
+
+# --- Codex ---------------------------------------------------------------------------------------
+
+_CODEX_META = frozenset({"session_meta", "turn_context", "event_msg", "compacted"})
+_CODEX_ITEMS = frozenset({"message", "function_call", "function_call_output", "custom_tool_call",
+                          "custom_tool_call_output", "local_shell_call", "web_search_call",
+                          "reasoning", "ghost_snapshot"})  # fmt: skip
+# Context Codex injects as "user" messages at the start of every session.
+_CODEX_BOILERPLATE = ("<environment_context", "<user_instructions", "# AGENTS.md instructions",
+                      "<permissions instructions", "<INSTRUCTIONS>")  # fmt: skip
+
+
+def _codex_item(item: Mapping[str, Any], out: _Out) -> int:
+    kind = item.get("type")
+    if kind == "message":
+        role, content = item.get("role"), item.get("content")
+        if role == "user" and _plain(content).lstrip().startswith(_CODEX_BOILERPLATE):
+            role = "system"
+        if role not in ("user", "assistant"):
+            out.meta(content)
+            return _META
+        out.blocks(content, role)
+    elif kind in ("function_call", "custom_tool_call"):
+        out.call(item.get("name"), item.get("arguments", item.get("input")))
+    elif kind == "local_shell_call":
+        out.call("shell", item.get("action"))
+    elif kind == "web_search_call":
+        out.call("web_search", item.get("action"))
+    elif kind in ("function_call_output", "custom_tool_call_output"):
+        out.result(item.get("output"))
+    elif kind == "reasoning":
+        out.thinking(
+            "\n".join(_plain(item.get(k)) for k in ("summary", "content") if item.get(k)).strip()
+        )
+    elif kind == "ghost_snapshot":
+        return _META
+    else:
+        return _UNKNOWN
+    return _OK
+
+
+def _codex(rec: Mapping[str, Any], out: _Out) -> int:
+    kind = rec.get("type")
+    if kind == "response_item":
+        payload = rec.get("payload")
+        return _codex_item(payload, out) if isinstance(payload, Mapping) else _UNKNOWN
+    if kind in _CODEX_META:
+        payload = rec.get("payload")
+        if kind == "compacted" and isinstance(payload, Mapping):
+            out.meta(payload.get("message"))
+        return _META
+    if kind is None and ("record_type" in rec or ("id" in rec and "timestamp" in rec)):
+        return _META  # legacy header line / state marker
+    if kind in _CODEX_ITEMS and not isinstance(rec.get("message"), Mapping):
+        return _codex_item(rec, out)  # legacy rollouts: bare items, no envelope
+    return _UNKNOWN
+
+
+# --- OpenClaw ------------------------------------------------------------------------------------
+
+_OPENCLAW_META = frozenset(
+    {"session", "model_change", "thinking_level_change", "compaction", "branch_summary",
+     "custom", "custom_message", "label", "session_info"}
+)  # fmt: skip
+
+
+def _openclaw(rec: Mapping[str, Any], out: _Out) -> int:
+    kind = rec.get("type")
+    if kind in _OPENCLAW_META:
+        out.meta(rec.get("summary", rec.get("content")))
+        return _META
+    message = rec.get("message")
+    if kind != "message" or not isinstance(message, Mapping):
+        return _UNKNOWN
+    role, content = message.get("role"), message.get("content")
+    if role in ("user", "assistant"):
+        out.blocks(content, role)
+    elif role == "toolResult":
+        out.result(content, bool(message.get("isError")))
+    elif role == "bashExecution":  # the user ran a shell command ("!" prefix)
+        out.call("bash", {"command": message.get("command")}, "user")
+        out.result(message.get("output"))
+    elif role in ("custom", "branchSummary", "compactionSummary", "system"):
+        out.meta(message.get("summary", content))
+        return _META
+    else:
+        return _UNKNOWN
+    return _OK
+
+
+# --- generic {"role", "content"} -----------------------------------------------------------------
+
+_ROLE_ALIASES = {"human": "user", "ai": "assistant", "model": "assistant", "bot": "assistant"}
+
+
+def _generic(rec: Mapping[str, Any], out: _Out) -> int:
+    role = rec.get("role")
+    if not isinstance(role, str) or not ("content" in rec or "tool_calls" in rec):
+        return _UNKNOWN
+    role = _ROLE_ALIASES.get(role.lower(), role.lower())
+    content = rec.get("content")
+    if role in ("system", "developer"):
+        out.meta(content)
+        return _META
+    if role in ("tool", "function", "toolresult"):
+        out.result(content)
+        return _OK
+    name = next((v for k in ("speaker", "name") if isinstance(v := rec.get(k), str)), "")
+    out.blocks(content, role, name)
+    calls = rec.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():  # OpenAI chat format
+        if isinstance(call, Mapping):
+            fn = call.get("function", call)
+            if isinstance(fn, Mapping):
+                out.call(fn.get("name"), fn.get("arguments"), role)
+    return _OK
+
+
+_PARSERS: dict[str, _Parser] = {
+    CLAUDE_CODE: _claude,
+    CODEX: _codex,
+    OPENCLAW: _openclaw,
+    GENERIC: _generic,
+}
+
+
+# --- detection -----------------------------------------------------------------------------------
+
+
+def _classify(rec: Mapping[str, Any]) -> str | None:
+    """The format one record is evidence for, or None."""
+    kind = rec.get("type")
+    if not isinstance(kind, str | None):
+        return None
+    nested = isinstance(rec.get("message"), Mapping)
+    if kind in ("user", "assistant") and nested:
+        return CLAUDE_CODE
+    if kind in _CLAUDE_META and kind not in ("result", "attachment"):
+        return CLAUDE_CODE
+    if kind in _CODEX_META or kind == "response_item" or "record_type" in rec:
+        return CODEX
+    if kind in _OPENCLAW_META or (kind == "message" and nested):
+        return OPENCLAW
+    if kind in _CODEX_ITEMS:
+        return CODEX
+    if kind is None:
+        if isinstance(rec.get("role"), str) and ("content" in rec or "tool_calls" in rec):
+            return GENERIC
+        if "id" in rec and "timestamp" in rec and "instructions" in rec:
+            return CODEX
+    return None
+
+
+def detect_format(records: Iterable[Mapping[str, Any]]) -> str:
+    """The format of a file from its first records (parsed JSON objects), or :data:`UNKNOWN`.
+
+    Each of the first :data:`DETECT_RECORDS` records votes for the format its shape belongs to;
+    the most votes win, ties go to the earlier entry of :data:`FORMATS`.
+    """
+    votes: Counter[str] = Counter()
+    for i, rec in enumerate(records):
+        if i >= DETECT_RECORDS:
+            break
+        if isinstance(rec, Mapping) and (fmt := _classify(rec)) is not None:
+            votes[fmt] += 1
+    if not votes:
+        return UNKNOWN
+    return max(FORMATS, key=lambda f: (votes[f], -FORMATS.index(f)))
+
+
+# --- parsing -------------------------------------------------------------------------------------
+
+
+class TranscriptParser:
+    """Parses a transcript in pieces, keeping its format across calls (for delta sync).
+
+    The format is detected from the first records fed unless given; while it is unknown, each
+    record is tried on its own and the first one that identifies a format fixes it. ``stats``
+    accumulates over all calls.
+    """
+
+    def __init__(
+        self,
+        fmt: str | None = None,
+        *,
+        include_thinking: bool = False,
+        tool_result_chars: int = 400,
+        redact: bool = True,
+        include_meta: bool = False,
+        max_line_bytes: int = MAX_LINE_BYTES,
+    ) -> None:
+        if fmt is not None and fmt not in _PARSERS and fmt != UNKNOWN:
+            raise ValueError(f"unknown transcript format {fmt!r}; known: {', '.join(FORMATS)}")
+        self.fmt = fmt or UNKNOWN
+        self.stats = ParseStats()
+        self._options = (include_thinking, tool_result_chars, redact, include_meta)
+        self._max_line_bytes = max_line_bytes
+
+    def feed(self, lines: Iterable[tuple[int, bytes | str]]) -> list[Message]:
+        """Parse ``(line_number, raw_line)`` pairs; returns their messages in order."""
+        stats = ParseStats()
+        records: list[tuple[int, Mapping[str, Any]]] = []
+        for number, raw in lines:
+            stats.lines += 1
+            if len(raw) > self._max_line_bytes:
+                stats.skipped_huge += 1
+                continue
+            if not raw.strip():
+                stats.blank += 1
+                continue
+            try:
+                rec = json.loads(raw)
+            except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+                stats.skipped_invalid += 1
+                continue
+            if isinstance(rec, dict):
+                records.append((number, rec))
+            else:
+                stats.skipped_invalid += 1
+        if self.fmt == UNKNOWN:
+            self.fmt = detect_format(rec for _, rec in records)
+        out = _Out(*self._options, stats=stats)
+        for number, rec in records:
+            fmt = self.fmt
+            if fmt == UNKNOWN:
+                fmt = self.fmt = _classify(rec) or UNKNOWN
+                if fmt == UNKNOWN:
+                    stats.skipped_unknown += 1
+                    continue
+            out.line, out.timestamp = number, _record_time(rec)
+            kept = len(out.messages)
+            try:
+                status = _PARSERS[fmt](rec, out)
+            except Exception:  # file content must never stop a sync: a record of a known type
+                del out.messages[kept:]  # with fields of an unexpected shape counts as unknown
+                status = _UNKNOWN
+            if status == _META:
+                stats.skipped_meta += 1
+            elif status == _UNKNOWN:
+                stats.skipped_unknown += 1
+        stats.messages = len(out.messages)
+        self.stats.add(stats)
+        return out.messages
+
+    def reset(self) -> None:
+        """Forget the format and the counts (the file was rewritten)."""
+        self.fmt, self.stats = UNKNOWN, ParseStats()
+
+
+def parse_lines(
+    lines: Iterable[tuple[int, bytes | str]],
+    *,
+    fmt: str | None = None,
+    include_thinking: bool = False,
+    tool_result_chars: int = 400,
+    redact: bool = True,
+    include_meta: bool = False,
+) -> tuple[list[Message], ParseStats, str]:
+    """Parse numbered JSONL lines; returns ``(messages, stats, format)``.
+
+    ``fmt`` forces a format (default: detected). ``tool_result_chars`` bounds the kept head of a
+    tool result (0 drops results). ``redact`` replaces secrets in the kept text.
+    ``include_meta`` keeps the text of metadata records (summaries...) as ``meta`` messages.
+    """
+    parser = TranscriptParser(
+        fmt,
+        include_thinking=include_thinking,
+        tool_result_chars=tool_result_chars,
+        redact=redact,
+        include_meta=include_meta,
+    )
+    messages = parser.feed(lines)
+    return messages, parser.stats, parser.fmt
+
+
+def parse_file(path: str | Path, **options: Any) -> tuple[list[Message], ParseStats, str]:
+    """:func:`parse_lines` over a whole file (tests, tools; the daemon reads deltas)."""
+    data = Path(path).read_bytes()
+    lines = data.split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()  # the empty string after the final newline is not a line
+    return parse_lines(enumerate(lines, start=1), **options)

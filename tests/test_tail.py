@@ -1,0 +1,238 @@
+"""Delta reading of growing transcripts: appends, partial lines, rewrites, cost."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from recalld.sessions.formats import TranscriptParser, parse_file
+from recalld.sessions.tail import HASH_WINDOW, Delta, TailState, read_delta, split_lines
+
+SPOTTER = Path(__file__).parents[1] / ".." / "shared" / "bench" / "transcripts" / "spotter"
+
+
+class CountingFile:
+    """A file whose reads are counted, through the opener hook."""
+
+    total = 0
+
+    def __init__(self, path: Path) -> None:
+        self._f = open(path, "rb")  # noqa: SIM115 -- closed through close()
+
+    def read(self, size: int = -1, /) -> bytes:
+        data = self._f.read(size)
+        CountingFile.total += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = 0, /) -> int:
+        return self._f.seek(offset, whence)
+
+    def fileno(self) -> int:
+        return self._f.fileno()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+def texts(delta: Delta) -> list[tuple[int, bytes]]:
+    return delta.lines
+
+
+def test_missing_file_raises(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        read_delta(tmp_path / "nope.jsonl", None)
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"")
+    delta = read_delta(path, None)
+    assert delta.lines == [] and not delta.reset and delta.pending == 0 and not delta.more
+    assert (
+        delta.state.offset == 0 and delta.state.line_count == 0 and delta.state.last_line_hash == ""
+    )
+    again = read_delta(path, delta.state)
+    assert again.lines == [] and not again.reset
+
+
+def test_append_reads_only_new_lines(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"a":1}\n{"a":2}\n')
+    first = read_delta(path, None)
+    assert first.lines == [(1, b'{"a":1}'), (2, b'{"a":2}')]
+    assert first.state.offset == 16 and first.state.line_count == 2 and not first.reset
+
+    unchanged = read_delta(path, first.state)
+    assert unchanged.lines == [] and unchanged.state == first.state
+
+    append(path, b'{"a":3}\n\n{"a":4}\n')
+    second = read_delta(path, first.state)
+    assert second.lines == [(3, b'{"a":3}'), (4, b""), (5, b'{"a":4}')]
+    assert second.state.offset == path.stat().st_size and second.state.line_count == 5
+    assert not second.reset
+
+
+def test_partial_line_waits(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"a":1}\n{"a":')
+    first = read_delta(path, None)
+    assert first.lines == [(1, b'{"a":1}')] and first.pending == 5
+    assert first.state.offset == 8 and first.state.size == 13
+
+    again = read_delta(path, first.state)  # still unfinished: nothing consumed
+    assert again.lines == [] and again.state.offset == 8 and not again.reset
+
+    append(path, b'2}\n{"a":3}')
+    done = read_delta(path, again.state)
+    assert done.lines == [(2, b'{"a":2}')] and done.pending == 7 and not done.reset
+    append(path, b"\n")
+    assert read_delta(path, done.state).lines == [(3, b'{"a":3}')]
+
+
+def test_crlf(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"a":1}\r\n{"a":2}\r\n{"a":3}\r')
+    delta = read_delta(path, None)
+    assert delta.lines == [(1, b'{"a":1}'), (2, b'{"a":2}')]
+    append(path, b"\n")
+    assert read_delta(path, delta.state).lines == [(3, b'{"a":3}')]
+
+
+def test_truncation_resets(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"a":1}\n{"a":2}\n{"a":3}\n')
+    state = read_delta(path, None).state
+    state = replace(state, messages=3)
+    with open(path, "r+b") as f:
+        f.truncate(0)
+        f.write(b'{"b":1}\n')
+    delta = read_delta(path, state)
+    assert delta.reset and delta.lines == [(1, b'{"b":1}')]
+    assert delta.state.line_count == 1 and delta.state.messages == 0
+
+
+def test_same_size_rewrite_resets(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"a":1}\n{"a":2}\n')
+    state = read_delta(path, None).state
+    with open(path, "r+b") as f:  # same inode, same size, other bytes
+        f.write(b'{"z":9}\n{"z":8}\n')
+    delta = read_delta(path, state)
+    assert delta.reset and delta.lines == [(1, b'{"z":9}'), (2, b'{"z":8}')]
+
+
+def test_rewrite_of_the_start_of_a_long_file_resets(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    body = b"".join(b'{"n":%06d}\n' % i for i in range(5000))
+    path.write_bytes(body)
+    state = read_delta(path, None).state
+    with open(path, "r+b") as f:  # only the first line changes; the tail is identical
+        f.write(b'{"n":999999}\n')
+    assert read_delta(path, state).reset
+
+
+def test_replace_by_rename_resets(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"a":1}\n')
+    state = read_delta(path, None).state
+    other = tmp_path / "new.jsonl"
+    other.write_bytes(b'{"a":1}\n{"a":2}\n')
+    os.replace(other, path)  # editors and atomic writers do this: a new inode
+    assert path.stat().st_ino != state.inode
+    delta = read_delta(path, state)
+    assert delta.reset and delta.lines == [(1, b'{"a":1}'), (2, b'{"a":2}')]
+
+
+def test_big_file_append_reads_only_the_delta(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    line = json.dumps({"type": "user", "message": {"content": "x" * 1000}}).encode() + b"\n"
+    path.write_bytes(line * (10 * 1024 * 1024 // len(line)))
+    size = path.stat().st_size
+    assert size > 10_000_000
+
+    CountingFile.total = 0
+    first = read_delta(path, None, opener=CountingFile)
+    assert first.state.offset == size and CountingFile.total >= size
+
+    appended = b'{"type":"user","message":{"content":"new"}}\n' * 3
+    append(path, appended)
+    CountingFile.total = 0
+    delta = read_delta(path, first.state, opener=CountingFile)
+    assert [n for n, _ in delta.lines] == [first.state.line_count + i for i in (1, 2, 3)]
+    # The new bytes plus the two bounded windows of the rewrite check, nothing else.
+    assert CountingFile.total == delta.bytes_read <= len(appended) + 4 * HASH_WINDOW
+
+    CountingFile.total = 0
+    idle = read_delta(path, delta.state, opener=CountingFile)
+    assert idle.lines == [] and CountingFile.total <= 2 * HASH_WINDOW
+
+
+def test_max_bytes_batches(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    lines = [json.dumps({"i": i, "pad": "p" * (i % 50)}).encode() for i in range(500)]
+    path.write_bytes(b"\n".join(lines) + b"\n" + b'{"partial"')
+    whole = read_delta(path, None)
+    got: list[tuple[int, bytes]] = []
+    state = None
+    calls = 0
+    while True:
+        delta = read_delta(path, state, max_bytes=1000)
+        got += delta.lines
+        state = delta.state
+        calls += 1
+        if not delta.more:
+            break
+    assert got == whole.lines == list(enumerate(lines, start=1))
+    assert calls > 10 and state == whole.state
+
+
+def test_line_longer_than_max_bytes_comes_whole(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    big = b'{"x":"' + b"y" * 5000 + b'"}'
+    path.write_bytes(big + b"\n" + b'{"a":1}\n')
+    delta = read_delta(path, None, max_bytes=100)
+    assert delta.lines[0] == (1, big)
+
+
+def test_state_round_trips_as_json(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"a":1}\n')
+    state = replace(read_delta(path, None).state, messages=1)
+    restored = TailState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert restored == state
+    assert read_delta(path, restored).lines == []
+
+
+def test_split_lines() -> None:
+    assert split_lines(b"a\r\nb\n\nc\n", 10) == [(10, b"a"), (11, b"b"), (12, b""), (13, b"c")]
+    assert split_lines(b"") == []
+
+
+@pytest.mark.skipif(not SPOTTER.is_dir(), reason="../shared/bench not present")
+def test_growing_transcript_parses_like_the_whole(tmp_path: Path) -> None:
+    source = (SPOTTER / "subagent.jsonl").read_bytes()
+    path = tmp_path / "live.jsonl"
+    path.write_bytes(b"")
+    parser = TranscriptParser()
+    messages = []
+    state = None
+    # Grow the file in uneven pieces that cut lines anywhere.
+    cuts = [*range(0, len(source), 7919), len(source)]
+    for start, end in itertools.pairwise(cuts):
+        append(path, source[start:end])
+        delta = read_delta(path, state)
+        assert not delta.reset
+        messages += parser.feed(delta.lines)
+        state = replace(delta.state, messages=delta.state.messages + len(messages))
+    whole, _, fmt = parse_file(SPOTTER / "subagent.jsonl")
+    assert messages == whole and parser.fmt == fmt
