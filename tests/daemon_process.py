@@ -27,8 +27,10 @@ class DaemonProcess:
     def start(self, timeout: float = 60.0) -> DaemonProcess:
         logf = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "recalld.cli", "serve"], env=env_for(self.home),
-            stdout=logf, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "recalld.cli", "serve"],
+            env=env_for(self.home),
+            stdout=logf,
+            stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

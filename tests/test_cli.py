@@ -12,8 +12,11 @@ from conftest import env_for, write
 
 def run(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "recalld.cli", *args], env=env_for(home), capture_output=True,
-        text=True, timeout=300,
+        [sys.executable, "-m", "recalld.cli", *args],
+        env=env_for(home),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if check:
         assert proc.returncode == 0, proc.stderr
@@ -22,8 +25,10 @@ def run(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
 
 def test_sync_search_get_status(home: Path) -> None:
     (home / "config.toml").write_text("[sessions]\npaths = []\n")
-    note = write(home / "memory" / "meeting.md",
-                 "# Weekly sync\n\nWe agreed to ship the recalld beta on Friday.\nOwner: Dana.\n")
+    note = write(
+        home / "memory" / "meeting.md",
+        "# Weekly sync\n\nWe agreed to ship the recalld beta on Friday.\nOwner: Dana.\n",
+    )
     sync = json.loads(run(home, "sync", "--json").stdout)
     assert sync["files_changed"] == 1 and sync["chunks_embedded"] >= 1
     res = json.loads(run(home, "search", "when", "is", "the", "beta", "shipping", "--json").stdout)

@@ -19,9 +19,7 @@ from recalld_client import BadRequest, Forbidden
 
 
 def config(home: Path, extra: str = "") -> None:
-    (home / "config.toml").write_text(
-        "[sessions]\npaths = []\n[sync]\ndebounce_s = 0.3\n" + extra
-    )
+    (home / "config.toml").write_text("[sessions]\npaths = []\n[sync]\ndebounce_s = 0.3\n" + extra)
 
 
 @pytest.fixture
@@ -54,10 +52,20 @@ def test_edit_delete_move_through_watcher(daemon: DaemonProcess, home: Path) -> 
         assert c.search("lentil cumin", mode="keyword")["results"] == []
         # move a whole folder
         shutil.move(str(mem / "recipes"), str(mem / "kitchen"))
-        wait_for(lambda: any("kitchen" in r["path"] for r in
-                             c.search("pumpkin ginger", mode="keyword")["results"]))
-        wait_for(lambda: not any("recipes" in r["path"] for r in
-                                 c.search("pumpkin ginger", mode="keyword")["results"]))
+        wait_for(
+            lambda: any(
+                "kitchen" in r["path"]
+                for r in c.search("pumpkin ginger", mode="keyword")["results"]
+            )
+        )
+        wait_for(
+            lambda: (
+                not any(
+                    "recipes" in r["path"]
+                    for r in c.search("pumpkin ginger", mode="keyword")["results"]
+                )
+            )
+        )
         (mem / "kitchen" / "soup.md").unlink()
         wait_for(lambda: c.search("pumpkin ginger", mode="keyword")["results"] == [])
         st = c.status()
@@ -78,8 +86,10 @@ def test_errors_over_the_socket(daemon: DaemonProcess) -> None:
 
 def test_concurrent_searches_during_reindex(daemon: DaemonProcess, home: Path) -> None:
     for i in range(60):
-        write(home / "memory" / "bulk" / f"n{i}.md",
-              f"# Note {i}\n\nThe harbour ferry number {i} leaves at dawn.\n")
+        write(
+            home / "memory" / "bulk" / f"n{i}.md",
+            f"# Note {i}\n\nThe harbour ferry number {i} leaves at dawn.\n",
+        )
     with daemon.client() as c:
         c.sync(wait=True)
     errors: list[str] = []
@@ -116,9 +126,11 @@ def test_concurrent_searches_during_reindex(daemon: DaemonProcess, home: Path) -
 def test_kill9_during_sync_recovers(home: Path) -> None:
     config(home)
     for i in range(150):
-        write(home / "memory" / f"f{i:03}.md",
-              f"# File {i}\n\nParagraph about topic {i} and the lighthouse keeper.\n\n"
-              f"Second paragraph {i}: inventory of the storeroom, shelf {i % 7}.\n")
+        write(
+            home / "memory" / f"f{i:03}.md",
+            f"# File {i}\n\nParagraph about topic {i} and the lighthouse keeper.\n\n"
+            f"Second paragraph {i}: inventory of the storeroom, shelf {i % 7}.\n",
+        )
     d = DaemonProcess(home).start()
     try:
         with d.client() as c:
@@ -141,10 +153,14 @@ def test_kill9_during_sync_recovers(home: Path) -> None:
         d.stop()
 
 
-def test_second_daemon_refused_and_stale_socket_replaced(daemon: DaemonProcess,
-                                                         home: Path) -> None:
-    second = subprocess.run([sys.executable, "-m", "recalld.cli", "serve"], env=env_for(home),
-                            capture_output=True, text=True, timeout=120)
+def test_second_daemon_refused_and_stale_socket_replaced(daemon: DaemonProcess, home: Path) -> None:
+    second = subprocess.run(
+        [sys.executable, "-m", "recalld.cli", "serve"],
+        env=env_for(home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert second.returncode == 4
     assert "already running" in second.stderr and "Traceback" not in second.stderr
     daemon.kill9()

@@ -46,8 +46,16 @@ def test_search_result_contract(engine: Engine) -> None:
     assert set(res["index"]) == {"state", "pending", "last_sync"}
     top = res["results"][0]
     assert top["path"].endswith("projects/alpha.md")
-    assert set(top) == {"path", "source", "start_line", "end_line", "score", "snippet",
-                        "citation", "scores"}
+    assert set(top) == {
+        "path",
+        "source",
+        "start_line",
+        "end_line",
+        "score",
+        "snippet",
+        "citation",
+        "scores",
+    }
     assert top["source"] == "memory"
     assert top["citation"] == f"{top['path']}#L{top['start_line']}-L{top['end_line']}"
     assert len(top["snippet"]) <= 700
@@ -77,9 +85,15 @@ def test_filters_apply_inside_channels(home: Path, local_embedder: Any) -> None:
     eng.sync()
     try:
         for mode in ("hybrid", "keyword", "vector"):
-            res = eng.search({"query": "quarterly budget review", "max_results": 2,
-                              "path_prefix": str(home / "memory" / "b") + "/", "mode": mode,
-                              "min_score": 0.0})
+            res = eng.search(
+                {
+                    "query": "quarterly budget review",
+                    "max_results": 2,
+                    "path_prefix": str(home / "memory" / "b") + "/",
+                    "mode": mode,
+                    "min_score": 0.0,
+                }
+            )
             assert [Path(r["path"]).name for r in res["results"]] == ["only.md"], mode
         rel = eng.search({"query": "quarterly budget", "path_prefix": "b/", "min_score": 0.0})
         assert [Path(r["path"]).name for r in rel["results"]] == ["only.md"]
@@ -129,8 +143,13 @@ def test_delete_removes_from_index(engine: Engine, home: Path) -> None:
 def test_get_line_ranges(engine: Engine, home: Path) -> None:
     path = str(home / "memory" / "people" / "bob.md")
     got = engine.get({"path": path, "from_line": 3, "lines": 2})
-    assert got == {"path": path, "start_line": 3, "end_line": 4, "total_lines": 4,
-                   "text": "Bob prefers tea over coffee and lives in Lisbon.\nHe is allergic to peanuts."}
+    assert got == {
+        "path": path,
+        "start_line": 3,
+        "end_line": 4,
+        "total_lines": 4,
+        "text": "Bob prefers tea over coffee and lives in Lisbon.\nHe is allergic to peanuts.",
+    }
     rel = engine.get({"path": "people/bob.md", "from_line": 1, "lines": 1})
     assert rel["text"] == "# Bob"
     ranged = engine.get({"path": path + ":3-3"})
@@ -143,16 +162,22 @@ def test_get_refuses_outside_roots(engine: Engine, home: Path, tmp_path: Path) -
     secret = tmp_path / "secret.md"
     secret.write_text("password\n")
     (home / "memory" / "link.md").symlink_to(secret)
-    for bad in ("/etc/passwd", str(home / "memory" / ".." / "config.toml"), "../config.toml",
-                str(home / "memory" / "link.md"), str(secret)):
+    for bad in (
+        "/etc/passwd",
+        str(home / "memory" / ".." / "config.toml"),
+        "../config.toml",
+        str(home / "memory" / "link.md"),
+        str(secret),
+    ):
         with pytest.raises(Forbidden):
             engine.get({"path": bad})
     with pytest.raises(BadRequest):
         engine.get({"path": "people/bob.md\x00"})
 
 
-def test_symlink_out_of_roots_is_not_indexed(home: Path, local_embedder: Any,
-                                             tmp_path: Path) -> None:
+def test_symlink_out_of_roots_is_not_indexed(
+    home: Path, local_embedder: Any, tmp_path: Path
+) -> None:
     outside = tmp_path / "outside.md"
     outside.write_text("# Outside\n\nzanzibar secret plans\n")
     (home / "memory" / "inside.md").symlink_to(outside)
@@ -171,8 +196,13 @@ def test_bad_queries(engine: Engine) -> None:
         engine.search({"query": "x" * 200_000})
     res = engine.search({"query": "tea " * 12_000})  # ~48 KB: accepted, cut to a sane length
     assert res["results"]
-    for params in ({"query": "x", "max_results": 0}, {"query": "x", "mode": "fuzzy"},
-                   {"query": "x", "min_score": 2}, {"query": 5}, {"query": "x", "sources": ["web"]}):
+    for params in (
+        {"query": "x", "max_results": 0},
+        {"query": "x", "mode": "fuzzy"},
+        {"query": "x", "min_score": 2},
+        {"query": 5},
+        {"query": "x", "sources": ["web"]},
+    ):
         with pytest.raises(BadRequest):
             engine.search(params)
     odd = engine.search({"query": 'AND OR NOT NEAR( "unbalanced * ^ col:val $HOME'})
@@ -182,8 +212,9 @@ def test_bad_queries(engine: Engine) -> None:
 def test_bad_files_are_skipped_not_fatal(home: Path, local_embedder: Any) -> None:
     write(home / "memory" / "good.md", "# Good\n\nnormal note about gardening\n")
     (home / "memory" / "binary.md").write_bytes(b"\x00\x01\x02PNG\x00" * 100)
-    (home / "memory" / "latin1.md").write_bytes("caf\xe9 cr\xe8me br\xfbl\xe9e recipe\n".encode(
-        "latin-1"))
+    (home / "memory" / "latin1.md").write_bytes(
+        "caf\xe9 cr\xe8me br\xfbl\xe9e recipe\n".encode("latin-1")
+    )
     (home / "memory" / "empty.md").write_text("")
     (home / "memory" / ".hidden").mkdir()
     write(home / "memory" / ".hidden" / "x.md", "hidden folder note")
@@ -207,8 +238,9 @@ def test_refuses_to_mix_vector_spaces(home: Path) -> None:
     store = Store(home / "index.sqlite")
     store.set_identity(Identity("local|x|m|384", "local/m", "m", 384, "{}"))
     with pytest.raises(IndexError_, match="refusing to mix"):
-        store.set_identity(Identity("openai||text-embedding-3-small|1536", "openai/t", "t", 1536,
-                                    "{}"))
+        store.set_identity(
+            Identity("openai||text-embedding-3-small|1536", "openai/t", "t", 1536, "{}")
+        )
     store.close()
 
 

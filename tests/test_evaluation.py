@@ -29,39 +29,93 @@ def test_metrics_by_hand() -> None:
     assert s["ndcg@10"] == pytest.approx((1 / math.log2(3) + 1 / math.log2(4)) / ideal)
     whole = score_query([hit("d.md", 3, 4)], rels, [1])
     assert whole["recall@1"] == pytest.approx(1 / 3)  # line 0 = the whole file is relevant
-    budget = score_query([hit("x.md", 1, 1, 3900), hit("b.md", 12, 12, 200),
-                          hit("a.md", 35, 35, 10)], rels, [10])
+    budget = score_query(
+        [hit("x.md", 1, 1, 3900), hit("b.md", 12, 12, 200), hit("a.md", 35, 35, 10)], rels, [10]
+    )
     assert budget["recall@4kc"] == pytest.approx(1 / 3)  # the crossing hit counts, later not
 
 
 def test_eval_on_tiny_corpus(tmp_path: Path) -> None:
     corpus = tmp_path / "set" / "corpus"
-    write(corpus / "c1" / "s1.md", "# c1\n\nAnna adopted a grey cat named Pixel.\n"
-          "The weather was rainy.\n")
+    write(
+        corpus / "c1" / "s1.md",
+        "# c1\n\nAnna adopted a grey cat named Pixel.\nThe weather was rainy.\n",
+    )
     write(corpus / "c1" / "s2.md", "# c1 later\n\nAnna started learning the cello in June.\n")
     write(corpus / "c2" / "s1.md", "# c2\n\nBen moved to Oslo for a job in shipping.\n")
     queries = tmp_path / "set" / "queries.jsonl"
-    queries.write_text("\n".join(json.dumps(q) for q in [
-        {"id": "q1", "text": "What pet did Anna get?", "scope": "c1/", "tags": ["single-hop"]},
-        {"id": "q2", "text": "Which instrument does Anna play?", "scope": "c1/", "tags": ["single-hop"]},
-        {"id": "q3", "text": "Where did Ben move?", "scope": "c2/", "tags": ["adversarial"]},
-    ]) + "\n")
+    queries.write_text(
+        "\n".join(
+            json.dumps(q)
+            for q in [
+                {
+                    "id": "q1",
+                    "text": "What pet did Anna get?",
+                    "scope": "c1/",
+                    "tags": ["single-hop"],
+                },
+                {
+                    "id": "q2",
+                    "text": "Which instrument does Anna play?",
+                    "scope": "c1/",
+                    "tags": ["single-hop"],
+                },
+                {
+                    "id": "q3",
+                    "text": "Where did Ben move?",
+                    "scope": "c2/",
+                    "tags": ["adversarial"],
+                },
+            ]
+        )
+        + "\n"
+    )
     qrels = tmp_path / "set" / "qrels.tsv"
     qrels.write_text("q1\tc1/s1.md\t3\t1\nq2\tc1/s2.md\t3\t1\nq3\tc2/s1.md\t0\t1\n")
     home = tmp_path / "home"
-    cmd = [sys.executable, "-m", "recalld.cli", "eval", "--corpus", str(corpus), "--queries",
-           str(queries), "--qrels", str(qrels), "--home", str(home), "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "recalld.cli",
+        "eval",
+        "--corpus",
+        str(corpus),
+        "--queries",
+        str(queries),
+        "--qrels",
+        str(qrels),
+        "--home",
+        str(home),
+        "--json",
+    ]
     proc = subprocess.run(cmd, env=env_for(tmp_path), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
-    for key in ("mode", "queries", "recall@1", "recall@5", "recall@10", "hit@1", "hit@5",
-                "hit@10", "mrr@10", "ndcg@10", "by_tag", "latency_ms"):
+    for key in (
+        "mode",
+        "queries",
+        "recall@1",
+        "recall@5",
+        "recall@10",
+        "hit@1",
+        "hit@5",
+        "hit@10",
+        "mrr@10",
+        "ndcg@10",
+        "by_tag",
+        "latency_ms",
+    ):
         assert key in res
     assert res["queries"] == 2  # adversarial reported apart
     assert res["hit@1"] == 1.0 and res["by_tag"]["adversarial"]["hit@1"] == 1.0
     assert set(res["latency_ms"]) == {"p50", "p95"}
-    again = subprocess.run(cmd[:-1] + ["--mode", "keyword", "--k", "3", "--json"],
-                           env=env_for(tmp_path), capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        cmd[:-1] + ["--mode", "keyword", "--k", "3", "--json"],
+        env=env_for(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     second = json.loads(again.stdout)
     assert second["index"]["chunks_embedded"] == 0  # the kept index and cache are reused
     assert "recall@3" in second and second["mode"] == "keyword"

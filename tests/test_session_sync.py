@@ -19,24 +19,37 @@ SECRET = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8S9t0"
 
 
 def msg(role: str, text: str) -> str:
-    return json.dumps({"type": role, "message": {"role": role, "content": text},
-                       "timestamp": "2026-11-01T10:00:00Z", "sessionId": "s1"}) + "\n"
+    return (
+        json.dumps(
+            {
+                "type": role,
+                "message": {"role": role, "content": text},
+                "timestamp": "2026-11-01T10:00:00Z",
+                "sessionId": "s1",
+            }
+        )
+        + "\n"
+    )
 
 
 def make_engine(home: Path, emb: Any, glob: str) -> Engine:
-    return Engine(make_config(home, sessions__paths=[glob]),
-                  choice=ProviderChoice(emb, "test: local model"))
+    return Engine(
+        make_config(home, sessions__paths=[glob]), choice=ProviderChoice(emb, "test: local model")
+    )
 
 
 def test_claude_code_session_delta_and_get(home: Path, local_embedder: Any) -> None:
     sessions = home / "claude" / "projects" / "p1"
     sessions.mkdir(parents=True)
     t = sessions / "s1.jsonl"
-    t.write_text(msg("user", "How do I rotate the nginx logs on the staging box?")
-                 + msg("assistant", "Use logrotate with a daily rule; the config is in "
-                                    "/etc/logrotate.d/nginx.")
-                 + "{not json at all\n"
-                 + msg("user", f"my key is {SECRET} please keep it"))
+    t.write_text(
+        msg("user", "How do I rotate the nginx logs on the staging box?")
+        + msg(
+            "assistant", "Use logrotate with a daily rule; the config is in /etc/logrotate.d/nginx."
+        )
+        + "{not json at all\n"
+        + msg("user", f"my key is {SECRET} please keep it")
+    )
     eng = make_engine(home, local_embedder, str(home / "claude" / "projects" / "**" / "*.jsonl"))
     try:
         report = eng.sync()
@@ -45,8 +58,13 @@ def test_claude_code_session_delta_and_get(home: Path, local_embedder: Any) -> N
         res = eng.search({"query": "rotate nginx logs", "sources": ["sessions"]})
         top = res["results"][0]
         assert top["source"] == "sessions" and top["path"] == str(t)
-        got = eng.get({"path": str(t), "from_line": top["start_line"],
-                       "lines": top["end_line"] - top["start_line"] + 1})
+        got = eng.get(
+            {
+                "path": str(t),
+                "from_line": top["start_line"],
+                "lines": top["end_line"] - top["start_line"] + 1,
+            }
+        )
         assert json.loads(got["text"].splitlines()[0])["type"] == "user"  # the JSONL's own lines
         # secrets never reach the index, a snippet, or get
         assert eng.search({"query": "my key is", "mode": "keyword", "sources": ["sessions"]})
@@ -61,7 +79,9 @@ def test_claude_code_session_delta_and_get(home: Path, local_embedder: Any) -> N
             fh.write(msg("assistant", "Also compress with zstd to save disk on the archive."))
         delta = eng.sync_sessions([t])
         assert delta["lines"] == 1 and delta["files_reset"] == 0
-        assert eng.search({"query": "zstd archive", "mode": "keyword"})["results"][0]["path"] == str(t)
+        assert eng.search({"query": "zstd archive", "mode": "keyword"})["results"][0][
+            "path"
+        ] == str(t)
         # a partial last line waits
         with t.open("a") as fh:
             fh.write(msg("user", "half written line")[:20])
@@ -87,8 +107,10 @@ def test_real_claude_code_sessions(home: Path, local_embedder: Any) -> None:
     dst = home / "real" / src.name
     dst.parent.mkdir()
     shutil.copy(src, dst)
-    eng = Engine(make_config(home, sessions__paths=[str(home / "real" / "*.jsonl")]),
-                 choice=ProviderChoice(None, "keyword-only for speed"))
+    eng = Engine(
+        make_config(home, sessions__paths=[str(home / "real" / "*.jsonl")]),
+        choice=ProviderChoice(None, "keyword-only for speed"),
+    )
     try:
         report = eng.sync()
         assert report.sessions and report.sessions["messages"] > 10
@@ -104,9 +126,13 @@ def test_real_claude_code_sessions(home: Path, local_embedder: Any) -> None:
 def test_watcher_thresholds(home: Path, tmp_path: Path) -> None:
     t = tmp_path / "a.jsonl"
     t.write_text(msg("user", "hello"))
-    cfg = make_config(home, sessions__paths=[str(tmp_path / "*.jsonl")],
-                      sessions__delta_bytes=1000, sessions__delta_messages=3,
-                      sessions__quiet_s=5.0)
+    cfg = make_config(
+        home,
+        sessions__paths=[str(tmp_path / "*.jsonl")],
+        sessions__delta_bytes=1000,
+        sessions__delta_messages=3,
+        sessions__quiet_s=5.0,
+    )
     w = SessionWatcher(cfg, lambda due: None)
     w._files = [t]
     assert w.poll_once(0.0) == {t}  # unknown file: looked at once
@@ -135,16 +161,20 @@ def test_daemon_makes_new_messages_searchable(home: Path) -> None:
     t = tdir / "chat.jsonl"
     t.write_text(msg("user", "we talked about the lighthouse renovation budget"))
     (home / "config.toml").write_text(
-        f'[sessions]\npaths = ["{tdir}/*.jsonl"]\nquiet_s = 1.0\n[sync]\ndebounce_s = 0.3\n')
+        f'[sessions]\npaths = ["{tdir}/*.jsonl"]\nquiet_s = 1.0\n[sync]\ndebounce_s = 0.3\n'
+    )
     d = DaemonProcess(home).start()
     try:
         with d.client() as c:
-            wait_for(lambda: bool(c.search("lighthouse renovation", mode="keyword")["results"]),
-                     timeout=60)
+            wait_for(
+                lambda: bool(c.search("lighthouse renovation", mode="keyword")["results"]),
+                timeout=60,
+            )
             with t.open("a") as fh:
                 fh.write(msg("assistant", "the quartermaster approved eleven thousand euros"))
-            took = wait_for(lambda: bool(c.search("quartermaster euros", mode="keyword")
-                                         ["results"]), timeout=60)
+            took = wait_for(
+                lambda: bool(c.search("quartermaster euros", mode="keyword")["results"]), timeout=60
+            )
             assert took < 10
             hit = c.search("quartermaster euros")["results"][0]
             assert hit["source"] == "sessions" and hit["start_line"] <= 2 <= hit["end_line"]

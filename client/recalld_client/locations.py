@@ -37,7 +37,7 @@ def data_dir() -> Path:
 
 
 def config_path() -> Path:
-    """The config file: ``RECALLD_CONFIG``, else ``$RECALLD_HOME/config.toml``, else the platform's."""
+    """The config file: ``RECALLD_CONFIG``, ``$RECALLD_HOME/config.toml`` or the platform's."""
     explicit = env("RECALLD_CONFIG")
     if explicit:
         return Path(explicit).expanduser()

@@ -19,7 +19,7 @@ MAX_GET_BYTES = 4_000_000
 
 
 def _glob_base(pattern: str) -> Path:
-    """The fixed folder part of a glob (``~/.claude/projects/**/*.jsonl`` → ``~/.claude/projects``)."""
+    """The folder part of a glob before its first magic part (``~/.claude/projects/**``)."""
     fixed: list[str] = []
     for part in Path(pattern).parts:
         if glob.has_magic(part):
@@ -68,8 +68,12 @@ def _under(path: Path, roots: Sequence[Path]) -> bool:
     return any(path == root or root in path.parents for root in roots)
 
 
-def read_lines(path: Path, from_line: int = 1, lines: int | None = None,
-               redact: Callable[[str], str] | None = None) -> dict[str, Any]:
+def read_lines(
+    path: Path,
+    from_line: int = 1,
+    lines: int | None = None,
+    redact: Callable[[str], str] | None = None,
+) -> dict[str, Any]:
     """Lines ``from_line .. from_line + lines - 1`` of a text file (1-based, clamped)."""
     if not isinstance(from_line, int) or isinstance(from_line, bool) or from_line < 1:
         raise BadRequest(f"from must be a line number >= 1, got {from_line!r}")

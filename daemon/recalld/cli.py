@@ -61,14 +61,26 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--qrels", type=Path, required=True)
     e.add_argument("--k", type=int, default=10)
     e.add_argument("--mode", choices=["hybrid", "keyword", "vector", "rrf"], default="hybrid")
-    e.add_argument("--min-score", type=float, default=0.0,
-                   help="score floor during eval (default 0: rank quality of the top k)")
-    e.add_argument("--home", type=Path,
-                   help="where the throwaway index and its embedding cache live "
-                        "(default: eval/<corpus-name> in the data dir)")
+    e.add_argument(
+        "--min-score",
+        type=float,
+        default=0.0,
+        help="score floor during eval (default 0: rank quality of the top k)",
+    )
+    e.add_argument(
+        "--home",
+        type=Path,
+        help="where the throwaway index and its embedding cache live "
+        "(default: eval/<corpus-name> in the data dir)",
+    )
     e.add_argument("--limit", type=int, help="only the first N queries")
-    e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key for this run (TOML value)")
+    e.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key for this run (TOML value)",
+    )
     e.add_argument("--json", action="store_true")
 
     sub.add_parser("mcp", help="MCP server over stdio (memory_search, memory_get)")
@@ -82,7 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``recalld`` console script."""
     args = _parser().parse_args(argv)
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO if args.command == "serve"
+        level=logging.DEBUG
+        if args.verbose
+        else logging.INFO
+        if args.command == "serve"
         else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
@@ -95,8 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except RecalldError as exc:
         print(f"recalld: {exc}", file=sys.stderr)
-        return {"bad_request": EXIT_USAGE, "not_found": EXIT_NOT_FOUND,
-                "forbidden": EXIT_USAGE, "unavailable": EXIT_UNAVAILABLE}.get(exc.code, EXIT_ERROR)
+        return {
+            "bad_request": EXIT_USAGE,
+            "not_found": EXIT_NOT_FOUND,
+            "forbidden": EXIT_USAGE,
+            "unavailable": EXIT_UNAVAILABLE,
+        }.get(exc.code, EXIT_ERROR)
     except Exception as exc:  # the client's exceptions, translated at this boundary
         code = getattr(exc, "code", None)
         if code is not None or type(exc).__module__.startswith("recalld_client"):
@@ -213,8 +232,9 @@ def _local(args: argparse.Namespace) -> int:
             if bar is not None:
                 bar.done()
             out = report.as_dict()
-            out["status"] = {k: v for k, v in engine.status().items()
-                             if k in ("provider", "degraded", "counts")}
+            out["status"] = {
+                k: v for k, v in engine.status().items() if k in ("provider", "degraded", "counts")
+            }
             _print_json_or(out, args.json, cmd)
         finally:
             engine.close()
@@ -248,11 +268,15 @@ def _print_search(res: dict[str, Any], as_json: bool) -> None:
         print("no results")
     for i, r in enumerate(results, 1):
         sc = r.get("scores") or {}
-        parts = [f"{name} {sc[name]:.2f}" for name in ("vector", "keyword") if sc.get(name) is not None]
+        parts = [
+            f"{name} {sc[name]:.2f}" for name in ("vector", "keyword") if sc.get(name) is not None
+        ]
         print(f"{i}. {r['citation']}  score {r['score']:.3f} ({', '.join(parts)}) [{r['source']}]")
         for line in r["snippet"].splitlines()[:4]:
             print(f"   {line[:160]}")
-    print(f"-- {res.get('mode')} · {res.get('provider')} · {res.get('took_ms')} ms", file=sys.stderr)
+    print(
+        f"-- {res.get('mode')} · {res.get('provider')} · {res.get('took_ms')} ms", file=sys.stderr
+    )
 
 
 def _print_get(res: dict[str, Any], as_json: bool) -> None:
@@ -277,12 +301,16 @@ def _print_status(res: dict[str, Any], as_json: bool) -> None:
         f"{counts.get('session_files', 0)} sessions)",
         f"chunks:    {counts.get('chunks', 0)} ({counts.get('vectors', 0)} with vectors, "
         f"{counts.get('cached_embeddings', 0)} cached embeddings)",
-        f"last sync: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(last)) if last else 'never'}",
+        f"last sync: {_when(last)}",
         f"memory:    {', '.join(res.get('memory_roots', []))}",
     ]
     if res.get("last_error"):
         lines.append(f"error:     {res['last_error']}")
     print("\n".join(lines))
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "never"
 
 
 def _print_json_or(res: dict[str, Any], as_json: bool, what: str) -> None:

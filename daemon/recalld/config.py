@@ -48,7 +48,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("embedding.model", "", "Model name; empty means the provider's default."),
     Setting("embedding.base_url", "", "Service URL; empty means the provider's default."),
     Setting("embedding.dims", 0, "Output dimensions where the service allows; 0 = model default."),
-    Setting("embedding.api_key_env", "", "Environment variable holding the key (default per provider)."),
+    Setting(
+        "embedding.api_key_env", "", "Environment variable holding the key (default per provider)."
+    ),
     Setting("embedding.api_key", "", "The key itself; only if you insist (prefer api_key_env)."),
     Setting("embedding.batch_size", 16, "Chunks per embedding call."),
     Setting("embedding.max_batch_tokens", 8000, "Input-token budget of one remote request."),
@@ -66,7 +68,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("search.rrf_k", 60, "The k of reciprocal rank fusion."),
     Setting("search.max_query_chars", 4000, "Longer queries are cut to this many characters."),
     Setting("chunking.max_tokens", 256, "Chunk size cap in model tokens (MiniLM reads 256)."),
-    Setting("chunking.target_tokens", 160, "Preferred chunk size; blocks are packed up to it."),
+    Setting(
+        "chunking.target_tokens",
+        240,
+        "Chunk size bound for packing (content-defined cuts keep chunks under it).",
+    ),
     Setting("sync.debounce_s", 1.5, "Quiet time before a changed file is re-indexed."),
     Setting("sync.watch", True, "Watch memory folders for changes."),
     Setting("rerank.provider", "none", "none|cohere|voyage|jina|ollama|onnx."),
@@ -104,7 +110,9 @@ class Config:
         self.base_dir = base_dir or paths.data_dir()
 
     @classmethod
-    def load(cls, path: Path | None = None, overrides: Mapping[_Str, Value] | None = None) -> Config:
+    def load(
+        cls, path: Path | None = None, overrides: Mapping[_Str, Value] | None = None
+    ) -> Config:
         """Read the config file (missing is fine) and apply ``overrides``."""
         path = path or paths.config_path()
         flat: dict[_Str, Value] = {}
@@ -112,7 +120,9 @@ class Config:
             try:
                 data = tomllib.loads(path.read_text(encoding="utf-8"))
             except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-                raise ConfigError(f"{path}: not valid TOML ({exc}); fix or remove the file") from exc
+                raise ConfigError(
+                    f"{path}: not valid TOML ({exc}); fix or remove the file"
+                ) from exc
             flat = _flatten(data, path)
         flat.update(overrides or {})
         return cls(flat, source=path if path.exists() else None)
@@ -163,7 +173,10 @@ class Config:
 
     def session_globs(self) -> _List[_Str]:
         """Transcript globs with ``~`` expanded."""
-        return [str(Path(g).expanduser()) if g.startswith("~") else g for g in self.list("sessions.paths")]
+        return [
+            str(Path(g).expanduser()) if g.startswith("~") else g
+            for g in self.list("sessions.paths")
+        ]
 
     def as_dict(self) -> dict[_Str, Value]:
         """All values, keys flattened (secrets masked)."""

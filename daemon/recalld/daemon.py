@@ -8,6 +8,7 @@ the server's worker threads, so they never wait for a sync.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import queue
@@ -53,7 +54,9 @@ class Daemon:
         self.started = time.time()
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self._stop = threading.Event()
-        self._writer = threading.Thread(target=self._writer_loop, name="recalld-writer", daemon=True)
+        self._writer = threading.Thread(
+            target=self._writer_loop, name="recalld-writer", daemon=True
+        )
         self.watcher: Watcher | None = None
         self.paused = False
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
@@ -83,7 +86,7 @@ class Daemon:
 
         if not self.config.session_globs():
             return
-        self.sessions = SessionWatcher(self.config, lambda due: self.submit(Job("sessions", due)))
+        self.sessions = SessionWatcher(self.config, self._on_sessions_due)
         self.sessions.start()
 
     def stop(self) -> None:
@@ -106,6 +109,9 @@ class Daemon:
             raise Unavailable("the daemon is shutting down")
         self.jobs.put(job)
         return job
+
+    def _on_sessions_due(self, due: set[Path]) -> None:
+        self.submit(Job("sessions", due))
 
     def _on_batch(self, batch: list[Path]) -> None:
         self.submit(Job("paths", set(batch)))
@@ -148,7 +154,7 @@ class Daemon:
                 if self.sessions is not None:
                     self.sessions.mark_indexed(self.engine.last_session_sizes)
                 error = None
-            except Exception as exc:  # noqa: BLE001 - the writer must survive any one job
+            except Exception as exc:
                 log.exception("sync failed")
                 report, error = {}, str(exc)
             for job in batch:
@@ -170,7 +176,7 @@ class Daemon:
         for listener in listeners:
             try:
                 listener(event)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.debug("a watch listener failed", exc_info=True)
 
     def status_event(self) -> dict[str, Any]:
@@ -295,13 +301,14 @@ def serve(config: Config) -> int:
         server = Server(daemon.handlers(), {"watch": daemon.watch}, socket_path)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, server.request_shutdown)
-            except (NotImplementedError, RuntimeError):
-                pass
         await server.start()
-        log.info("recalld listening on %s (provider %s)", socket_path,
-                 daemon.engine.embedder.label if daemon.engine.embedder else "none")
+        log.info(
+            "recalld listening on %s (provider %s)",
+            socket_path,
+            daemon.engine.embedder.label if daemon.engine.embedder else "none",
+        )
         daemon.start()
         await server.serve_forever()
 

@@ -294,12 +294,19 @@ class Engine:
         if self.on_progress is not None:
             self.on_progress(progress)
 
-    def _session_indexer(self, store: Store, indexer: Indexer,
-                         on_change: Callable[[FileChange], None] | None) -> SessionIndexer:
+    def _session_indexer(
+        self, store: Store, indexer: Indexer, on_change: Callable[[FileChange], None] | None
+    ) -> SessionIndexer:
         from recalld.tokens import default_tokenizer
 
-        return SessionIndexer(store, self.config, indexer.vectors_for, default_tokenizer().count,
-                              self.embedder, on_change=on_change)
+        return SessionIndexer(
+            store,
+            self.config,
+            indexer.vectors_for,
+            default_tokenizer().count,
+            self.embedder,
+            on_change=on_change,
+        )
 
     def sync(self, paths_: Iterable[Path] | None = None) -> SyncReport:
         """Bring the index up to date (all files and transcripts, or the given dirty files)."""

@@ -45,7 +45,7 @@ class ConfigError(RecalldError):
     code = "config"
 
 
-class IndexError_(RecalldError):  # noqa: N801 - avoid shadowing the builtin IndexError
+class IndexError_(RecalldError):
     """The index cannot be used as it is (e.g. built with another vector space)."""
 
     code = "index"

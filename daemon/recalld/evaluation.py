@@ -55,8 +55,11 @@ def load_queries(path: Path) -> list[Query]:
             continue
         try:
             obj = json.loads(line)
-            out.append(Query(str(obj["id"]), str(obj["text"]), obj.get("scope"),
-                             tuple(obj.get("tags") or ())))
+            out.append(
+                Query(
+                    str(obj["id"]), str(obj["text"]), obj.get("scope"), tuple(obj.get("tags") or ())
+                )
+            )
         except (ValueError, KeyError) as exc:
             raise BadRequest(f"{path}:{n}: not a query record ({exc})") from exc
     return out
@@ -84,8 +87,9 @@ def covers(hit: dict[str, Any], rel_path: str, line: int) -> bool:
     return line == 0 or hit["start_line"] <= line <= hit["end_line"]
 
 
-def score_query(hits: Sequence[dict[str, Any]], rels: Sequence[tuple[str, int]],
-                ks: Sequence[int]) -> dict[str, float]:
+def score_query(
+    hits: Sequence[dict[str, Any]], rels: Sequence[tuple[str, int]], ks: Sequence[int]
+) -> dict[str, float]:
     """recall@k, hit@k, MRR@10, nDCG@10 and budgeted recall for one query."""
     out: dict[str, float] = {}
     n_rel = len(rels)
@@ -241,8 +245,12 @@ def run_eval(
         per_query: list[tuple[Query, dict[str, float]]] = []
         latencies: list[float] = []
         for i, q in enumerate(queries):
-            params: dict[str, Any] = {"query": q.text, "max_results": fetch,
-                                      "min_score": min_score, "mode": search_mode}
+            params: dict[str, Any] = {
+                "query": q.text,
+                "max_results": fetch,
+                "min_score": min_score,
+                "mode": search_mode,
+            }
             if q.scope:
                 params["path_prefix"] = str(root / q.scope) + ("/" if q.scope.endswith("/") else "")
             t = time.perf_counter()
@@ -257,13 +265,22 @@ def run_eval(
                     rel = os.path.relpath(r["path"], root)
                 except ValueError:
                     rel = r["path"]
-                hits.append({"rel": rel, "start_line": r["start_line"], "end_line": r["end_line"],
-                             "chars": cited_chars(r["path"], r["start_line"], r["end_line"])})
+                hits.append(
+                    {
+                        "rel": rel,
+                        "start_line": r["start_line"],
+                        "end_line": r["end_line"],
+                        "chars": cited_chars(r["path"], r["start_line"], r["end_line"]),
+                    }
+                )
             per_query.append((q, score_query(hits, qrels[q.id], ks)))
             if progress and (i + 1) % 200 == 0:
                 print(f"eval: {i + 1}/{len(queries)} queries", file=sys.stderr)
-        keys = [f"recall@{x}" for x in ks] + [f"hit@{x}" for x in ks] + [
-            "mrr@10", "ndcg@10", "recall@4kc"]
+        keys = (
+            [f"recall@{x}" for x in ks]
+            + [f"hit@{x}" for x in ks]
+            + ["mrr@10", "ndcg@10", "recall@4kc"]
+        )
         overall = [s for q, s in per_query if not set(q.tags) & set(EXCLUDED_FROM_OVERALL)]
         by_tag: dict[str, list[dict[str, float]]] = defaultdict(list)
         for q, s in per_query:
@@ -275,12 +292,19 @@ def run_eval(
             tag: {"queries": len(rows), **_mean(rows, keys)} for tag, rows in sorted(by_tag.items())
         }
         out["excluded_from_overall"] = [t for t in EXCLUDED_FROM_OVERALL if t in by_tag]
-        out["latency_ms"] = {"p50": _percentile(latencies, 0.5),
-                             "p95": _percentile(latencies, 0.95)}
+        out["latency_ms"] = {
+            "p50": _percentile(latencies, 0.5),
+            "p95": _percentile(latencies, 0.95),
+        }
         counts = engine.status()["counts"]
-        out["index"] = {"home": str(home), "files": counts["files"], "chunks": counts["chunks"],
-                        "vectors": counts["vectors"], "index_s": round(index_s, 2),
-                        "chunks_embedded": report.chunks_embedded}
+        out["index"] = {
+            "home": str(home),
+            "files": counts["files"],
+            "chunks": counts["chunks"],
+            "vectors": counts["vectors"],
+            "index_s": round(index_s, 2),
+            "chunks_embedded": report.chunks_embedded,
+        }
         out["provider"] = engine.embedder.label if engine.embedder else "none"
         out["min_score"] = min_score
         return out
@@ -290,8 +314,17 @@ def run_eval(
 
 def format_table(res: dict[str, Any]) -> str:
     """Human-readable summary."""
-    keys = ["recall@1", "recall@5", "recall@10", "hit@1", "hit@5", "hit@10", "mrr@10",
-            "ndcg@10", "recall@4kc"]
+    keys = [
+        "recall@1",
+        "recall@5",
+        "recall@10",
+        "hit@1",
+        "hit@5",
+        "hit@10",
+        "mrr@10",
+        "ndcg@10",
+        "recall@4kc",
+    ]
     lines = [
         f"mode {res['mode']} · {res['queries']} queries · provider {res['provider']} · "
         f"index {res['index']['chunks']} chunks ({res['index']['home']})",
@@ -300,21 +333,31 @@ def format_table(res: dict[str, Any]) -> str:
         "| all | " + str(res["queries"]) + " | " + " | ".join(f"{res[k]:.3f}" for k in keys) + " |",
     ]
     for tag, row in res["by_tag"].items():
-        lines.append(f"| {tag} | {row['queries']} | " + " | ".join(f"{row[k]:.3f}" for k in keys)
-                     + " |")
+        lines.append(
+            f"| {tag} | {row['queries']} | " + " | ".join(f"{row[k]:.3f}" for k in keys) + " |"
+        )
     lat = res["latency_ms"]
     lines.append(f"latency p50 {lat['p50']} ms, p95 {lat['p95']} ms")
     if res.get("excluded_from_overall"):
-        lines.append(f"(tags {', '.join(res['excluded_from_overall'])} reported apart, not in 'all')")
+        lines.append(
+            f"(tags {', '.join(res['excluded_from_overall'])} reported apart, not in 'all')"
+        )
     return "\n".join(lines)
 
 
 def run_eval_cli(args: argparse.Namespace) -> int:
     """The ``eval`` subcommand."""
     res = run_eval(
-        args.corpus, args.queries, args.qrels, k=args.k, mode=args.mode,
-        min_score=args.min_score, home=args.home, overrides=parse_overrides(args.set),
-        limit=args.limit, progress=not args.json,
+        args.corpus,
+        args.queries,
+        args.qrels,
+        k=args.k,
+        mode=args.mode,
+        min_score=args.min_score,
+        home=args.home,
+        overrides=parse_overrides(args.set),
+        limit=args.limit,
+        progress=not args.json,
     )
     print(json.dumps(res) if args.json else format_table(res))
     return 0

@@ -8,7 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_IGNORED = (
-    "*.swp", "*.swo", "*.swx", "*~", ".#*", "#*#", "*.tmp", "*.part", "*.crdownload",
+    "*.swp",
+    "*.swo",
+    "*.swx",
+    "*~",
+    ".#*",
+    "#*#",
+    "*.tmp",
+    "*.part",
+    "*.crdownload",
     "4913",  # vim's probe file
 )
 

@@ -58,16 +58,20 @@ def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
     max_results = params.get("max_results")
     if max_results is None:
         max_results = config.int("search.max_results")
-    if not isinstance(max_results, int) or isinstance(max_results, bool) or not (
-        1 <= max_results <= 1000
+    if (
+        not isinstance(max_results, int)
+        or isinstance(max_results, bool)
+        or not (1 <= max_results <= 1000)
     ):
         raise BadRequest(f"max_results must be an integer from 1 to 1000, got {max_results!r}")
 
     min_score = params.get("min_score")
     if min_score is None:
         min_score = config.float("search.min_score")
-    if not isinstance(min_score, int | float) or isinstance(min_score, bool) or not (
-        0.0 <= float(min_score) <= 1.0
+    if (
+        not isinstance(min_score, int | float)
+        or isinstance(min_score, bool)
+        or not (0.0 <= float(min_score) <= 1.0)
     ):
         raise BadRequest(f"min_score must be a number from 0 to 1, got {min_score!r}")
 
@@ -187,12 +191,16 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
         fused.sort(key=lambda f: (-f.score, f.chunk_id))
     elif cfg.str("search.fusion") == "rrf":
         fused = fusion.rrf(
-            [c for c, _ in vector_hits], [c for c, _ in keyword_hits], vs, kw,
+            [c for c, _ in vector_hits],
+            [c for c, _ in keyword_hits],
+            vs,
+            kw,
             k=cfg.int("search.rrf_k"),
         )
     else:
         fused = fusion.weighted(
-            vs, kw,
+            vs,
+            kw,
             vector_weight=cfg.float("search.vector_weight"),
             text_weight=cfg.float("search.text_weight"),
         )
@@ -218,8 +226,9 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
         "mode": mode,
         "degraded": degraded,
         "provider": ctx.embedder.label if ctx.embedder is not None else "none",
-        "index": ctx.index_info() if ctx.index_info else {"state": "idle", "pending": 0,
-                                                          "last_sync": None},
+        "index": ctx.index_info()
+        if ctx.index_info
+        else {"state": "idle", "pending": 0, "last_sync": None},
         "took_ms": round((time.perf_counter() - started) * 1000, 3),
     }
 

@@ -397,7 +397,7 @@ class Server:
         method = msg.get("method")
         try:
             frame = await self._answer(conn, req_id, method, msg)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a handler failure becomes an error frame
             frame = self._error_frame(req_id, method, exc)
         await conn.send(frame)
 
@@ -541,7 +541,7 @@ class ServerThread:
     async def _main(self) -> None:
         try:
             await self.server.start()
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
             self._error = exc
             return
         finally:

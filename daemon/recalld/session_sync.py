@@ -169,8 +169,14 @@ class SessionIndexer:
                 },
             )
             vectors = self.vectors_for({c.hash: c.text for c in chunks})
-            row = FileRow(key, "sessions", new_tail.size, _mtime_ns(path), new_tail.last_line_hash,
-                          new_tail.line_count)
+            row = FileRow(
+                key,
+                "sessions",
+                new_tail.size,
+                _mtime_ns(path),
+                new_tail.last_line_hash,
+                new_tail.line_count,
+            )
             change = self.store.replace_file(
                 row, chunks, vectors, keep_from_line=keep_from, session_state=state
             )
@@ -179,7 +185,9 @@ class SessionIndexer:
             report.lines += len(delta.lines)
             report.messages += len(messages)
             report.chunks_written += len(chunks)
-            report.skipped_lines += stats.skipped_invalid + stats.skipped_unknown + stats.skipped_huge
+            report.skipped_lines += (
+                stats.skipped_invalid + stats.skipped_unknown + stats.skipped_huge
+            )
             report.indexed_sizes[key] = new_tail.offset
             if not delta.more:
                 return
@@ -206,8 +214,14 @@ def _mtime_ns(path: Path) -> int:
 class SessionWatcher:
     """Polls transcript files and triggers a sync on byte/message deltas or quiet time."""
 
-    def __init__(self, config: Config, trigger: Callable[[set[Path]], None],
-                 *, poll_s: float = 0.5, rescan_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        config: Config,
+        trigger: Callable[[set[Path]], None],
+        *,
+        poll_s: float = 0.5,
+        rescan_s: float = 5.0,
+    ) -> None:
         self.globs = config.session_globs()
         self.delta_bytes = config.int("sessions.delta_bytes")
         self.delta_messages = config.int("sessions.delta_messages")
@@ -283,8 +297,12 @@ class SessionWatcher:
                     continue
                 new_bytes = size - indexed
                 quiet = now - self._seen[path][1] >= self.quiet_s
-                if (new_bytes < 0 or new_bytes >= self.delta_bytes or quiet
-                        or _count_lines(path, indexed, size) >= self.delta_messages):
+                if (
+                    new_bytes < 0
+                    or new_bytes >= self.delta_bytes
+                    or quiet
+                    or _count_lines(path, indexed, size) >= self.delta_messages
+                ):
                     due.add(path)
             self._requested |= due
         return due

@@ -1,4 +1,4 @@
-"""The SQLite index: a thin, honest layer over apsw (FTS5 + sqlite-vec), no sockets, no search logic.
+"""The SQLite index: a thin layer over apsw (FTS5 + sqlite-vec), no sockets, no search logic.
 
 One writer connection (the daemon's writer thread, or the CLI's in-process sync) and any number of
 read-only connections. WAL mode lets readers run while a writer commits. Every multi-row change is
@@ -184,9 +184,7 @@ class Store:
 
     def has_vec_table(self) -> bool:
         """Whether the vec0 table exists (the index has a vector space)."""
-        row = self.conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE name = 'chunks_vec'"
-        ).fetchone()
+        row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()
         return row is not None
 
     # files ----------------------------------------------------------------------------------
@@ -236,7 +234,14 @@ class Store:
                 self.conn.execute(
                     "INSERT INTO chunks(path, source, start_line, end_line, hash, text) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
-                    (row.path, row.source, chunk.start_line, chunk.end_line, chunk.hash, chunk.text),
+                    (
+                        row.path,
+                        row.source,
+                        chunk.start_line,
+                        chunk.end_line,
+                        chunk.hash,
+                        chunk.text,
+                    ),
                 )
                 if has_vec and vectors is not None and chunk.hash in vectors:
                     chunk_id = self.conn.last_insert_rowid()

@@ -114,7 +114,9 @@ class Watcher:
         for root in self.roots:
             try:
                 root.mkdir(parents=True, exist_ok=True)
-                observer.schedule(_Handler(root, self.filter, self.dirty), str(root), recursive=True)
+                observer.schedule(
+                    _Handler(root, self.filter, self.dirty), str(root), recursive=True
+                )
             except OSError as exc:
                 log.warning("cannot watch %s: %s", root, exc)
         observer.daemon = True
@@ -129,7 +131,7 @@ class Watcher:
             if batch and not self.paused:
                 try:
                     self.on_batch(batch)
-                except Exception:  # noqa: BLE001 - the watcher must outlive any one batch
+                except Exception:
                     log.exception("handing over a batch of %d paths failed", len(batch))
             elif batch:
                 for p in batch:  # paused: keep them dirty for when watching resumes

@@ -76,7 +76,7 @@ def _call_with_timeout(
             return
         try:
             future.set_result(list(reranker.score(query, texts)))
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - any reranker failure degrades to fused order
             future.set_exception(exc)
 
     # A daemon thread, not a pool: a hung call is abandoned (its HTTP timeout ends it later) and

@@ -629,7 +629,7 @@ class TranscriptParser:
             kept = len(out.messages)
             try:
                 status = _PARSERS[fmt](rec, out)
-            except Exception:  # file content must never stop a sync: a record of a known type
+            except Exception:  # noqa: BLE001 - file content must never stop a sync: a record of a known type
                 del out.messages[kept:]  # with fields of an unexpected shape counts as unknown
                 status = _UNKNOWN
             if status == _META:

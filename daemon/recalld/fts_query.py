@@ -1,0 +1,155 @@
+"""Safe FTS5 MATCH expressions from user text.
+
+The index tokenizes with ``porter unicode61 remove_diacritics 2``: letters, digits and private-use
+characters are token characters, everything else separates, and tokens are case-folded. User
+text is cut the same way here, but every term is emitted as a double-quoted FTS5 string, so
+nothing the user types (``AND``, ``NEAR(``, ``*``, ``^``, ``col:``, quotes, parentheses) is ever
+FTS5 syntax.
+
+A whitespace-separated word with several tokens (``snake_case``, ``foo.bar()``, ``E-1234``,
+``v1.2.3``, ``path/to/file.md``) becomes one quoted phrase of its tokens (``"snake case"``), which
+matches the indexed token sequence. When non-ASCII characters sit between the tokens, the original
+span is quoted instead and FTS5's own tokenizer splits it: unicode61 folds combining accents into
+the letter before them and knows only Unicode 6.1, where Python's ``re`` knows a newer Unicode, so
+only FTS5 can say for sure where such a word splits. ``camelCase`` stays one token, as in the
+index (``useState`` matches ``usestate``).
+
+Limitation: a character that Python calls a letter but Unicode 6.1 did not know (a recent script)
+gives a term that FTS5 reads as an empty phrase. That never errors; it matches nothing, which in
+``and`` mode empties the result.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["MAX_TERMS", "build_match", "query_terms"]
+
+#: Most terms (words or phrases) in one MATCH expression.
+MAX_TERMS = 64
+#: Longest phrase; a longer compound (minified code, a long path) is cut into several phrases.
+MAX_PHRASE_TOKENS = 8
+#: Longer tokens are dropped: nobody types them, and they bloat the expression.
+MAX_TOKEN_CHARS = 100
+#: Upper bound on the length of the returned expression.
+MAX_MATCH_CHARS = 8192
+
+# Token characters of unicode61's default categories "L* N* Co": [^\W_] is Python's letters and
+# digits, the ranges are the private-use planes.
+_TOKEN = re.compile(r"(?:[^\W_]|[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd])+")
+_WORD = re.compile(r"\S+")
+# NUL ends the FTS5 string early ("unterminated string"); surrogates cannot be bound as UTF-8.
+# Both, like all control characters, are separators to unicode61, so a space is equivalent.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+
+_STOPWORD_TEXT = """
+    a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further
+    had has have having he her here hers herself him himself his how i if in into is it its
+    itself just me more most my myself no nor not of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself yourselves
+"""
+_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+
+@dataclass(frozen=True)
+class _Term:
+    source: str  # the query text spanning the term's tokens
+    parts: tuple[str, ...]  # its tokens, case-folded
+
+    @property
+    def stopword(self) -> bool:
+        return len(self.parts) == 1 and self.parts[0] in _STOPWORDS
+
+    def quoted(self) -> str:
+        return '"' + _UNSAFE.sub(" ", self.source).replace('"', '""') + '"'
+
+
+def _source(word: str, piece: list[re.Match[str]]) -> str:
+    """The text to quote for tokens ``piece`` of ``word``: ``snake case`` for ``snake_case``.
+
+    Tokens are re-joined by spaces when only ASCII separates them (where unicode61 and ``re``
+    agree on what a separator is); otherwise the original span is kept for FTS5 to split.
+    """
+    gaps = (word[a.end() : b.start()] for a, b in itertools.pairwise(piece))
+    if all(g.isascii() for g in gaps):
+        return " ".join(m.group() for m in piece)
+    return word[piece[0].start() : piece[-1].end()]
+
+
+def _scan(query: str) -> list[_Term]:
+    """Distinct terms of ``query`` in order, up to MAX_TERMS that are not stopwords.
+
+    Stopwords need no cap of their own: there are few distinct ones.
+    """
+    terms: list[_Term] = []
+    seen: set[tuple[str, ...]] = set()
+    content = 0
+    for wm in _WORD.finditer(query):
+        word = wm.group()
+        # Runs of consecutive usable tokens; an over-long token breaks a compound in two.
+        groups: list[list[re.Match[str]]] = [[]]
+        for tm in _TOKEN.finditer(word):
+            if len(tm.group()) > MAX_TOKEN_CHARS:
+                groups.append([])
+            else:
+                groups[-1].append(tm)
+        for group in groups:
+            for i in range(0, len(group), MAX_PHRASE_TOKENS):
+                piece = group[i : i + MAX_PHRASE_TOKENS]
+                parts = tuple(m.group().casefold() for m in piece)
+                if parts in seen:
+                    continue
+                seen.add(parts)
+                term = _Term(_source(word, piece), parts)
+                terms.append(term)
+                content += not term.stopword
+                if content >= MAX_TERMS:
+                    return terms
+    return terms
+
+
+def _select(query: str, mode: str) -> list[_Term]:
+    terms = _scan(query)
+    if mode == "or":
+        terms = [t for t in terms if not t.stopword] or terms
+    # (AND keeps stopwords: the index has them, and dropping one would widen the query.)
+    out: list[_Term] = []
+    size = 0
+    for t in terms[:MAX_TERMS]:
+        size += len(t.quoted()) + 5  # 5 = len(" AND ")
+        if size > MAX_MATCH_CHARS:
+            break
+        out.append(t)
+    return out
+
+
+def build_match(query: str, *, mode: Literal["or", "and"] = "or") -> str | None:
+    """An FTS5 MATCH expression for ``query``, or None when it has no searchable term.
+
+    ``mode="or"`` ranks any-term matches (BM25 does the rest) and drops English stopwords
+    unless nothing else is left; ``mode="and"`` requires every term.
+    """
+    if mode not in ("or", "and"):
+        raise ValueError(f"mode must be 'or' or 'and', not {mode!r}")
+    terms = _select(query, mode)
+    if not terms:
+        return None
+    return (" AND " if mode == "and" else " OR ").join(t.quoted() for t in terms)
+
+
+def query_terms(query: str) -> list[str]:
+    """The distinct case-folded tokens that ``build_match(query)`` searches, in query order.
+
+    Meant for highlighting snippets: phrases are flattened into their tokens.
+    """
+    out: dict[str, None] = {}
+    for t in _select(query, "or"):
+        for p in t.parts:
+            out.setdefault(p)
+    return list(out)
