@@ -299,8 +299,8 @@ def test_timeout(sock_path: Path) -> None:
     with Client(sock_path, timeout=0.2) as c:
         start = time.monotonic()
         with pytest.raises(recalld_client.Timeout):
-            c.call("slow", {"s": 1.0})
-        assert time.monotonic() - start < 0.9
+            c.call("slow", {"s": 3.0})
+        assert time.monotonic() - start < 2.0  # gave up long before the handler finished
         assert c.call("echo", {"after": 1}) == {"after": 1}  # a fresh connection
         assert c.call("slow", {"s": 0.05}, timeout=5) == {"slept": True}
 
