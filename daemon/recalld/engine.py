@@ -208,6 +208,13 @@ class Engine:
                 )
             return self._vectors
 
+    def warm(self) -> None:
+        """Load the embedding model and the vector matrix now rather than on the first search."""
+        if self.embedder is not None:
+            self.embedder.embed(["warm up"], query=True)
+        with self.reader() as store:
+            self.vectors(store)
+
     def _on_change(self, change: FileChange) -> None:
         with self._vectors_lock:
             if self._vectors is not None:
