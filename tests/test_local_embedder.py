@@ -10,7 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +150,7 @@ def test_shape_dtype_and_unit_norm(embedder: LocalEmbedder, reference: dict[str,
 
 def test_order_preserved_and_batch_equals_single(reference: dict[str, Any]) -> None:
     # batch_size 2 with mixed lengths: length sorting reorders work across batches.
-    embedder = LocalEmbedder(batch_size=2)
+    embedder = LocalEmbedder(batch_size=2, max_batch_tokens=10_000)
     texts = [s["text"] for s in reference["sentences"]]
     texts = [texts[5], texts[0], texts[3], texts[4], texts[2], texts[1], texts[0]]
     batch = embedder.embed(texts)
@@ -159,6 +159,19 @@ def test_order_preserved_and_batch_equals_single(reference: dict[str, Any]) -> N
     np.testing.assert_allclose(batch, singles, atol=2e-3)
     assert ((batch * singles).sum(axis=1) > 0.9999).all()
     np.testing.assert_allclose(batch[1], batch[6], atol=2e-3)  # duplicates in one call agree
+
+
+def test_batches_respect_row_and_token_limits() -> None:
+    embedder = LocalEmbedder(batch_size=3, max_batch_tokens=100)
+    lengths = [50, 2, 10, 40, 3, 256, 4, 60]
+    batches = embedder._batches([[0] * n for n in lengths])
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for batch in batches:
+        widths = [lengths[i] for i in batch]
+        assert widths == sorted(widths)
+        assert len(batch) <= 3
+        assert len(batch) == 1 or len(batch) * max(widths) <= 100
+    assert [5] in batches  # an over-budget text still runs, alone
 
 
 def test_query_shares_the_vector_space(embedder: LocalEmbedder) -> None:
@@ -180,31 +193,24 @@ def test_lazy_and_thread_safe(reference: dict[str, Any]) -> None:
     embedder = LocalEmbedder(intra_op_num_threads=1)
     assert not embedder.loaded
     texts = [s["text"] for s in reference["sentences"]]
-    results: list[np.ndarray[Any, Any]] = []
-    errors: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            results.append(embedder.embed(texts))
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors
-    assert embedder.loaded and len(results) == 4
+    # Four callers race to load the session and then run concurrently.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [pool.submit(embedder.embed, texts) for _ in range(4)]
+        results = [f.result(timeout=120) for f in futures]
+    assert embedder.loaded
     for r in results[1:]:
         np.testing.assert_allclose(r, results[0], atol=1e-6)
 
 
-def test_threads_alias() -> None:
+def test_constructor_arguments() -> None:
     assert LocalEmbedder(threads=2).intra_op_num_threads == 2
     assert LocalEmbedder().intra_op_num_threads == 0
     with pytest.raises(ValueError):
         LocalEmbedder(batch_size=0)
+    with pytest.raises(ValueError):
+        LocalEmbedder(max_batch_tokens=0)
+    with pytest.raises(ValueError):
+        LocalEmbedder(intra_op_num_threads=-1)
 
 
 def test_tampered_model_is_refused(tmp_path: Path, embedder: LocalEmbedder) -> None:
