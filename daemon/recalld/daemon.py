@@ -136,7 +136,7 @@ class Daemon:
     def _writer_loop(self) -> None:
         try:
             self.engine.warm()  # model and vector matrix ready before the first search needs them
-        except Exception:  # noqa: BLE001 - searches load lazily if this fails
+        except Exception:
             log.exception("warming up failed")
         while True:
             batch = self._take()

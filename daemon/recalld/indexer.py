@@ -29,9 +29,24 @@ from recalld.store import FileChange, FileRow, Identity, NewChunk, Store
 
 log = logging.getLogger(__name__)
 
-CHUNKER_VERSION = "md-1"
+CHUNKER_VERSION = "md-2"
 SESSION_CHUNKER_VERSION = "sessions-1"
 EMBED_GROUP_CHUNKS = 256  # chunks embedded per call across files
+
+
+def _title(pieces: Sequence[Any], path: Path) -> str:
+    """The document's title: its first top-level heading, else the file name without suffix."""
+    for piece in pieces:
+        if piece.heading:
+            return str(piece.heading).split(" > ")[0]
+    return path.stem.replace("_", " ").replace("-", " ")
+
+
+def _context(title: str, heading: str) -> str:
+    """Title plus heading path, without repeating the title."""
+    if not heading:
+        return title
+    return heading if heading.split(" > ")[0] == title else f"{title} > {heading}"
 
 
 def content_hash(data: bytes) -> str:
@@ -290,7 +305,13 @@ class Indexer:
         pieces = chunk_markdown(
             text, self.count_tokens, max_tokens=self.max_tokens, target_tokens=self.target_tokens
         )
-        chunks = [NewChunk(c.start_line, c.end_line, c.text, text_hash(c.text)) for c in pieces]
+        title = _title(pieces, path)
+        chunks = [
+            NewChunk(
+                c.start_line, c.end_line, c.text, text_hash(c.text), _context(title, c.heading)
+            )
+            for c in pieces
+        ]
         lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
         row = FileRow(key, "memory", st.st_size, st.st_mtime_ns, digest, lines)
         report.files_changed += 1

@@ -74,6 +74,35 @@ MIGRATIONS: tuple[str, ...] = (
         state          TEXT NOT NULL DEFAULT '{}'
     );
     """,
+    # 2: a chunk's context (document title and heading path) as a second FTS5 column, so that a
+    # term in a heading ranks its section higher (bm25 column weights, see store.keyword_search).
+    """
+    ALTER TABLE chunks ADD COLUMN context TEXT NOT NULL DEFAULT '';
+    DROP TRIGGER chunks_ai;
+    DROP TRIGGER chunks_ad;
+    DROP TRIGGER chunks_au;
+    DROP TABLE chunks_fts;
+    CREATE VIRTUAL TABLE chunks_fts USING fts5(
+        text,
+        context,
+        content = 'chunks',
+        content_rowid = 'id',
+        tokenize = "porter unicode61 remove_diacritics 2"
+    );
+    CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+        INSERT INTO chunks_fts(rowid, text, context) VALUES (new.id, new.text, new.context);
+    END;
+    CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+        INSERT INTO chunks_fts(chunks_fts, rowid, text, context)
+        VALUES ('delete', old.id, old.text, old.context);
+    END;
+    CREATE TRIGGER chunks_au AFTER UPDATE OF text, context ON chunks BEGIN
+        INSERT INTO chunks_fts(chunks_fts, rowid, text, context)
+        VALUES ('delete', old.id, old.text, old.context);
+        INSERT INTO chunks_fts(rowid, text, context) VALUES (new.id, new.text, new.context);
+    END;
+    INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');
+    """,
 )
 
 

@@ -165,7 +165,13 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     keyword_hits: list[tuple[int, float]] = []
     match = build_match(req.query) if run_keyword else None
     if match:
-        keyword_hits = ctx.store.keyword_search(match, want, req.sources, req.path_prefix)
+        keyword_hits = ctx.store.keyword_search(
+            match,
+            want,
+            req.sources,
+            req.path_prefix,
+            context_weight=cfg.float("search.context_weight"),
+        )
 
     if vector_future is not None:
         try:

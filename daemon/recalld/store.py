@@ -65,6 +65,7 @@ class NewChunk:
     end_line: int
     text: str
     hash: str
+    context: str = ""  # document title / heading path, indexed as a second FTS column
 
 
 @dataclass(frozen=True)
@@ -232,8 +233,8 @@ class Store:
             removed = self._delete_chunks(row.path, from_line=keep_from_line, has_vec=has_vec)
             for chunk in chunks:
                 self.conn.execute(
-                    "INSERT INTO chunks(path, source, start_line, end_line, hash, text) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO chunks(path, source, start_line, end_line, hash, text, context) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (
                         row.path,
                         row.source,
@@ -241,6 +242,7 @@ class Store:
                         chunk.end_line,
                         chunk.hash,
                         chunk.text,
+                        chunk.context,
                     ),
                 )
                 if has_vec and vectors is not None and chunk.hash in vectors:
@@ -345,12 +347,22 @@ class Store:
     # keyword channel --------------------------------------------------------------------------
 
     def keyword_search(
-        self, match: str, limit: int, sources: Sequence[str] | None, path_prefix: str | None
+        self,
+        match: str,
+        limit: int,
+        sources: Sequence[str] | None,
+        path_prefix: str | None,
+        *,
+        context_weight: float = 1.0,
     ) -> list[tuple[int, float]]:
-        """(chunk id, bm25) best first; bm25 is negative, lower is better (FTS5's convention)."""
+        """(chunk id, bm25) best first; bm25 is negative, lower is better (FTS5's convention).
+
+        ``context_weight`` weighs a match in the title/heading column against one in the text.
+        """
         where, args = _filters(sources, path_prefix, alias="c.")
+        weight = float(context_weight)
         sql = (
-            "SELECT c.id, bm25(chunks_fts) AS rank FROM chunks_fts "
+            f"SELECT c.id, bm25(chunks_fts, 1.0, {weight!r}) AS rank FROM chunks_fts "
             "JOIN chunks c ON c.id = chunks_fts.rowid WHERE chunks_fts MATCH ?"
             + (f" AND {where}" if where else "")
             + " ORDER BY rank LIMIT ?"
