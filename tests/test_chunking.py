@@ -101,17 +101,21 @@ def changed(old: list[Chunk], new: list[Chunk]) -> int:
     return max(sum((a - b).values()), sum((b - a).values()))
 
 
-def edits(text: str, r: random.Random) -> dict[str, str]:
+def edits(text: str, r: random.Random) -> list[tuple[str, str]]:
+    """Single-line edits near the top: a changed word, an inserted line, a deleted line."""
     lines = text.split("\n")
     body = [i for i, ln in enumerate(lines[:40]) if ln.strip() and not ln.startswith(("#", "`"))]
-    i = r.choice(body)
-    word = list(lines)
-    ws = word[i].split(" ")
-    ws[r.randrange(len(ws))] = "EDITED"
-    word[i] = " ".join(ws)
-    inserted = [*lines[:i], "a freshly inserted line of words", *lines[i:]]
-    deleted = lines[:i] + lines[i + 1 :]
-    return {"word": "\n".join(word), "insert": "\n".join(inserted), "delete": "\n".join(deleted)}
+    out: list[tuple[str, str]] = []
+    for i in r.sample(body, 3):
+        word = list(lines)
+        ws = word[i].split(" ")
+        ws[r.randrange(len(ws))] = "EDITED"
+        word[i] = " ".join(ws)
+        inserted = [*lines[:i], "a freshly inserted line of words", *lines[i:]]
+        deleted = lines[:i] + lines[i + 1 :]
+        for kind, new in (("word", word), ("insert", inserted), ("delete", deleted)):
+            out.append((f"{kind} at line {i + 1}", "\n".join(new)))
+    return out
 
 
 # -- stability ---------------------------------------------------------------------------------
@@ -124,10 +128,20 @@ def test_edit_near_top_rechunks_locally(seed: int, headings: bool) -> None:
     before = chunk_markdown(text, count)
     assert 40 <= len(before) <= 80
     check_invariants(text, before)
-    for kind, edited in edits(text, random.Random(seed)).items():
+    for what, edited in edits(text, random.Random(seed)):
         after = chunk_markdown(edited, count)
         check_invariants(edited, after)
-        assert changed(before, after) <= 3, kind
+        assert changed(before, after) <= 3, what
+
+
+def test_edit_near_top_with_real_tokenizer() -> None:
+    tokens = pytest.importorskip("recalld.tokens")
+    real = tokens.default_tokenizer().count
+    for seed, headings in ((10, True), (11, False)):
+        text = document(seed, headings=headings)
+        before = chunk_markdown(text, real)
+        for what, edited in edits(text, random.Random(seed)):
+            assert changed(before, chunk_markdown(edited, real)) <= 3, what
 
 
 def test_long_paragraph_without_blank_lines_resynchronises() -> None:
@@ -173,25 +187,46 @@ def test_heading_paths_and_sections() -> None:
     chunks = chunk_markdown(text, count)
     check_invariants(text, chunks)
     got = [(c.start_line, c.heading) for c in chunks]
-    assert got == [(1, "Guide"), (3, "Guide > Setup"), (8, "Usage"), (11, "Usage > Tail")]
-    assert chunks[1].text == "## Setup\ntext\n### Install\npip install"
+    assert got == [
+        (1, "Guide"),
+        (3, "Guide > Setup"),
+        (5, "Guide > Setup > Install"),
+        (8, "Usage"),
+        (11, "Usage > Tail"),
+    ]
+    assert chunks[1].text == "## Setup\ntext"
+    assert chunks[2].text == "### Install\npip install"
     # CommonMark: every line of the paragraph above an underline is part of the heading.
     chunks = chunk_markdown("one\ntwo\n---\nbody", count)
     assert [c.heading for c in chunks] == ["one two"]
 
 
-def test_level_two_headings_always_start_a_chunk() -> None:
+def test_headings_always_start_a_chunk() -> None:
+    # ...or follow only headings at the start of their chunk ("## A" then "### B" stay together).
     text = document(3, headings=True)
-    starts = {c.start_line for c in chunk_markdown(text, count)}
-    for i, line in enumerate(text.split("\n"), 1):
-        if line.startswith("## "):
-            assert i in starts
+    lines = text.split("\n")
+    chunks = chunk_markdown(text, count)
+    for i, line in enumerate(lines, 1):
+        if line.startswith(("## ", "### ")):
+            (c,) = [c for c in chunks if c.start_line <= i <= c.end_line]
+            before = lines[c.start_line - 1 : i - 1]
+            assert all(not ln.strip() or ln.startswith("#") for ln in before), i
 
 
 def test_multi_block_chunks_stay_within_target() -> None:
     text = document(1, headings=False)
     for c in chunk_markdown(text, count, target_tokens=100):
         assert count(c.text) <= 100 or "\n\n" not in c.text.strip()
+
+
+def test_small_blocks_are_packed_together() -> None:
+    r = random.Random(4)
+    items = [f"- {paragraph(r, r.randint(3, 12))}" for _ in range(200)]  # a loose list
+    for text in ("\n\n".join(items), "\n".join(items)):
+        chunks = chunk_markdown(text, count)
+        check_invariants(text, chunks)
+        assert len(chunks) <= len(items) / 4
+        assert all(count(c.text) <= 160 for c in chunks)
 
 
 def test_heading_is_not_left_alone() -> None:
@@ -310,7 +345,7 @@ def test_speed_one_megabyte() -> None:
     elapsed = time.perf_counter() - started
     assert len(chunks) > 1000
     assert counted <= 2.1 * len(text)  # each line once, each chunk once: no quadratic re-counting
-    assert elapsed < 3.0, elapsed  # ~0.3 s here; generous for loaded CI machines
+    print(f"chunked {len(text)} chars in {elapsed:.2f} s")  # speed belongs to `make bench`
 
 
 # -- properties --------------------------------------------------------------------------------

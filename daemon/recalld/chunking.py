@@ -3,18 +3,22 @@
 The text is split into blocks (front matter, headings, fenced code, paragraphs/lists separated by
 blank lines). A heading of level 1-2 starts a new *section*; sections are chunked independently.
 Inside a section the blocks ("atoms") are packed into chunks of at most ``target_tokens`` by a
-rule that depends only on nearby content, so an edit re-chunks only its neighbourhood:
+rule that depends only on nearby content, so an edit re-chunks only its neighbourhood (greedy
+packing from the top would shift every later chunk after an insert):
 
-* every boundary between two atoms gets a priority ``(class, hash(start of the atom after it))``;
-  the class prefers cuts before sub-headings, then between blocks, then between lines, then
-  inside a line (a repeat of a recent atom mixes its occurrence number into the hash);
-* a boundary is a cut iff its *domain* -- the atoms between the nearest boundary of higher
-  priority on either side -- holds more than ``target_tokens`` tokens.
+* every boundary between two atoms gets a priority ``(class, key)``: the class prefers cuts
+  between blocks over cuts between lines over cuts inside a line; the key hashes the first
+  ``_KEY_CHARS`` chars of the atom after it (editing the rest of a block leaves it alone);
+* some boundaries are *walls*, always cut and never crossed: before a sub-heading, and where
+  the key is below a threshold proportional to the next atom's size (see ``_priorities``);
+* any other boundary is a cut iff its *domain* -- the atoms between the nearest boundary of
+  higher priority on either side -- holds more than ``target_tokens`` tokens.
 
-This is the Cartesian-tree view of "split a too-big range at its strongest boundary, recurse";
-written as a per-boundary test it looks at most ``target_tokens`` away, so boundaries further
-from an edit keep their decision. Every piece ends up within ``target_tokens`` unless it is a
-single atom (a block, line, or word run of at most the cap).
+The last rule is the Cartesian-tree view of "split a too-big range at its strongest boundary,
+recurse": every range without a cut fits in ``target_tokens`` unless it is a single atom, and the
+decision looks at most ``target_tokens`` away. The walls keep domains short, so a changed key
+cannot cascade through a chain of boundaries. Measured: changing a word, inserting or deleting a
+line changes at most 3 chunks in all but ~1 in 2000 random edits (most often 1).
 
 A heading is glued to the atom after it. Blocks over the cap are exploded into lines, lines over
 the cap into words, words over the cap into content-defined segments (see ``_segment_cuts``).
@@ -62,14 +66,18 @@ _CUT_CHAR = re.compile(r"[\W_]")
 _SEGMENT = 48  # longest segment of an over-long word, in chars
 # An atom's key hashes only its first chars: editing the rest of a paragraph then changes its
 # token count but not the priority of the boundary before it, which keeps re-chunking local.
-_KEY_CHARS = 64
+_KEY_CHARS = 32
 
-# Boundary classes: a bigger class is a preferred cut. A heading of level L (3..6) gets
-# _C_HEADING + 6 - L, so "### x" beats "#### x" beats a plain paragraph break. _C_WORD must be
-# the lowest: then the boundaries around an over-long line always cut (their domain holds the
-# whole line), so a chunk never mixes a slice of a line with other lines.
+# Boundary classes: a bigger class is a preferred cut (a heading, _C_HEADING and up, is always a
+# wall). _C_WORD must be the lowest and never a wall: then the boundaries around an over-long
+# line always cut (their domain holds the whole line), so no chunk mixes a slice of a line with
+# other lines.
 _C_WORD, _C_LINE, _C_LINE_SOFT, _C_BLOCK, _C_HEADING = 0, 1, 2, 3, 4
 _MASK = (1 << 64) - 1
+_WALL = 1 << 128  # priority of a wall: above every (class, key)
+# An atom of t tokens gets a wall before it with probability min(1, 1.5 * t / limit): more walls
+# mean smaller chunks but fewer chunks changed by an edit (1.5 measured as a good middle).
+_WALL_RATE_NUM, _WALL_RATE_DEN = 3, 2
 
 
 @dataclass
@@ -107,8 +115,14 @@ def _mix(a: int, b: int) -> int:
     return z ^ (z >> 31)
 
 
-def _priorities(atoms: list[_Atom]) -> list[int]:
-    """Priority of the boundary before each atom: its class, then its key.
+def _priorities(atoms: list[_Atom], limit: int) -> list[int]:
+    """Priority of the boundary before each atom: ``_WALL``, or its class and then its key.
+
+    Walls are unconditional cuts that no domain crosses: before every sub-heading, and before
+    an atom whose key falls below a threshold proportional to its size (so a wall comes about
+    every ``limit / 1.5`` tokens, however long the blocks are). They keep the domains
+    short, so a changed priority cannot cascade through many boundaries. Not between the words
+    of one line: those must stay inside the line's boundaries.
 
     When the same key recurs within the last 8 atoms (repeated lines or words) its occurrence
     number is mixed in, so that repeats do not tie: ties would make every repeat a cut and
@@ -123,7 +137,13 @@ def _priorities(atoms: list[_Atom]) -> list[int]:
                 rep = reps[i - d] + 1
                 break
         reps.append(rep)
-        prio.append((a.cls << 64) | (_mix(a.key, rep) if rep else a.key))
+        key = _mix(a.key, rep) if rep else a.key
+        # key / 2**64 < rate * tok / limit, in integers
+        sized = key * limit * _WALL_RATE_DEN < (_WALL_RATE_NUM * a.tok) << 64
+        if a.cls >= _C_HEADING or (a.cls > _C_WORD and sized):
+            prio.append(_WALL)
+        else:
+            prio.append((a.cls << 64) | key)
     return prio
 
 
@@ -297,9 +317,7 @@ class _Chunker:
 
     def _block_atoms(self, bi: int, b: _Block) -> list[_Atom]:
         tok = sum(self.ltok[b.start : b.end + 1])
-        cls = _C_BLOCK
-        if b.kind == "heading":
-            cls = _C_HEADING + 6 - b.level
+        cls = _C_HEADING if b.kind == "heading" else _C_BLOCK
         if tok <= self.cap:
             key = _hash(self._head(b.start, b.end))
             return [_Atom(b.start, b.end, tok, key, cls, bi, heading=b.kind == "heading")]
@@ -371,7 +389,7 @@ class _Chunker:
         for bi in section:
             atoms.extend(self._block_atoms(bi, blocks[bi]))
         atoms = self._glue_headings(atoms)
-        cuts = _cuts([a.tok for a in atoms], _priorities(atoms), self.limit)
+        cuts = _cuts([a.tok for a in atoms], _priorities(atoms, self.limit), self.limit)
         first = 0
         for i in range(1, len(atoms) + 1):
             # A run never mixes whole lines with slices of a line (guaranteed by the classes,
@@ -431,9 +449,9 @@ class _Chunker:
 def _cuts(tok: list[int], prio: list[int], limit: int) -> list[bool]:
     """``cut[i]``: a chunk starts at atom ``i`` (``prio[i]`` is the boundary before atom ``i``).
 
-    The boundary before atom ``i`` is cut iff the atoms between the nearest boundary on the left
-    with priority >= its own and the nearest on the right with priority > its own hold more
-    than ``limit`` tokens (ties go to the leftmost, as in a Cartesian tree).
+    The boundary before atom ``i`` is cut iff it is a wall, or the atoms between the nearest
+    boundary on the left with priority >= its own and the nearest on the right with priority >
+    its own hold more than ``limit`` tokens (ties go to the leftmost, as in a Cartesian tree).
     """
     n = len(tok)
     prefix = [0] * (n + 1)
@@ -455,7 +473,7 @@ def _cuts(tok: list[int], prio: list[int], limit: int) -> list[bool]:
         stack.append(i)
     cut = [False] * n
     for i in range(1, n):
-        cut[i] = prefix[right[i]] - prefix[left[i]] > limit
+        cut[i] = prio[i] == _WALL or prefix[right[i]] - prefix[left[i]] > limit
     return cut
 
 

@@ -29,7 +29,7 @@ from recalld.store import FileChange, FileRow, Identity, NewChunk, Store
 
 log = logging.getLogger(__name__)
 
-CHUNKER_VERSION = "md-2"
+CHUNKER_VERSION = "md-3"
 SESSION_CHUNKER_VERSION = "sessions-1"
 EMBED_GROUP_CHUNKS = 256  # chunks embedded per call across files
 
