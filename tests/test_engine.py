@@ -8,15 +8,14 @@ from typing import Any
 
 import pytest
 
+from conftest import make_config, write
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
 from recalld.errors import BadRequest, Forbidden, IndexError_
 from recalld.store import Identity, Store
 
-from conftest import make_config, write
-
 NOTES = {
-    "projects/alpha.md": "# Alpha project\n\nWe decided to use PostgreSQL for the billing service.\n"
+    "projects/alpha.md": "# Alpha project\n\nWe decided to use PostgreSQL for billing.\n"
     "The migration tool is `alembic_runner` and error E-1234 means a lock timeout.\n",
     "people/bob.md": "# Bob\n\nBob prefers tea over coffee and lives in Lisbon.\n"
     "He is allergic to peanuts.\n",

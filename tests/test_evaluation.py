@@ -110,7 +110,7 @@ def test_eval_on_tiny_corpus(tmp_path: Path) -> None:
     assert res["hit@1"] == 1.0 and res["by_tag"]["adversarial"]["hit@1"] == 1.0
     assert set(res["latency_ms"]) == {"p50", "p95"}
     again = subprocess.run(
-        cmd[:-1] + ["--mode", "keyword", "--k", "3", "--json"],
+        [*cmd[:-1], "--mode", "keyword", "--k", "3", "--json"],
         env=env_for(tmp_path),
         capture_output=True,
         text=True,

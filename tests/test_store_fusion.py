@@ -98,7 +98,7 @@ def test_config_validation(tmp_path: Path) -> None:
     loaded = Config.load(cfg)
     assert loaded.float("search.min_score") == 0.5 and loaded.str("search.fusion") == "rrf"
     cfg.write_text("[search]\nmin_scor = 0.5\n")
-    with pytest.raises(ConfigError, match="unknown setting 'search.min_scor'"):
+    with pytest.raises(ConfigError, match=r"unknown setting 'search\.min_scor'"):
         Config.load(cfg)
     cfg.write_text('[search]\nmax_results = "six"\n')
     with pytest.raises(ConfigError, match="must be int"):
