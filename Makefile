@@ -20,13 +20,13 @@ run: install
 	$(BIN)/recalld serve
 
 test: install
-	$(BIN)/ruff check daemon client tests bench
+	$(BIN)/ruff check daemon client tests $(wildcard bench)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q tests
 
 lint: install
-	$(BIN)/ruff check daemon client tests bench
-	$(BIN)/ruff format --check daemon client tests bench
+	$(BIN)/ruff check daemon client tests $(wildcard bench)
+	$(BIN)/ruff format --check daemon client tests $(wildcard bench)
 
 typecheck: install
 	$(BIN)/mypy
