@@ -77,12 +77,24 @@ def test_bm25_mapping_and_weighted_fusion() -> None:
     assert kw[1] == 1.0 and kw[2] == pytest.approx(0.5) and 0 < kw[3] <= 1
     vs = fusion.cosine_scores([(1, 0.2), (4, 0.9), (5, -0.3)])
     assert vs[5] == 0.0
-    fused = fusion.weighted(vs, kw, vector_weight=0.7, text_weight=0.3)
+    fused = fusion.weighted(vs, kw, vector_weight=0.7, text_weight=0.3, normalise=False)
     by_id = {f.chunk_id: f for f in fused}
     assert by_id[1].score == pytest.approx(0.7 * 0.2 + 0.3 * 1.0)
     assert by_id[4].score == pytest.approx(0.7 * 0.9) and by_id[4].keyword is None
     assert by_id[2].score == pytest.approx(0.3 * 0.5) and by_id[2].vector is None
     assert fused[0].chunk_id == 4
+
+
+def test_min_max_fusion() -> None:
+    vs = {1: 0.30, 2: 0.50, 3: 0.40}
+    kw = {1: 1.0, 4: 0.2}
+    fused = {f.chunk_id: f for f in fusion.weighted(vs, kw, vector_weight=0.2, text_weight=0.8)}
+    assert fused[2].score == pytest.approx(0.2 * 1.0)  # best vector, no keyword match
+    assert fused[1].score == pytest.approx(0.2 * 0.0 + 0.8 * 1.0)
+    assert fused[3].score == pytest.approx(0.2 * 0.5)
+    assert fused[4].score == pytest.approx(0.0)
+    assert fused[1].vector == 0.30 and fused[1].keyword == 1.0  # shown as mapped, not rescaled
+    assert fusion.min_max({7: 0.4}) == {7: 1.0}
 
 
 def test_rrf_scaled_to_one() -> None:

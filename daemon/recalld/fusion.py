@@ -41,23 +41,42 @@ def cosine_scores(hits: Sequence[tuple[int, float]]) -> dict[int, float]:
     return {cid: min(max(sim, 0.0), 1.0) for cid, sim in hits}
 
 
+def min_max(scores: dict[int, float]) -> dict[int, float]:
+    """Rescale one channel's candidate scores to [0, 1] (best 1, worst 0; a lone candidate 1).
+
+    Cosine similarities of one model crowd into a narrow band and BM25 has no fixed scale, so
+    fusing them raw lets whichever channel spreads wider decide; per-query min-max puts both on
+    the same footing (on our benchmarks it beat raw scores on LoCoMo and tldr, see BENCHMARKS.md).
+    """
+    if not scores:
+        return {}
+    hi, lo = max(scores.values()), min(scores.values())
+    if hi <= lo:
+        return {cid: 1.0 for cid in scores}
+    return {cid: (s - lo) / (hi - lo) for cid, s in scores.items()}
+
+
 def weighted(
     vector: dict[int, float],
     keyword: dict[int, float],
     *,
     vector_weight: float,
     text_weight: float,
+    normalise: bool = True,
 ) -> list[Fused]:
     """``vector_weight * v + text_weight * k``, a channel that missed a chunk counting 0.
 
-    Weights are normalised to sum to 1 so that scores stay in [0, 1].
+    With ``normalise`` each channel is min-max rescaled over its candidates first. Weights are
+    normalised to sum to 1 so that scores stay in [0, 1]. The returned ``vector`` / ``keyword``
+    fields keep the channel scores as mapped (cosine, relative BM25), not the rescaled ones.
     """
     total = vector_weight + text_weight
     wv, wk = (vector_weight / total, text_weight / total) if total > 0 else (0.5, 0.5)
+    nv, nk = (min_max(vector), min_max(keyword)) if normalise else (vector, keyword)
     out = [
         Fused(
             cid,
-            wv * vector.get(cid, 0.0) + wk * keyword.get(cid, 0.0),
+            wv * nv.get(cid, 0.0) + wk * nk.get(cid, 0.0),
             vector.get(cid),
             keyword.get(cid),
         )

@@ -209,8 +209,15 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
             kw,
             vector_weight=cfg.float("search.vector_weight"),
             text_weight=cfg.float("search.text_weight"),
+            normalise=cfg.str("search.score_norm") == "minmax",
         )
-    kept = [f for f in fused if f.score >= req.min_score]
+    # The floor keeps a chunk whose fused score reaches it, or whose cosine similarity alone
+    # does: a strong paraphrase match must not be lost because the keyword channel missed it.
+    kept = [
+        f
+        for f in fused
+        if f.score >= req.min_score or (f.vector is not None and f.vector >= req.min_score)
+    ]
     if not kept and fused and not vector_hits:
         kept = fused[:1]  # never drop every keyword-only match
 
