@@ -424,6 +424,7 @@ class Engine:
         with self.reader() as store:
             counts = store.counts()
             identity = store.identity()
+            last_sync = self.last_sync or store.last_indexed()
         return {
             "version": __version__,
             "state": self.state,
@@ -433,7 +434,7 @@ class Engine:
             "identity": _identity_dict(identity),
             "counts": counts,
             "progress": self.progress.as_dict(),
-            "last_sync": self.last_sync,
+            "last_sync": last_sync,
             "last_report": self.last_report.as_dict() if self.last_report else None,
             "last_error": self.last_error,
             "index_path": str(self.index_path),

@@ -501,6 +501,11 @@ class Store:
         }
         return out
 
+    def last_indexed(self) -> float | None:
+        """When a file was last written to the index (survives restarts, unlike a process's)."""
+        row = self.conn.execute("SELECT max(indexed_at) FROM files").fetchone()
+        return float(row[0]) if row and row[0] is not None else None
+
     def data_version(self) -> int:
         """Changes when another connection commits (cheap staleness check for readers)."""
         row = self.conn.execute("PRAGMA data_version").fetchone()
