@@ -67,7 +67,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("search.snippet_chars", 700, "Maximum characters of a result's snippet."),
     Setting("search.fusion", "weighted", "weighted|rrf."),
     Setting("search.rrf_k", 60, "The k of reciprocal rank fusion."),
-    Setting("search.context_weight", 2.0, "BM25 weight of a title/heading match vs the text."),
+    Setting("search.context_weight", 1.5, "BM25 weight of a title/heading match vs the text."),
     Setting("search.max_query_chars", 4000, "Longer queries are cut to this many characters."),
     Setting("chunking.max_tokens", 256, "Chunk size cap in model tokens (MiniLM reads 256)."),
     Setting(
