@@ -3,7 +3,6 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-export RECALLD_HOME ?= $(HOME)/.local/share/recalld
 
 .PHONY: install run test lint typecheck bench clean
 
@@ -15,8 +14,8 @@ $(STAMP): requirements.txt pyproject.toml client/pyproject.toml
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e client -e .
 	touch $(STAMP)
 
+# The daemon creates its memory folder (RECALLD_HOME/memory or the platform data dir's) itself.
 run: install
-	mkdir -p "$(RECALLD_HOME)/memory"
 	$(BIN)/recalld serve
 
 test: install
