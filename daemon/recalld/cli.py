@@ -142,6 +142,10 @@ def _daemon_client() -> Any:
 def _run(args: argparse.Namespace) -> int:
     cmd = args.command
     if cmd == "serve":
+        # The vector scan is one matrix-vector product per query, memory-bound; OpenBLAS's
+        # worker hand-off costs more than it saves on a few cores, and the keyword channel runs
+        # beside it. Must be set before numpy loads. (Setting, not reading, the environment.)
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         from recalld.daemon import serve
 
         return serve(_load_config(args))

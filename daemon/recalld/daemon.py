@@ -188,7 +188,7 @@ class Daemon:
         engine = self.engine
         try:
             with engine.reader() as store:
-                counts = store.counts()
+                counts = engine.counts(store)
         except Exception:  # noqa: BLE001 - during a swap the counts can wait
             counts = {}
         return {

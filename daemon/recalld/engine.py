@@ -104,6 +104,8 @@ class Engine:
         self.needs_reindex: str | None = None
         self.on_progress: ProgressHook | None = None
         self.last_session_sizes: dict[str, int] = {}
+        self._counts: dict[str, int] | None = None
+        self._counts_lock = threading.Lock()
         if writable:
             self.writer = Store(self.index_path)
             self._check_identity()
@@ -216,6 +218,7 @@ class Engine:
             self.vectors(store)
 
     def _on_change(self, change: FileChange) -> None:
+        self._invalidate_counts()
         with self._vectors_lock:
             if self._vectors is not None:
                 self._vectors.apply(change.removed, change.added)
@@ -352,6 +355,7 @@ class Engine:
         return out
 
     def _after_write(self, report: SyncReport) -> None:
+        self._invalidate_counts()
         self.last_report = report
         self.last_sync = time.time()
         self.last_error = report.embed_error
@@ -409,6 +413,17 @@ class Engine:
 
     # status -----------------------------------------------------------------------------------
 
+    def counts(self, store: Store) -> dict[str, int]:
+        """Row counts, cached until the next write (counting FTS and vec0 rows scans them)."""
+        with self._counts_lock:
+            if self._counts is None:
+                self._counts = store.counts()
+            return dict(self._counts)
+
+    def _invalidate_counts(self) -> None:
+        with self._counts_lock:
+            self._counts = None
+
     def index_info(self) -> dict[str, Any]:
         """The ``index`` block of search results."""
         return {
@@ -422,7 +437,7 @@ class Engine:
     def status(self) -> dict[str, Any]:
         """The ``status`` method."""
         with self.reader() as store:
-            counts = store.counts()
+            counts = self.counts(store)
             identity = store.identity()
             last_sync = self.last_sync or store.last_indexed()
         return {

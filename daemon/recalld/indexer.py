@@ -176,6 +176,7 @@ class Indexer:
         self.target_tokens = min(config.int("chunking.target_tokens"), self.max_tokens)
         self.progress = Progress()
         self.embed_error: str | None = None
+        self._known: dict[str, FileRow] | None = None
 
     # discovery --------------------------------------------------------------------------------
 
@@ -210,7 +211,9 @@ class Indexer:
         if paths is None:
             files = self.memory_files()
             indexed = self.store.files("memory")
-            gone = [p for p in indexed if p not in {str(f) for f in files}]
+            self._known = indexed  # one query instead of one per file (no-op resyncs)
+            present = {str(f) for f in files}
+            gone = [p for p in indexed if p not in present]
         else:
             files, gone = [], []
             for p in paths:
@@ -250,6 +253,7 @@ class Indexer:
             self._emit_throttled()
         if pending:
             self._flush(pending, report)
+        self._known = None
         self.backfill_vectors(report)
         report.embed_error = self.embed_error
         report.seconds = round(time.monotonic() - started, 3)
@@ -270,7 +274,7 @@ class Indexer:
             log.warning("skipping %s: %s", path, exc.strerror)
             report.files_skipped += 1
             return None
-        known = self.store.file(key)
+        known = self._known.get(key) if self._known is not None else self.store.file(key)
         if known and known.size == st.st_size and known.mtime_ns == st.st_mtime_ns:
             report.files_unchanged += 1
             return None
