@@ -184,8 +184,8 @@ class Indexer:
         """Every indexable file under the memory roots."""
         seen: dict[str, Path] = {}
         for root in self.roots:
-            for path in self.filter.walk(root):
-                if path.is_symlink() and not self._inside_roots(Path(os.path.realpath(path))):
+            for path, is_link in self.filter.walk(root):
+                if is_link and not self._inside_roots(Path(os.path.realpath(path))):
                     continue  # a link leading out of the roots is not ours to read
                 seen.setdefault(str(path), path)
         return list(seen.values())
@@ -225,7 +225,7 @@ class Indexer:
                 elif self.store.file(str(p)) is not None:
                     gone.append(str(p))
                 elif root is not None and p.is_dir():
-                    files.extend(self.filter.walk(p))  # a folder moved in
+                    files.extend(path for path, _ in self.filter.walk(p))  # a folder moved in
                 elif root is not None:
                     # A folder that vanished: every indexed file under it is gone.
                     prefix = str(p) + os.sep
