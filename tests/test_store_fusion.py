@@ -118,3 +118,28 @@ def test_config_validation(tmp_path: Path) -> None:
     cfg.write_text("[search\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         Config.load(cfg)
+
+
+def test_vector_index_prefilter_matches_exact_search() -> None:
+    rng = np.random.default_rng(1)
+    basis = rng.normal(size=(48, 384)).astype(np.float32)  # embeddings live near a subspace
+    mat = rng.normal(size=(6000, 48)).astype(np.float32) @ basis
+    mat += 0.05 * rng.normal(size=mat.shape).astype(np.float32)
+    mat /= np.linalg.norm(mat, axis=1, keepdims=True)
+    index = VectorIndex(384, prefilter_min_rows=2000)
+    index.apply([], [(i + 1, mat[i]) for i in range(6000)])
+    assert index._proj is not None  # the prefilter is active at this size
+    hits = 0
+    for j in range(50):
+        q = mat[j * 13] + 0.2 * rng.normal(size=384).astype(np.float32)
+        q /= np.linalg.norm(q)
+        exact = set((np.argsort(-(mat @ q))[:10] + 1).tolist())
+        got = [cid for cid, _ in index.search(q, 10)]
+        assert len(got) == 10
+        hits += len(exact & set(got))
+    assert hits / 500 >= 0.99
+    allowed = np.arange(100, 200, dtype=np.int64)
+    assert all(100 <= cid < 200 for cid, _ in index.search(mat[150], 5, allowed))
+    index.apply([151], [(7001, mat[150])])  # updates after the fit stay searchable
+    top = index.search(mat[150], 2)
+    assert top[0][0] == 7001 and 151 not in [c for c, _ in top]
