@@ -55,6 +55,8 @@ def test_claude_code_session_delta_and_get(home: Path, local_embedder: Any) -> N
         report = eng.sync()
         assert report.sessions and report.sessions["files_changed"] == 1
         assert report.sessions["skipped_lines"] == 1
+        summary = eng.status()["transcripts"]
+        assert summary["skipped_lines"] == 1 and summary["formats"] == {"claude_code": 1}
         res = eng.search({"query": "rotate nginx logs", "sources": ["sessions"]})
         top = res["results"][0]
         assert top["source"] == "sessions" and top["path"] == str(t)

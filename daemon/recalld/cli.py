@@ -308,6 +308,12 @@ def _print_status(res: dict[str, Any], as_json: bool) -> None:
         f"last sync: {_when(last)}",
         f"memory:    {', '.join(res.get('memory_roots', []))}",
     ]
+    tr = res.get("transcripts") or {}
+    if tr.get("files"):
+        lines.append(
+            f"sessions:  {tr['files']} transcripts, {tr['messages']} messages, "
+            f"{tr['skipped_lines']} malformed lines skipped"
+        )
     if res.get("last_error"):
         lines.append(f"error:     {res['last_error']}")
     print("\n".join(lines))

@@ -440,6 +440,7 @@ class Engine:
             counts = self.counts(store)
             identity = store.identity()
             last_sync = self.last_sync or store.last_indexed()
+            transcripts = store.sessions_summary()
         return {
             "version": __version__,
             "state": self.state,
@@ -450,6 +451,7 @@ class Engine:
             "counts": counts,
             "progress": self.progress.as_dict(),
             "last_sync": last_sync,
+            "transcripts": transcripts,
             "last_report": self.last_report.as_dict() if self.last_report else None,
             "last_error": self.last_error,
             "index_path": str(self.index_path),

@@ -505,6 +505,25 @@ class Store:
         }
         return out
 
+    def sessions_summary(self) -> dict[str, Any]:
+        """Transcripts: files, messages indexed, malformed lines skipped, formats seen."""
+        row = self.conn.execute(
+            "SELECT count(*), coalesce(sum(messages), 0), coalesce(sum(skipped), 0) "
+            "FROM session_state"
+        ).fetchone()
+        formats = {
+            str(f): int(n)
+            for f, n in self.conn.execute(
+                "SELECT format, count(*) FROM session_state GROUP BY format"
+            )
+        }
+        return {
+            "files": int(row[0]) if row else 0,
+            "messages": int(row[1]) if row else 0,
+            "skipped_lines": int(row[2]) if row else 0,
+            "formats": formats,
+        }
+
     def last_indexed(self) -> float | None:
         """When a file was last written to the index (survives restarts, unlike a process's)."""
         row = self.conn.execute("SELECT max(indexed_at) FROM files").fetchone()
