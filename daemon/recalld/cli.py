@@ -251,7 +251,6 @@ def _local(args: argparse.Namespace) -> int:
             _print_get(engine.get(_get_params(args.target)), args.json)
         elif cmd == "status":
             status = engine.status()
-            status["daemon"] = "not running (answered in-process)"
             _print_status(status, args.json)
     finally:
         engine.close()
@@ -297,7 +296,7 @@ def _print_status(res: dict[str, Any], as_json: bool) -> None:
     counts = res.get("counts", {})
     last = res.get("last_sync")
     lines = [
-        f"state:     {res.get('state')}" + (f" ({res['daemon']})" if res.get("daemon") else ""),
+        f"state:     {res.get('state')} ({_daemon_line(res.get('daemon'))})",
         f"provider:  {res.get('provider')} — {res.get('provider_reason')}",
         f"degraded:  {res.get('degraded') or 'no'}",
         f"index:     {res.get('index_path')}",
@@ -317,6 +316,16 @@ def _print_status(res: dict[str, Any], as_json: bool) -> None:
     if res.get("last_error"):
         lines.append(f"error:     {res['last_error']}")
     print("\n".join(lines))
+
+
+def _daemon_line(daemon: Any) -> str:
+    if isinstance(daemon, dict):
+        paused = ", watching paused" if daemon.get("paused") else ""
+        return (
+            f"daemon pid {daemon.get('pid')}, up {daemon.get('uptime_s')} s, "
+            f"{daemon.get('pending', 0)} pending{paused}"
+        )
+    return "daemon not running; answered in-process"
 
 
 def _when(ts: float | None) -> str:
