@@ -131,10 +131,10 @@ class Store:
                 raise IndexError_(f"cannot prepare the index {path}: {exc}") from exc
         else:
             self.conn.execute("PRAGMA query_only = 1")
-        # Searches read FTS5 and chunk pages on every query: map the file and keep a bigger page
-        # cache than SQLite's 2 MB default so they come from memory, not pread() calls.
-        self.conn.execute("PRAGMA mmap_size = 268435456")
-        self.conn.execute("PRAGMA cache_size = -32768")
+        # Searches read FTS5 and chunk pages on every query: a page cache bigger than SQLite's
+        # 2 MB default keeps the hot ones in memory. No mmap: mapped pages of a large index count
+        # in the daemon's RSS (bench: 444 MB idle with a 256 MB map vs 316 MB without).
+        self.conn.execute("PRAGMA cache_size = -16384")
 
     def close(self) -> None:
         """Close the connection."""
