@@ -1,0 +1,1 @@
+"""``make bench``: recalld's speed and quality benchmarks (see ``bench/run.py``)."""

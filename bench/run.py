@@ -1,0 +1,151 @@
+"""``make bench``: recalld's speed and quality benchmarks, side by side with their references.
+
+    .venv/bin/python bench/run.py                    # full run -> BENCHMARKS.md / BENCHMARKS.json
+    .venv/bin/python bench/run.py --quick            # small sizes -> bench/out/BENCHMARKS.quick.*
+    .venv/bin/python bench/run.py --skip-quality     # speed only (quality: last full results)
+    .venv/bin/python bench/run.py --only large,noop  # some parts -> bench/out/BENCHMARKS.partial.*
+
+Parts: client_import, throughput, rss_indexing, small, large, noop, transcripts, quality.
+Corpora, homes and the embedding cache live under bench/out/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _snapshot() -> tuple[Path, str]:
+    """Copy recalld and recalld_client as they are now; this run imports only the copy.
+
+    Other work goes on in the same tree: a chunker edited halfway through a run would make the
+    daemons it starts disagree with the indexes it built. The daemons get the copy through
+    PYTHONPATH (ahead of the editable installs). Returns the copy and a hash of its sources.
+    """
+    import hashlib
+    import os
+    import shutil
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    snap = Path(tempfile.gettempdir()) / "recalld-bench-snapshot"
+    shutil.rmtree(snap, ignore_errors=True)
+    digest = hashlib.sha256()
+    for src, name in ((root / "daemon", "recalld"), (root / "client", "recalld_client")):
+        shutil.copytree(
+            src / name,
+            snap / src.name / name,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+        )
+        for path in sorted((snap / src.name / name).rglob("*.py")):
+            digest.update(path.read_bytes())
+    paths = [str(snap / "daemon"), str(snap / "client")]
+    sys.path[1:1] = paths
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [*paths, *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    return snap, digest.hexdigest()[:12]
+
+
+SNAPSHOT, SOURCE_HASH = _snapshot()
+
+from bench import common, corpora, quality, report, speed  # noqa: E402
+from bench.cache import VectorCache  # noqa: E402
+from bench.common import FULL, OUT, QUICK, ROOT, Sheet, log, stage  # noqa: E402
+
+PARTS = (
+    "client_import",
+    "throughput",
+    "rss_indexing",
+    "small",
+    "large",
+    "noop",
+    "transcripts",
+    "quality",
+)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line flags."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small sizes, to check the bench itself")
+    p.add_argument("--skip-quality", action="store_true", help="no quality evals")
+    p.add_argument("--only", default="", help=f"comma-separated parts of {', '.join(PARTS)}")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the reusable large/no-op homes")
+    args = p.parse_args(argv)
+    only = {x.strip() for x in args.only.split(",") if x.strip()}
+    unknown = only - set(PARTS)
+    if unknown:
+        p.error(f"unknown part(s) {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
+    args.only_set = only or None
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and write the reports."""
+    args = parse_args(argv)
+    from recalld.embedding.local import LocalEmbedder
+
+    started = time.perf_counter()
+    sizes = QUICK if args.quick else FULL
+    sheet = Sheet()
+    sheet.put("commit", common.git_commit())
+    sheet.put("date", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    sheet.put("source_hash", SOURCE_HASH)
+    import recalld
+
+    assert Path(recalld.__file__).resolve().is_relative_to(SNAPSHOT), recalld.__file__
+    meta: dict[str, object] = {"machine": common.machine(), "run": sizes.name, "stages": {}}
+    timings: dict[str, float] = {}
+    only = args.only_set
+    OUT.mkdir(parents=True, exist_ok=True)
+
+    embedder = LocalEmbedder(batch_size=16, threads=0)  # the config defaults
+    embedder.warm()
+    cache = VectorCache(embedder)
+    try:
+        with stage("pool", timings):
+            for name in corpora.SETS:
+                cache.harvest(quality.home_of(name) / "index.sqlite")
+            pool = corpora.load_pool(sizes.pool_limits)
+            real = corpora.pool_vectors(pool, cache, "pool")
+            sheet.put("pool_files", len(pool))
+            sheet.put("pool_chunks", sum(len(d.chunks) for d in pool))
+        ctx = speed.Ctx(sizes, sheet, embedder, cache, pool, real, args.rebuild)
+        speed.run_all(ctx, only, timings)
+        if not args.skip_quality and (only is None or "quality" in only):
+            with stage("quality", timings):
+                quality.run_quality(
+                    sizes,
+                    sheet,
+                    cache,
+                    pool,
+                    {"date": sheet.metrics["date"], "commit": sheet.metrics["commit"]},
+                )
+        elif only is None:
+            quality.load_last(sheet)
+        sheet.put("embedded_for_corpora", cache.embedded_now)
+    finally:
+        cache.close()
+
+    meta["stages"] = timings
+    meta["wall_s"] = time.perf_counter() - started
+    meta["loadavg_end"] = common.machine()["loadavg"]
+    if args.quick or only:
+        stem = "quick" if args.quick else "partial"
+        md, js = OUT / f"BENCHMARKS.{stem}.md", OUT / f"BENCHMARKS.{stem}.json"
+    else:
+        md, js = ROOT / "BENCHMARKS.md", ROOT / "BENCHMARKS.json"
+    report.write(sheet, meta, md, js)
+    sheet.dump(OUT / "last-sheet.json")
+    log(f"wrote {md} and {js} in {meta['wall_s']:.0f} s")
+    return 1 if sheet.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
