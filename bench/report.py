@@ -513,7 +513,7 @@ def _quality_md(sheet: Sheet) -> list[str]:
     limit = meta.get("limit")
     out += [
         "`run_eval` (what `recalld eval` runs) in-process on each set, k = 10, min score 0, "
-        "default config (weighted fusion 0.7 / 0.3; `rrf` = search.fusion rrf). No reranker is "
+        f"default config ({_fusion_note()}; `rrf` = search.fusion rrf). No reranker is "
         "configured, so there is no rerank row. LoCoMo's overall excludes the adversarial tag "
         "(shown apart)." + (f" Only the first {limit} queries of each set." if limit else ""),
         "",
@@ -568,3 +568,14 @@ def write(sheet: Sheet, meta: dict[str, Any], md_path: Path, json_path: Path) ->
         data["errors"] = sheet.errors
     json_path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
     md_path.write_text(markdown(sheet, meta), encoding="utf-8")
+
+
+def _fusion_note() -> str:
+    """The fusion defaults, read from recalld's settings table (not hard-coded here)."""
+    from recalld.config import SETTINGS
+
+    d = {x.key: x.default for x in SETTINGS}
+    return (
+        f"weighted fusion {d['search.vector_weight']} vector / {d['search.text_weight']} keyword, "
+        f"{d['search.score_norm']} per channel, title weight {d['search.context_weight']}"
+    )
