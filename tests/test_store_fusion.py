@@ -89,10 +89,13 @@ def test_min_max_fusion() -> None:
     vs = {1: 0.30, 2: 0.50, 3: 0.40}
     kw = {1: 1.0, 4: 0.2}
     fused = {f.chunk_id: f for f in fusion.weighted(vs, kw, vector_weight=0.2, text_weight=0.8)}
+    # vector range [0.25, 0.5] (bottom at most half the best), keyword range [0.2, 1.0]
     assert fused[2].score == pytest.approx(0.2 * 1.0)  # best vector, no keyword match
-    assert fused[1].score == pytest.approx(0.2 * 0.0 + 0.8 * 1.0)
-    assert fused[3].score == pytest.approx(0.2 * 0.5)
+    assert fused[1].score == pytest.approx(0.2 * 0.2 + 0.8 * 1.0)
+    assert fused[3].score == pytest.approx(0.2 * 0.6)
     assert fused[4].score == pytest.approx(0.0)
+    near = fusion.min_max({1: 1.0, 2: 0.99})  # a near-tie stays a near-tie
+    assert near[1] == 1.0 and near[2] == pytest.approx(0.98)
     assert fused[1].vector == 0.30 and fused[1].keyword == 1.0  # shown as mapped, not rescaled
     assert fusion.min_max({7: 0.4}) == {7: 1.0}
 

@@ -41,19 +41,26 @@ def cosine_scores(hits: Sequence[tuple[int, float]]) -> dict[int, float]:
     return {cid: min(max(sim, 0.0), 1.0) for cid, sim in hits}
 
 
+MIN_MAX_FLOOR = 0.5
+
+
 def min_max(scores: dict[int, float]) -> dict[int, float]:
-    """Rescale one channel's candidate scores to [0, 1] (best 1, worst 0; a lone candidate 1).
+    """Rescale one channel's candidate scores to [0, 1], the best scoring 1.
 
     Cosine similarities of one model crowd into a narrow band and BM25 has no fixed scale, so
     fusing them raw lets whichever channel spreads wider decide; per-query min-max puts both on
-    the same footing (on our benchmarks it beat raw scores on LoCoMo and tldr, see BENCHMARKS.md).
+    the same footing (it beat raw scores on LoCoMo and tldr, see docs/DECISIONS.md). The bottom of
+    the range is at most half the best score, so that near-ties (two candidates 1% apart) stay
+    near-ties instead of becoming 1 and 0.
     """
     if not scores:
         return {}
-    hi, lo = max(scores.values()), min(scores.values())
+    clipped = {cid: max(s, 0.0) for cid, s in scores.items()}
+    hi = max(clipped.values())
+    lo = min(min(clipped.values()), hi * MIN_MAX_FLOOR)
     if hi <= lo:
-        return {cid: 1.0 for cid in scores}
-    return {cid: (s - lo) / (hi - lo) for cid, s in scores.items()}
+        return {cid: 1.0 for cid in clipped}
+    return {cid: (s - lo) / (hi - lo) for cid, s in clipped.items()}
 
 
 def weighted(
