@@ -14,7 +14,18 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 
 from recalld.filters import PathFilter
@@ -22,6 +33,20 @@ from recalld.filters import PathFilter
 log = logging.getLogger(__name__)
 
 BatchHandler = Callable[[list[Path]], None]
+
+# Only changes. Without a filter inotify also reports every open and read-only close: a grep over
+# the memory folder (2,410 files) then costs the daemon thousands of Python events per run, which
+# the bench saw as 3x slower searches next to ripgrep.
+EVENTS: list[type[FileSystemEvent]] = [
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    FileClosedEvent,
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+]
 
 
 class DirtySet:
@@ -115,7 +140,10 @@ class Watcher:
             try:
                 root.mkdir(parents=True, exist_ok=True)
                 observer.schedule(
-                    _Handler(root, self.filter, self.dirty), str(root), recursive=True
+                    _Handler(root, self.filter, self.dirty),
+                    str(root),
+                    recursive=True,
+                    event_filter=EVENTS,
                 )
             except OSError as exc:
                 log.warning("cannot watch %s: %s", root, exc)
