@@ -1,4 +1,4 @@
-"""The watcher reports changes, not reads: a grep over the memory folder costs the daemon nothing."""
+"""The watcher reports changes, not reads: a grep over the memory folder costs nothing."""
 
 from __future__ import annotations
 
