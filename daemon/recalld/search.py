@@ -19,7 +19,7 @@ from recalld import fusion
 from recalld.config import Config
 from recalld.embedding.base import Embedder
 from recalld.errors import BadRequest
-from recalld.fts_query import build_match
+from recalld.fts_query import build_match, query_terms
 from recalld.store import ChunkRow, Store
 from recalld.vector_index import VectorIndex
 
@@ -228,8 +228,6 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
         if rerank_note:
             degraded = f"{degraded}; {rerank_note}" if degraded else rerank_note
     kept = kept[: req.max_results]
-
-    from recalld.fts_query import query_terms
 
     terms = [t.lower() for t in query_terms(req.query)]
     limit = cfg.int("search.snippet_chars")

@@ -19,14 +19,15 @@ class OllamaDialect(Dialect):
     name = "Ollama"
     key_name = "(no key)"
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, setting: str = "embedding.model") -> None:
         self.model = model
+        self.setting = setting  # the config key that names the model, for the hint
 
     def explain(self, status: int, detail: str) -> str | None:
         if status == 404 or "not found" in detail.lower():
             return (
                 f"Ollama does not have the model '{self.model}' ({detail}): "
-                f"run `ollama pull {self.model}` or set embedding.model"
+                f"run `ollama pull {self.model}` or set {self.setting}"
             )
         return None
 

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from recalld.embedding.http import Dialect, HttpOptions, HttpService
+from recalld.embedding.http import HttpOptions, HttpService
+from recalld.embedding.ollama import OllamaDialect
 from recalld.errors import ProviderError
 
 __all__ = ["PROMPT", "OllamaReranker", "parse_grade"]
@@ -37,22 +38,6 @@ SCHEMA = {
 MAX_DOC_CHARS = 2000  # a snippet is <= 700 chars; this only guards against huge inputs
 
 
-class _Dialect(Dialect):
-    name = "Ollama"
-    key_name = "(no key)"
-
-    def __init__(self, model: str) -> None:
-        self.model = model
-
-    def explain(self, status: int, detail: str) -> str | None:
-        if status == 404 or "not found" in detail.lower():
-            return (
-                f"Ollama does not have the model '{self.model}' ({detail}): "
-                f"run `ollama pull {self.model}` or change rerank.model"
-            )
-        return None
-
-
 class OllamaReranker:
     """``ollama``: an instruction-following model used as a pointwise grader."""
 
@@ -64,7 +49,7 @@ class OllamaReranker:
         self.base_url = (options.base_url or self.default_base_url).rstrip("/")
         self.model = options.model
         self.label = f"{self.kind}/{self.model}"
-        self.http = HttpService(_Dialect(self.model), self.base_url, options)
+        self.http = HttpService(OllamaDialect(self.model, "rerank.model"), self.base_url, options)
 
     def score(self, query: str, documents: Sequence[str]) -> list[float]:
         """One grade in [0, 1] per document, in order."""
