@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from recalld.ident_tokens import cjk_bigrams, is_cjk, split_word
+
 __all__ = ["MAX_TERMS", "build_match", "query_terms"]
 
 #: Most terms (words or phrases) in one MATCH expression.
@@ -68,6 +70,33 @@ class _Term:
 
     def quoted(self) -> str:
         return '"' + _UNSAFE.sub(" ", self.source).replace('"', '""') + '"'
+
+    def expression(self, partial: bool) -> str:
+        """The term's MATCH expression; with ``partial``, also its identifier/CJK variants.
+
+        ``ConnReset`` and ``conn_reset`` become ``NEAR("conn"* "reset"*, 3)`` besides the exact
+        phrase, which finds ``ERR_CONN_RESET`` and ``connection_reset()``; a CJK word becomes the
+        phrase of its bigrams, which the ident column holds (see recalld.ident_tokens).
+        """
+        exact = self.quoted()
+        if not partial:
+            return exact
+        alts: list[str] = []
+        tokens = _TOKEN.findall(self.source)
+        cjk = [t for t in tokens if is_cjk(t)]
+        if cjk:
+            for tok in cjk:
+                grams = cjk_bigrams(tok)
+                phrase = '"' + " ".join(grams) + '"'
+                alts.append(phrase + ("*" if len(grams) == 1 else ""))
+        else:
+            sub = [p for t in tokens for p in split_word(t)]
+            if len(sub) >= 2:
+                near = " ".join(f'"{p}"' + ("*" if len(p) >= 3 else "") for p in sub)
+                alts.append(f"NEAR({near}, {len(sub) + 1})")
+        if not alts:
+            return exact
+        return "(" + " OR ".join([exact, *alts]) + ")"
 
 
 def _source(word: str, piece: list[re.Match[str]]) -> str:
@@ -114,33 +143,37 @@ def _scan(query: str) -> list[_Term]:
     return terms
 
 
-def _select(query: str, mode: str) -> list[_Term]:
+def _select(query: str, mode: str, partial: bool = False) -> list[tuple[_Term, str]]:
     terms = _scan(query)
     if mode == "or":
         terms = [t for t in terms if not t.stopword] or terms
     # (AND keeps stopwords: the index has them, and dropping one would widen the query.)
-    out: list[_Term] = []
+    out: list[tuple[_Term, str]] = []
     size = 0
     for t in terms[:MAX_TERMS]:
-        size += len(t.quoted()) + 5  # 5 = len(" AND ")
+        expr = t.expression(partial)
+        size += len(expr) + 5  # 5 = len(" AND ")
         if size > MAX_MATCH_CHARS:
             break
-        out.append(t)
+        out.append((t, expr))
     return out
 
 
-def build_match(query: str, *, mode: Literal["or", "and"] = "or") -> str | None:
+def build_match(
+    query: str, *, mode: Literal["or", "and"] = "or", partial: bool = False
+) -> str | None:
     """An FTS5 MATCH expression for ``query``, or None when it has no searchable term.
 
     ``mode="or"`` ranks any-term matches (BM25 does the rest) and drops English stopwords
-    unless nothing else is left; ``mode="and"`` requires every term.
+    unless nothing else is left; ``mode="and"`` requires every term. ``partial`` adds each
+    term's identifier-part and CJK-bigram variants (``search.partial_identifiers``).
     """
     if mode not in ("or", "and"):
         raise ValueError(f"mode must be 'or' or 'and', not {mode!r}")
-    terms = _select(query, mode)
+    terms = _select(query, mode, partial)
     if not terms:
         return None
-    return (" AND " if mode == "and" else " OR ").join(t.quoted() for t in terms)
+    return (" AND " if mode == "and" else " OR ").join(expr for _, expr in terms)
 
 
 def query_terms(query: str) -> list[str]:
@@ -149,7 +182,7 @@ def query_terms(query: str) -> list[str]:
     Meant for highlighting snippets: phrases are flattened into their tokens.
     """
     out: dict[str, None] = {}
-    for t in _select(query, "or"):
+    for t, _ in _select(query, "or"):
         for p in t.parts:
             out.setdefault(p)
     return list(out)

@@ -103,6 +103,40 @@ MIGRATIONS: tuple[str, ...] = (
     END;
     INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');
     """,
+    # 3: derived identifier/CJK tokens (recalld.ident_tokens) as a third FTS5 column, so that
+    # ``ConnReset`` finds ``ERR_CONN_RESET`` and a word inside a Japanese sentence is findable.
+    # ``recalld_ident`` is registered on every writable connection by the Store.
+    """
+    ALTER TABLE chunks ADD COLUMN ident TEXT NOT NULL DEFAULT '';
+    UPDATE chunks SET ident = recalld_ident(text);
+    DROP TRIGGER chunks_ai;
+    DROP TRIGGER chunks_ad;
+    DROP TRIGGER chunks_au;
+    DROP TABLE chunks_fts;
+    CREATE VIRTUAL TABLE chunks_fts USING fts5(
+        text,
+        context,
+        ident,
+        content = 'chunks',
+        content_rowid = 'id',
+        tokenize = "porter unicode61 remove_diacritics 2"
+    );
+    CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+        INSERT INTO chunks_fts(rowid, text, context, ident)
+        VALUES (new.id, new.text, new.context, new.ident);
+    END;
+    CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+        INSERT INTO chunks_fts(chunks_fts, rowid, text, context, ident)
+        VALUES ('delete', old.id, old.text, old.context, old.ident);
+    END;
+    CREATE TRIGGER chunks_au AFTER UPDATE OF text, context, ident ON chunks BEGIN
+        INSERT INTO chunks_fts(chunks_fts, rowid, text, context, ident)
+        VALUES ('delete', old.id, old.text, old.context, old.ident);
+        INSERT INTO chunks_fts(rowid, text, context, ident)
+        VALUES (new.id, new.text, new.context, new.ident);
+    END;
+    INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');
+    """,
 )
 
 

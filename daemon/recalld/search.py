@@ -16,10 +16,14 @@ from typing import Any
 import numpy as np
 
 from recalld import fusion
+from recalld.answer_budget import MIN_BUDGET_TOKENS, fit_to_budget
 from recalld.config import Config
+from recalld.diversity import Candidate, collapse, mmr
 from recalld.embedding.base import Embedder
 from recalld.errors import BadRequest
 from recalld.fts_query import build_match, query_terms
+from recalld.note_dates import decay, is_evergreen, note_date
+from recalld.query_shape import QueryShape, analyze, boosted, literal_share, normalise_name
 from recalld.store import ChunkRow, Store
 from recalld.vector_index import VectorIndex
 
@@ -38,6 +42,8 @@ class SearchRequest:
     sources: tuple[str, ...] | None
     path_prefix: str | None
     mode: str
+    max_tokens: int = 0  # 0: no budget
+    explain: bool = False
 
 
 def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
@@ -92,7 +98,32 @@ def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
     mode = params.get("mode") or "hybrid"
     if mode not in MODES:
         raise BadRequest(f"mode must be one of {MODES}, got {mode!r}")
-    return SearchRequest(query, max_results, float(min_score), sources, path_prefix or None, mode)
+
+    max_tokens = params.get("max_tokens")
+    if max_tokens is None:
+        max_tokens = config.int("search.max_tokens")
+    if (
+        not isinstance(max_tokens, int)
+        or isinstance(max_tokens, bool)
+        or not (max_tokens == 0 or MIN_BUDGET_TOKENS <= max_tokens <= 1_000_000)
+    ):
+        raise BadRequest(
+            f"max_tokens must be 0 (no budget) or an integer from {MIN_BUDGET_TOKENS} to "
+            f"1000000, got {max_tokens!r}"
+        )
+    explain = params.get("explain", False)
+    if not isinstance(explain, bool):
+        raise BadRequest(f"explain must be true or false, got {explain!r}")
+    return SearchRequest(
+        query,
+        max_results,
+        float(min_score),
+        sources,
+        path_prefix or None,
+        mode,
+        max_tokens,
+        explain,
+    )
 
 
 @dataclass
@@ -127,6 +158,22 @@ def snippet(text: str, terms: Sequence[str], limit: int) -> str:
     return "\n".join(lines[best:])[:limit]
 
 
+def channel_weights(shape: QueryShape | None, cfg: Config) -> tuple[float, float]:
+    """(vector, keyword) weights for a query of this shape (query_shape's rule)."""
+    if shape is None or shape.kind == "mixed":
+        return cfg.float("search.vector_weight"), cfg.float("search.text_weight")
+    key = "identifier" if shape.kind == "identifier" else "natural"
+    vw = min(max(cfg.float(f"search.{key}_vector_weight"), 0.0), 1.0)
+    return vw, 1.0 - vw
+
+
+def _name_of(row: ChunkRow) -> tuple[str, str]:
+    """The normalised file stem and document title of a chunk (for the name boost)."""
+    base = row.path.rsplit("/", 1)[-1]
+    stem = base.rsplit(".", 1)[0] if "." in base[1:] else base
+    return normalise_name(stem), normalise_name(row.context.split(" > ")[0])
+
+
 def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     """Run one search; returns the wire result of DESIGN.md."""
     started = time.perf_counter()
@@ -138,6 +185,7 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     run_keyword = req.mode in ("hybrid", "keyword") or (req.mode == "vector" and not vector_ok)
     if req.mode != "keyword" and not vector_ok and degraded is None:
         degraded = "the index has no vectors yet; keyword search only"
+    shape = analyze(req.query) if cfg.bool("search.query_shape") else None
 
     allowed = None
     if run_vector and (req.sources or req.path_prefix):
@@ -163,7 +211,10 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
                 run_keyword = True
 
     keyword_hits: list[tuple[int, float]] = []
-    match = build_match(req.query) if run_keyword else None
+    partial = cfg.bool("search.partial_identifiers")
+    match = build_match(req.query, partial=partial) if run_keyword else None
+    if match and not partial:
+        match = "{text context} : (" + match + ")"  # the derived ident column stays out
     if match:
         keyword_hits = ctx.store.keyword_search(
             match,
@@ -171,6 +222,7 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
             req.sources,
             req.path_prefix,
             context_weight=cfg.float("search.context_weight"),
+            ident_weight=cfg.float("search.ident_weight"),
         )
 
     if vector_future is not None:
@@ -188,13 +240,17 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     else:
         mode = "keyword" if (req.mode != "hybrid" or not run_vector) else "hybrid"
 
+    method = "weighted"
+    vw, tw = channel_weights(shape, cfg)
     if not vector_hits:
         # Only the keyword channel answered: its own scores, so the floor keeps its best match.
         fused = [fusion.Fused(cid, s, None, s) for cid, s in kw.items()]
         fused.sort(key=lambda f: (-f.score, f.chunk_id))
+        method = "keyword only"
     elif not keyword_hits:
         fused = [fusion.Fused(cid, s, s, None) for cid, s in vs.items()]
         fused.sort(key=lambda f: (-f.score, f.chunk_id))
+        method = "vector only"
     elif cfg.str("search.fusion") == "rrf":
         fused = fusion.rrf(
             [c for c, _ in vector_hits],
@@ -203,14 +259,18 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
             kw,
             k=cfg.int("search.rrf_k"),
         )
+        method = "rrf"
     else:
-        fused = fusion.weighted(
-            vs,
-            kw,
-            vector_weight=cfg.float("search.vector_weight"),
-            text_weight=cfg.float("search.text_weight"),
-            normalise=cfg.str("search.score_norm") == "minmax",
-        )
+        minmax = cfg.str("search.score_norm") == "minmax"
+        fused = fusion.weighted(vs, kw, vector_weight=vw, text_weight=tw, normalise=minmax)
+
+    rows = ctx.store.chunks(f.chunk_id for f in fused)
+    fused = [f for f in fused if f.chunk_id in rows]
+    notes: dict[int, dict[str, Any]] | None = None
+    if req.explain:
+        notes = _channel_notes(fused, vector_hits, keyword_hits)
+    fused = _boost(fused, rows, shape, cfg, notes)
+
     # The floor keeps a chunk whose fused score reaches it, or whose cosine similarity alone
     # does: a strong paraphrase match must not be lost because the keyword channel missed it.
     kept = [
@@ -220,19 +280,48 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     ]
     if not kept and fused and not vector_hits:
         kept = fused[:1]  # never drop every keyword-only match
-
-    rows = ctx.store.chunks(f.chunk_id for f in kept[: max(req.max_results, 1) * 4])
-    kept = [f for f in kept if f.chunk_id in rows]
+    kept = kept[: max(req.max_results, 1) * 4]
+    # Recency reorders what passed the floor and never hides a note: an old answer is still one.
+    kept = _recency(kept, rows, cfg, notes)
     if ctx.reranker is not None and kept:
         kept, rerank_note = _rerank(req, ctx, kept, rows)
         if rerank_note:
             degraded = f"{degraded}; {rerank_note}" if degraded else rerank_note
-    kept = kept[: req.max_results]
+
+    channels = {f.chunk_id: f for f in kept}
+    cands = [
+        Candidate(
+            f.chunk_id,
+            f.score,
+            rows[f.chunk_id].path,
+            rows[f.chunk_id].start_line,
+            rows[f.chunk_id].end_line,
+            rows[f.chunk_id].text,
+        )
+        for f in kept
+    ]
+    if cfg.bool("search.dedupe"):
+        cands = collapse(cands, cfg.float("search.dedupe_similarity"))
+    lam = cfg.float("search.mmr_lambda")
+    if lam < 1.0:
+        cands = mmr(cands, lam, ctx.vectors.vectors_of if ctx.vectors else None, req.max_results)
+    cands = cands[: req.max_results]
 
     terms = [t.lower() for t in query_terms(req.query)]
     limit = cfg.int("search.snippet_chars")
-    results = [_result(rows[f.chunk_id], f, terms, limit) for f in kept]
-    return {
+    extra = ctx.store.chunks(cid for c in cands for cid in c.also if cid not in rows)
+    results = []
+    for c in cands:
+        res = _result(rows[c.chunk_id], channels[c.chunk_id], c.score, terms, limit)
+        if c.also:
+            found = (rows.get(cid) or extra.get(cid) for cid in c.also)
+            res["also"] = [_place(r) for r in found if r is not None]
+        if notes is not None:
+            res["explain"] = {**notes.get(c.chunk_id, {}), "final": round(c.score, 6)}
+            if c.also:
+                res["explain"]["collapsed"] = len(c.also)
+        results.append(res)
+    answer: dict[str, Any] = {
         "results": results,
         "mode": mode,
         "degraded": degraded,
@@ -240,8 +329,102 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
         "index": ctx.index_info()
         if ctx.index_info
         else {"state": "idle", "pending": 0, "last_sync": None},
-        "took_ms": round((time.perf_counter() - started) * 1000, 3),
     }
+    if req.explain:
+        answer["explain"] = {
+            "shape": shape.kind if shape else "off",
+            "literals": list(shape.literals) if shape else [],
+            "fusion": method,
+            "weights": {"vector": round(vw, 4), "keyword": round(tw, 4)},
+            "match": match,
+            "candidates": {"vector": len(vector_hits), "keyword": len(keyword_hits)},
+        }
+    if req.max_tokens:
+        answer["budget"] = fit_to_budget(answer, req.max_tokens)
+    answer["took_ms"] = round((time.perf_counter() - started) * 1000, 3)
+    return answer
+
+
+def _channel_notes(
+    fused: list[fusion.Fused],
+    vector_hits: list[tuple[int, float]],
+    keyword_hits: list[tuple[int, float]],
+) -> dict[int, dict[str, Any]]:
+    """Per chunk: each channel's rank and mapped score, and the fused score (for --explain)."""
+    vrank = {cid: r for r, (cid, _) in enumerate(vector_hits, 1)}
+    krank = {cid: r for r, (cid, _) in enumerate(keyword_hits, 1)}
+    notes: dict[int, dict[str, Any]] = {}
+    for f in fused:
+        notes[f.chunk_id] = {
+            "vector": None
+            if f.vector is None
+            else {"rank": vrank.get(f.chunk_id), "score": round(f.vector, 6)},
+            "keyword": None
+            if f.keyword is None
+            else {"rank": krank.get(f.chunk_id), "score": round(f.keyword, 6)},
+            "fused": round(f.score, 6),
+        }
+    return notes
+
+
+def _boost(
+    fused: list[fusion.Fused],
+    rows: dict[int, ChunkRow],
+    shape: QueryShape | None,
+    cfg: Config,
+    notes: dict[int, dict[str, Any]] | None,
+) -> list[fusion.Fused]:
+    """Literal and name boosts of query_shape's rule; returns the list re-sorted."""
+    if shape is None:
+        return fused
+    lit_b, name_b = cfg.float("search.literal_boost"), cfg.float("search.name_boost")
+    out: list[fusion.Fused] = []
+    changed = False
+    for f in fused:
+        row = rows[f.chunk_id]
+        score = f.score
+        share = literal_share(shape.literals, row.text) if lit_b > 0 and shape.literals else 0.0
+        if share:
+            score = boosted(score, lit_b * share)
+        named = name_b > 0 and shape.name in _name_of(row)
+        if named:
+            score = boosted(score, name_b)
+        if score != f.score:
+            changed = True
+            f = fusion.Fused(f.chunk_id, score, f.vector, f.keyword)
+            if notes is not None:
+                notes[f.chunk_id]["boosts"] = {"literal": round(share, 3), "name": named}
+        out.append(f)
+    if changed:
+        out.sort(key=lambda f: (-f.score, f.chunk_id))
+    return out
+
+
+def _recency(
+    kept: list[fusion.Fused],
+    rows: dict[int, ChunkRow],
+    cfg: Config,
+    notes: dict[int, dict[str, Any]] | None,
+) -> list[fusion.Fused]:
+    """Half-life decay by the note's date (note_dates); evergreen files never decay."""
+    half_life = cfg.float("search.recency_half_life_days")
+    if half_life <= 0 or not kept:
+        return kept
+    evergreen = cfg.list("search.evergreen")
+    now = time.time()
+    factors: dict[str, float] = {}
+    out = []
+    for f in kept:
+        path = rows[f.chunk_id].path
+        if path not in factors:
+            when = None if is_evergreen(path, evergreen) else note_date(path)
+            factors[path] = 1.0 if when is None else decay(now - when, half_life)
+        factor = factors[path]
+        if notes is not None:
+            notes[f.chunk_id]["recency"] = round(factor, 4)
+        out.append(fusion.Fused(f.chunk_id, f.score * factor, f.vector, f.keyword))
+    out.sort(key=lambda f: (-f.score, f.chunk_id))
+    return out
 
 
 def _rerank(
@@ -264,17 +447,30 @@ def _rerank(
     return [fusion.Fused(f.chunk_id, score, f.vector, f.keyword) for f, score in ranked], None
 
 
-def _result(row: ChunkRow, f: fusion.Fused, terms: Sequence[str], limit: int) -> dict[str, Any]:
+def _result(
+    row: ChunkRow, f: fusion.Fused, score: float, terms: Sequence[str], limit: int
+) -> dict[str, Any]:
     return {
         "path": row.path,
         "source": row.source,
         "start_line": row.start_line,
         "end_line": row.end_line,
-        "score": round(f.score, 6),
+        "score": round(score, 6),
         "snippet": snippet(row.text, terms, limit),
         "citation": f"{row.path}#L{row.start_line}-L{row.end_line}",
         "scores": {
             "vector": None if f.vector is None else round(f.vector, 6),
             "keyword": None if f.keyword is None else round(f.keyword, 6),
         },
+    }
+
+
+def _place(row: ChunkRow) -> dict[str, Any]:
+    """Where a collapsed duplicate was found (a result's ``also``)."""
+    return {
+        "path": row.path,
+        "source": row.source,
+        "start_line": row.start_line,
+        "end_line": row.end_line,
+        "citation": f"{row.path}#L{row.start_line}-L{row.end_line}",
     }

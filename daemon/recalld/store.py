@@ -21,6 +21,7 @@ import numpy.typing as npt
 import sqlite_vec
 
 from recalld.errors import IndexError_
+from recalld.ident_tokens import ident_text
 from recalld.migrations import migrate
 
 _PREFIX_END = "\U0010ffff"
@@ -78,6 +79,10 @@ class ChunkRow:
     start_line: int
     end_line: int
     text: str
+    context: str = ""  # document title > heading path
+
+
+_CHUNK_COLUMNS = "id, path, source, start_line, end_line, text, context"
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,11 @@ class FileChange:
 def prefix_bounds(prefix: str) -> tuple[str, str]:
     """Range ``[lo, hi)`` of strings starting with ``prefix`` (index-friendly LIKE 'p%')."""
     return prefix, prefix + _PREFIX_END
+
+
+def _sql_ident(*args: Any) -> str:
+    """``recalld_ident(text)`` in SQL (migration 3)."""
+    return ident_text(args[0]) if isinstance(args[0], str) else ""
 
 
 def vector_blob(vec: npt.NDArray[np.float32]) -> bytes:
@@ -125,6 +135,8 @@ class Store:
         if not readonly:
             self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute("PRAGMA synchronous = NORMAL")
+            # Migration 3 derives the ident column of existing chunks in SQL.
+            self.conn.create_scalar_function("recalld_ident", _sql_ident, 1, deterministic=True)
             try:
                 migrate(self.conn)
             except apsw.Error as exc:
@@ -237,8 +249,8 @@ class Store:
             removed = self._delete_chunks(row.path, from_line=keep_from_line, has_vec=has_vec)
             for chunk in chunks:
                 self.conn.execute(
-                    "INSERT INTO chunks(path, source, start_line, end_line, hash, text, context) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO chunks(path, source, start_line, end_line, hash, text, context, "
+                    "ident) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         row.path,
                         row.source,
@@ -247,6 +259,7 @@ class Store:
                         chunk.hash,
                         chunk.text,
                         chunk.context,
+                        ident_text(chunk.text),
                     ),
                 )
                 if has_vec and vectors is not None and chunk.hash in vectors:
@@ -302,8 +315,7 @@ class Store:
             part = id_list[start : start + 500]
             marks = ",".join("?" * len(part))
             for r in self.conn.execute(
-                f"SELECT id, path, source, start_line, end_line, text FROM chunks "
-                f"WHERE id IN ({marks})",
+                f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE id IN ({marks})",
                 part,
             ):
                 out[int(r[0])] = ChunkRow(*r)
@@ -320,8 +332,7 @@ class Store:
         return [
             ChunkRow(*r)
             for r in self.conn.execute(
-                "SELECT id, path, source, start_line, end_line, text FROM chunks "
-                "WHERE path = ? ORDER BY start_line",
+                f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE path = ? ORDER BY start_line",
                 (path,),
             )
         ]
@@ -358,15 +369,17 @@ class Store:
         path_prefix: str | None,
         *,
         context_weight: float = 1.0,
+        ident_weight: float = 1.0,
     ) -> list[tuple[int, float]]:
         """(chunk id, bm25) best first; bm25 is negative, lower is better (FTS5's convention).
 
-        ``context_weight`` weighs a match in the title/heading column against one in the text.
+        ``context_weight`` weighs a match in the title/heading column against one in the text,
+        ``ident_weight`` one in the derived identifier/CJK tokens.
         """
         where, args = _filters(sources, path_prefix, alias="c.")
-        weight = float(context_weight)
+        weights = f"1.0, {float(context_weight)!r}, {float(ident_weight)!r}"
         sql = (
-            f"SELECT c.id, bm25(chunks_fts, 1.0, {weight!r}) AS rank FROM chunks_fts "
+            f"SELECT c.id, bm25(chunks_fts, {weights}) AS rank FROM chunks_fts "
             "JOIN chunks c ON c.id = chunks_fts.rowid WHERE chunks_fts MATCH ?"
             + (f" AND {where}" if where else "")
             + " ORDER BY rank LIMIT ?"

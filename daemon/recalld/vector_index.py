@@ -139,6 +139,16 @@ class VectorIndex:
             self._row_of[moved] = row
         self._count -= 1
 
+    def vectors_of(self, chunk_ids: Sequence[int]) -> dict[int, F32]:
+        """Copies of the (unit) vectors of ``chunk_ids`` that the index holds."""
+        with self._lock:
+            out: dict[int, F32] = {}
+            for cid in chunk_ids:
+                row = self._row_of.get(int(cid))
+                if row is not None and row < self._count:
+                    out[int(cid)] = self._matrix[row].copy()
+            return out
+
     def search(
         self, query: F32, k: int, allowed: npt.NDArray[np.int64] | None = None
     ) -> list[tuple[int, float]]:

@@ -1,0 +1,157 @@
+"""Retrieval ablation: the anchor pipeline, each issue-9 addition on its own, and all together.
+
+    .venv/bin/python bench/ablation.py [--sets locomo,tldr] [--variants anchor,all] [--limit N]
+
+Runs ``recalld eval`` (min score 0, k 10) against the persistent quality homes of ``make bench``
+(bench/out/quality/<set>; built on first use) with config overrides per variant, and writes
+bench/out/ablation.json and a Markdown table (bench/out/ablation.md) for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.partial_ids import transcript_overrides  # noqa: E402
+from recalld.config import Value  # noqa: E402
+from recalld.evaluation import run_eval  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "bench"
+OUT = ROOT / "bench" / "out"
+METRICS = ("recall@10", "hit@1", "mrr@10", "ndcg@10")
+
+#: Every addition off: the session-1 pipeline (min-max 0.2/0.8, title column 1.5).
+OFF: dict[str, Value] = {
+    "search.query_shape": False,
+    "search.partial_identifiers": False,
+    "search.dedupe": False,
+    "search.mmr_lambda": 1.0,
+    "search.recency_half_life_days": 0.0,
+}
+VARIANTS: dict[str, dict[str, Value]] = {
+    # OpenClaw's fusion: raw scores, 0.7 vector / 0.3 keyword, no title weighting.
+    "anchor": {
+        **OFF,
+        "search.score_norm": "none",
+        "search.vector_weight": 0.7,
+        "search.text_weight": 0.3,
+        "search.context_weight": 1.0,
+    },
+    "baseline": OFF,
+    "+shape": {**OFF, "search.query_shape": True},
+    "+partial": {**OFF, "search.partial_identifiers": True},
+    "+dedupe": {**OFF, "search.dedupe": True},
+    "+mmr 0.7": {**OFF, "search.mmr_lambda": 0.7},
+    "+recency 30d": {**OFF, "search.recency_half_life_days": 30.0},
+    "all (defaults)": {},
+    "all + mmr + recency": {"search.mmr_lambda": 0.7, "search.recency_half_life_days": 30.0},
+}
+SETS = ("locomo", "scifact-train", "tldr", "partial-ids")
+
+
+def set_files(name: str) -> tuple[Path, Path, Path, dict[str, Value]]:
+    """Corpus, queries, qrels and extra overrides of a set."""
+    if name == "partial-ids":
+        base = OUT / "partial-ids"
+        if not (base / "queries.jsonl").exists():
+            raise SystemExit("run `.venv/bin/python bench/partial_ids.py` first")
+        corpus = SHARED / "transcripts"
+        home = OUT / "quality" / name
+        return (
+            corpus,
+            base / "queries.jsonl",
+            base / "qrels.tsv",
+            transcript_overrides(corpus, home),
+        )
+    base = SHARED / name
+    return base / "corpus", base / "queries.jsonl", base / "qrels.tsv", {}
+
+
+def run(sets: list[str], variants: list[str], limit: int | None) -> dict[str, Any]:
+    """All (set, variant) evals; results keyed by set then variant."""
+    results: dict[str, Any] = {}
+    for name in sets:
+        corpus, queries, qrels, extra = set_files(name)
+        results[name] = {}
+        for variant in variants:
+            t = time.perf_counter()
+            res = run_eval(
+                corpus,
+                queries,
+                qrels,
+                k=10,
+                mode="hybrid",
+                min_score=0.0,
+                home=OUT / "quality" / name,
+                overrides={**extra, **VARIANTS[variant]},
+                limit=limit,
+            )
+            row: dict[str, Any] = {m: res[m] for m in METRICS}
+            row["p50_ms"] = res["latency_ms"]["p50"]
+            row["queries"] = res["queries"]
+            row["by_tag"] = {tag: {m: v[m] for m in METRICS} for tag, v in res["by_tag"].items()}
+            results[name][variant] = row
+            print(
+                f"{name:14} {variant:22} "
+                + " ".join(f"{m} {row[m]:.3f}" for m in METRICS)
+                + f" p50 {row['p50_ms']} ms ({time.perf_counter() - t:.0f} s)",
+                flush=True,
+            )
+    return results
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """One table per set (locomo also per tag)."""
+    out: list[str] = []
+    for name, rows in results.items():
+        out.append(f"\n**{name}** ({next(iter(rows.values()))['queries']} queries)\n")
+        out.append("| variant | recall@10 | hit@1 | MRR@10 | nDCG@10 | p50 ms |")
+        out.append("|---|---|---|---|---|---|")
+        for variant, row in rows.items():
+            out.append(
+                f"| {variant} | "
+                + " | ".join(f"{row[m]:.3f}" for m in METRICS)
+                + f" | {row['p50_ms']} |"
+            )
+        if name == "locomo":
+            tags = sorted(next(iter(rows.values()))["by_tag"])
+            out.append("\nLoCoMo per tag, recall@10 / hit@1 (adversarial is not in the overall):\n")
+            out.append("| variant | " + " | ".join(tags) + " |")
+            out.append("|---|" + "---|" * len(tags))
+            for variant, row in rows.items():
+                cells = [
+                    f"{row['by_tag'][t]['recall@10']:.3f} / {row['by_tag'][t]['hit@1']:.3f}"
+                    for t in tags
+                ]
+                out.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sets", default=",".join(SETS))
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--limit", type=int, default=None, help="first N queries of each set")
+    args = p.parse_args()
+    sets = [s for s in args.sets.split(",") if s]
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if v not in VARIANTS] + [s for s in sets if s not in SETS]
+    if unknown:
+        raise SystemExit(f"unknown: {unknown}; variants {list(VARIANTS)}, sets {list(SETS)}")
+    results = run(sets, variants, args.limit)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "ablation.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    table = markdown(results)
+    (OUT / "ablation.md").write_text(table, encoding="utf-8")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
