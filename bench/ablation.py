@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.partial_ids import transcript_overrides  # noqa: E402
 from recalld.config import Value  # noqa: E402
-from recalld.evaluation import run_eval  # noqa: E402
+from recalld.evaluation import parse_overrides, run_eval  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "bench"
 OUT = ROOT / "bench" / "out"
@@ -139,9 +139,20 @@ def main() -> None:
     p.add_argument("--sets", default=",".join(SETS))
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--limit", type=int, default=None, help="first N queries of each set")
+    p.add_argument(
+        "--custom",
+        action="append",
+        default=[],
+        metavar="LABEL|KEY=VALUE|...",
+        help="an extra variant: defaults plus these overrides (repeatable)",
+    )
     args = p.parse_args()
     sets = [s for s in args.sets.split(",") if s]
     variants = [v for v in args.variants.split(",") if v]
+    for spec in args.custom:
+        label, *pairs = spec.split("|")
+        VARIANTS[label] = parse_overrides(pairs)
+        variants.append(label)
     unknown = [v for v in variants if v not in VARIANTS] + [s for s in sets if s not in SETS]
     if unknown:
         raise SystemExit(f"unknown: {unknown}; variants {list(VARIANTS)}, sets {list(SETS)}")

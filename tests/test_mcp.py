@@ -73,6 +73,7 @@ def test_mcp_tools_over_stdio(home: Path) -> None:
                 "minScore",
                 "source",
                 "pathPrefix",
+                "maxTokens",
             }
             assert search_schema["properties"]["source"]["enum"] == ["memory", "sessions"]
             get_schema = tools["memory_get"].input_schema
@@ -162,6 +163,10 @@ def test_search_params_validation_and_aliases() -> None:
         "query": "x",
         "max_results": 2,
     }
+    assert mcp_server.search_params({"query": "x", "maxTokens": 500}) == {
+        "query": "x",
+        "max_tokens": 500,
+    }
     for bad, message in [
         ({}, "missing required argument 'query'"),
         ({"query": "  "}, "query must be a non-empty string"),
@@ -169,6 +174,7 @@ def test_search_params_validation_and_aliases() -> None:
         ({"query": "x", "maxResults": True}, "maxResults must be an integer"),
         ({"query": "x", "minScore": 2}, "minScore must be a number between 0 and 1"),
         ({"query": "x", "source": "web"}, "source must be 'memory' or 'sessions'"),
+        ({"query": "x", "maxTokens": 10}, "maxTokens must be between 100 and 1000000"),
     ]:
         with pytest.raises(mcp_server.ToolError, match=re.escape(message)):
             mcp_server.search_params(bad)
@@ -206,6 +212,24 @@ def test_format_search_carries_notes() -> None:
     assert body["degraded"] == "no embedding provider"
     assert "syncing, 12 files pending" in body["index"]
     assert body["note"] == "no matching memory"
+    text = mcp_server.format_search(
+        {
+            "results": [
+                {
+                    "citation": "/m/a.md#L1-L3",
+                    "source": "memory",
+                    "score": 0.9,
+                    "snippet": "a…",
+                    "also": [{"citation": "/s/s.jsonl#L4-L4"}],
+                }
+            ],
+            "mode": "hybrid",
+            "budget": {"max_tokens": 200, "used_tokens": 150, "snippets_trimmed": 1, "dropped": 2},
+        }
+    )
+    body = json.loads(text)
+    assert body["results"][0]["also"] == ["/s/s.jsonl#L4-L4"]
+    assert body["budget"] == "1 snippets trimmed, 2 results dropped to fit 200 tokens"
 
 
 def test_daemon_that_cannot_start_is_a_tool_error(home: Path) -> None:

@@ -173,8 +173,14 @@ class Client:
         sources: str | Sequence[str] | None = None,
         path_prefix: str | None = None,
         mode: Mode | None = None,
+        max_tokens: int | None = None,
+        explain: bool = False,
     ) -> SearchResponse:
-        """Search memory and transcripts; options left None use the daemon's configured defaults."""
+        """Search memory and transcripts; options left None use the daemon's configured defaults.
+
+        ``max_tokens`` trims snippets (and drops the lowest results) so that the whole answer
+        fits; ``explain`` adds each result's channel ranks and what the fusion did.
+        """
         params: dict[str, Any] = {"query": query}
         if max_results is not None:
             params["max_results"] = max_results
@@ -186,6 +192,10 @@ class Client:
             params["path_prefix"] = path_prefix
         if mode is not None:
             params["mode"] = mode
+        if max_tokens is not None:
+            params["max_tokens"] = max_tokens
+        if explain:
+            params["explain"] = True
         return cast(SearchResponse, self.call("search", params))
 
     def get(self, path: str | Path, from_line: int = 1, lines: int | None = None) -> GetResponse:

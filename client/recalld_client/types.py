@@ -19,8 +19,18 @@ class Scores(TypedDict):
     keyword: float | None
 
 
-class SearchResult(TypedDict):
-    """One hit: enough to judge relevance, then ``get`` the lines."""
+class Place(TypedDict):
+    """Another place a collapsed duplicate passage was found."""
+
+    path: str
+    source: Source
+    start_line: int
+    end_line: int
+    citation: str
+
+
+class _SearchResultBase(TypedDict):
+    """The fields every search result has."""
 
     path: str
     source: Source
@@ -32,6 +42,14 @@ class SearchResult(TypedDict):
     scores: Scores
 
 
+class SearchResult(_SearchResultBase, total=False):
+    """One hit: enough to judge relevance, then ``get`` the lines."""
+
+    also: list[Place]  # the same passage elsewhere (near-duplicate collapse)
+    truncated: bool  # the snippet was cut to fit max_tokens
+    explain: dict[str, Any]  # with explain=True: channel ranks/scores, boosts, recency
+
+
 class IndexInfo(TypedDict):
     """The index's sync state as seen by a search."""
 
@@ -40,8 +58,8 @@ class IndexInfo(TypedDict):
     last_sync: float | None  # Unix time the last sync finished (None: not since start)
 
 
-class SearchResponse(TypedDict):
-    """The answer to ``search``."""
+class _SearchResponseBase(TypedDict):
+    """The fields every search answer has."""
 
     results: list[SearchResult]
     mode: Mode
@@ -49,6 +67,13 @@ class SearchResponse(TypedDict):
     provider: str  # e.g. "local/all-MiniLM-L6-v2", "none"
     index: IndexInfo
     took_ms: float
+
+
+class SearchResponse(_SearchResponseBase, total=False):
+    """The answer to ``search``."""
+
+    budget: dict[str, int]  # with max_tokens: max_tokens, used_tokens, snippets_trimmed, dropped
+    explain: dict[str, Any]  # with explain=True: query shape, weights, match expression
 
 
 class GetResponse(TypedDict):

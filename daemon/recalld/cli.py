@@ -39,6 +39,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--source", choices=["memory", "sessions"], action="append", dest="sources")
     s.add_argument("--path-prefix")
     s.add_argument("--mode", choices=["hybrid", "keyword", "vector"], default="hybrid")
+    s.add_argument("--max-tokens", type=int, help="fit the whole answer in this many tokens")
+    s.add_argument(
+        "--explain", action="store_true", help="per result: channel ranks, scores, fusion"
+    )
     s.add_argument("--json", action="store_true")
 
     g = sub.add_parser("get", help="print lines of an indexed file: PATH[:FROM[-TO]]")
@@ -188,6 +192,10 @@ def _search_params(args: argparse.Namespace) -> dict[str, Any]:
         params["sources"] = args.sources
     if args.path_prefix:
         params["path_prefix"] = args.path_prefix
+    if args.max_tokens is not None:
+        params["max_tokens"] = args.max_tokens
+    if args.explain:
+        params["explain"] = True
     return params
 
 
@@ -227,7 +235,10 @@ def _local(args: argparse.Namespace) -> int:
     config = _load_config(args)
     cmd = args.command
     if cmd in ("sync", "reindex"):
-        engine = Engine(config, writable=True)
+        from recalld.security import index_files, private_umask, tighten
+
+        with private_umask():  # the index holds every note: readable by its owner only
+            engine = Engine(config, writable=True)
         try:
             bar = _ProgressBar() if sys.stderr.isatty() and not args.json else None
             if bar is not None:
@@ -242,6 +253,7 @@ def _local(args: argparse.Namespace) -> int:
             _print_json_or(out, args.json, cmd)
         finally:
             engine.close()
+            tighten(index_files(engine.index_path))  # a reindex swapped in a new file
         return EXIT_OK
     engine = Engine(config, writable=False)
     try:
@@ -250,7 +262,10 @@ def _local(args: argparse.Namespace) -> int:
         elif cmd == "get":
             _print_get(engine.get(_get_params(args.target)), args.json)
         elif cmd == "status":
+            from recalld.security import config_warnings
+
             status = engine.status()
+            status["warnings"] = config_warnings(config)
             _print_status(status, args.json)
     finally:
         engine.close()
@@ -275,11 +290,50 @@ def _print_search(res: dict[str, Any], as_json: bool) -> None:
             f"{name} {sc[name]:.2f}" for name in ("vector", "keyword") if sc.get(name) is not None
         ]
         print(f"{i}. {r['citation']}  score {r['score']:.3f} ({', '.join(parts)}) [{r['source']}]")
+        for place in r.get("also", []):
+            print(f"   also at {place['citation']} [{place['source']}]")
+        if "explain" in r:
+            print(f"   explain: {_explain_line(r['explain'])}")
         for line in r["snippet"].splitlines()[:4]:
             print(f"   {line[:160]}")
+    if "explain" in res:
+        e = res["explain"]
+        w = e.get("weights", {})
+        print(
+            f"-- query shape {e.get('shape')}, fusion {e.get('fusion')}, weights vector "
+            f"{w.get('vector')} / keyword {w.get('keyword')}, literals {e.get('literals')}, "
+            f"candidates {e.get('candidates')}\n-- match: {e.get('match')}"
+        )
+    if "budget" in res:
+        b = res["budget"]
+        print(
+            f"-- budget {b['max_tokens']} tokens: used ~{b['used_tokens']}, "
+            f"{b['snippets_trimmed']} snippets trimmed, {b['dropped']} results dropped",
+            file=sys.stderr,
+        )
     print(
         f"-- {res.get('mode')} · {res.get('provider')} · {res.get('took_ms')} ms", file=sys.stderr
     )
+
+
+def _explain_line(e: dict[str, Any]) -> str:
+    """One line of a result's explanation: channel ranks and scores, boosts, final score."""
+    parts = []
+    for name in ("vector", "keyword"):
+        ch = e.get(name)
+        parts.append(f"{name} #{ch['rank']} {ch['score']:.3f}" if ch else f"{name} -")
+    parts.append(f"fused {e.get('fused', 0):.3f}")
+    boosts = e.get("boosts")
+    if boosts:
+        parts.append(
+            f"literal {boosts['literal']:.2f}" + (", name match" if boosts["name"] else "")
+        )
+    if "recency" in e:
+        parts.append(f"recency x{e['recency']:.3f}")
+    if e.get("collapsed"):
+        parts.append(f"{e['collapsed']} duplicates collapsed")
+    parts.append(f"final {e.get('final', 0):.3f}")
+    return ", ".join(parts)
 
 
 def _print_get(res: dict[str, Any], as_json: bool) -> None:
@@ -315,6 +369,7 @@ def _print_status(res: dict[str, Any], as_json: bool) -> None:
         )
     if res.get("last_error"):
         lines.append(f"error:     {res['last_error']}")
+    lines.extend(f"warning:   {w}" for w in res.get("warnings") or [])
     print("\n".join(lines))
 
 

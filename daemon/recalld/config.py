@@ -73,7 +73,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("search.identifier_vector_weight", 0.1, "Vector weight for identifier queries."),
     Setting("search.natural_vector_weight", 0.2, "Vector weight for natural-language queries."),
     Setting("search.literal_boost", 0.3, "Score raise for chunks holding the query's literals."),
-    Setting("search.name_boost", 0.5, "Score raise for a file whose name or title is the query."),
+    Setting("search.name_boost", 1.0, "Score raise for a file whose name or title is the query."),
     Setting("search.partial_identifiers", True, "Match identifier parts and CJK bigrams."),
     Setting("search.ident_weight", 1.0, "BM25 weight of a derived identifier/CJK token match."),
     Setting("search.dedupe", True, "Collapse near-duplicate passages into one result."),

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recalld import paths
+from recalld import paths, security
 from recalld.config import Config
-from recalld.engine import Engine
+from recalld.engine import Engine, describe_write_error
 from recalld.errors import BadRequest, Unavailable
 from recalld.filters import make_filter
 from recalld.indexer import Progress
@@ -31,6 +31,7 @@ from recalld.watcher import Watcher
 log = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
+RETRY_DELAYS_S = (2.0, 4.0, 8.0, 16.0, 30.0)  # full sync after a failed or incomplete one
 
 
 @dataclass
@@ -63,23 +64,50 @@ class Daemon:
         self._listeners_lock = threading.Lock()
         self._last_progress_event = 0.0
         self.sessions: Any = None
+        self._retry_lock = threading.Lock()
+        self._retry_timer: threading.Timer | None = None
+        self._retry_at: float | None = None
+        self._retry_failures = 0
 
     # lifecycle ----------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the writer; reconcile with the disk, then watch."""
         self._writer.start()
+        self._create_default_root()
         if self.config.bool("sync.watch"):
             self.watcher = Watcher(
                 self.config.memory_roots(),
                 make_filter(self.config.list("memory.extensions")),
                 self.config.float("sync.debounce_s"),
                 self._on_batch,
+                self._on_roots_changed,
             )
             # Watching starts before the reconcile so that no edit made during it is missed.
             self.watcher.start()
         self.submit(Job("full"))
         self._start_sessions()
+
+    def _create_default_root(self) -> None:
+        """Create the default memory folder on first use (never a configured one: a missing
+        folder may be an unmounted drive, reported in status and watched again when back)."""
+        if self.config.list("memory.paths"):
+            return
+        root = self.config.memory_roots()[0]
+        if root.exists():
+            return
+        try:
+            with self.engine.reader() as store:
+                indexed = store.files("memory")
+        except Exception:  # noqa: BLE001 - no index yet: a first run
+            indexed = {}
+        if not any(p.startswith(str(root) + os.sep) for p in indexed):
+            with contextlib.suppress(OSError):
+                root.mkdir(parents=True, exist_ok=True)
+
+    def _on_roots_changed(self, roots: list[Path]) -> None:
+        """A memory folder vanished, came back or was (un)mounted: reconcile with the disk."""
+        self.submit(Job("full"))
 
     def _start_sessions(self) -> None:
         from recalld.session_sync import SessionWatcher
@@ -92,6 +120,9 @@ class Daemon:
     def stop(self) -> None:
         """Stop watching, finish the current job, close the index."""
         self._stop.set()
+        with self._retry_lock:
+            if self._retry_timer is not None:
+                self._retry_timer.cancel()
         if self.watcher is not None:
             self.watcher.stop()
         if self.sessions is not None:
@@ -160,11 +191,47 @@ class Daemon:
                 error = None
             except Exception as exc:
                 log.exception("sync failed")
-                report, error = {}, str(exc)
+                report, error = {}, describe_write_error(exc, self.engine.index_path)
+            self._after_batch(kinds, report, error)
             for job in batch:
                 job.result, job.error = report, error
                 job.done.set()
             self._emit(self.status_event())
+
+    def _after_batch(self, kinds: set[str], report: dict[str, Any], error: str | None) -> None:
+        """Schedule a full sync later when this one failed (a full disk, a broken index write)
+        or left chunks without vectors (provider down): the dirty paths of a failed batch are
+        not lost, and back-filling resumes by itself. Backoff 2, 4, 8, 16, then every 30 s."""
+        if error is not None or report.get("embed_error"):
+            self._schedule_retry()
+        elif kinds & {"full", "reindex"}:
+            with self._retry_lock:
+                self._retry_failures = 0
+
+    def _schedule_retry(self) -> None:
+        with self._retry_lock:
+            if self._stop.is_set() or self._retry_timer is not None:
+                return
+            delay = RETRY_DELAYS_S[min(self._retry_failures, len(RETRY_DELAYS_S) - 1)]
+            self._retry_failures += 1
+            self._retry_at = time.time() + delay
+            timer = threading.Timer(delay, self._retry_now)
+            timer.daemon = True
+            self._retry_timer = timer
+            timer.start()
+        log.info("sync incomplete; retrying in %g s", delay)
+
+    def _retry_now(self) -> None:
+        with self._retry_lock:
+            self._retry_timer, self._retry_at = None, None
+        with contextlib.suppress(Unavailable):
+            self.submit(Job("full"))
+
+    def retry_in(self) -> float | None:
+        """Seconds until the scheduled retry, or None."""
+        with self._retry_lock:
+            at = self._retry_at
+        return None if at is None else round(max(at - time.time(), 0.0), 1)
 
     # events ---------------------------------------------------------------------------------------
 
@@ -232,19 +299,29 @@ class Daemon:
             "watching": self.watcher is not None and not self.paused,
             "paused": self.paused,
             "pending": self.pending(),
+            "retry_in_s": self.retry_in(),
         }
         if self.sessions is not None:
             status["sessions"] = self.sessions.stats()
+        status["warnings"] = security.config_warnings(self.config)
         return status
 
     def _run_job(self, job: Job, params: Mapping[str, Any]) -> dict[str, Any]:
         wait = params.get("wait", False)
         if not isinstance(wait, bool):
             raise BadRequest("wait must be true or false")
+        timeout = params.get("timeout_s", 3600)
+        if (
+            not isinstance(timeout, int | float)
+            or isinstance(timeout, bool)
+            or not 0 < timeout <= 86_400
+        ):
+            raise BadRequest(
+                f"timeout_s must be seconds, above 0 and at most 86400: {timeout!r:.80}"
+            )
         self.submit(job)
         if not wait:
             return {"queued": True, "job": job.kind}
-        timeout = params.get("timeout_s", 3600)
         if not job.done.wait(float(timeout)):
             raise Unavailable(f"the {job.kind} is still running after {timeout} s")
         if job.error:
@@ -296,9 +373,17 @@ class Daemon:
 
 def serve(config: Config) -> int:
     """Run the daemon in the foreground until SIGTERM/SIGINT or a ``shutdown`` request."""
-    from recalld.server import Server
+    from recalld.server import Server, tune_allocator
 
+    tune_allocator()  # before the model loads: large blocks go back to the system when freed
+    security.protect_logs(config)  # no API key in the log, whatever prints it
     socket_path: Path = paths.socket_path()
+    # The index holds every note and transcript: private files, whatever the login umask.
+    os.umask(os.umask(security.PRIVATE_UMASK) | security.PRIVATE_UMASK)
+    for loose in security.tighten(security.index_files(paths.index_path(config.base_dir))):
+        log.warning("%s was readable by other users; it is now private (0600)", loose)
+    for warning in security.config_warnings(config):
+        log.warning("%s", warning)
     daemon = Daemon(config)
 
     async def main() -> None:

@@ -4,35 +4,215 @@ Used in-process by the CLI and wrapped by the daemon. All writes go through :met
 and :meth:`Engine.reindex` (the daemon calls them from its single writer thread); searches and
 gets use pooled read-only connections and never wait for a sync. A full rebuild happens in a
 temporary database next to the live one and is swapped in with ``os.replace``.
+
+Test hook (tests/test_reliability_crash.py): when ``RECALLD_TEST_PHASE_LOG`` names a file, the
+full rebuild appends the name of each phase it reaches to it, and stops at the phase named by
+``RECALLD_TEST_PAUSE_AT`` until the process is killed. Unset (always, outside tests), it is a no-op.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import queue
+import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import apsw
+
 from recalld import __version__, access, paths
 from recalld.config import Config
-from recalld.embedding.base import Embedder
+from recalld.embedding.base import Embedder, Vectors, provider_key
 from recalld.embedding.registry import ProviderChoice, resolve_embedder
-from recalld.errors import BadRequest, IndexError_, NotFound, RecalldError
+from recalld.errors import BadRequest, IndexError_, NotFound, ProviderError, RecalldError
 from recalld.indexer import Indexer, Progress, SyncReport, identity_for
 from recalld.search import SearchContext, parse_request, run_search
 from recalld.session_sync import SessionIndexer
-from recalld.store import FileChange, Identity, Store
+from recalld.store import FileChange, Identity, Store, prefix_bounds
 from recalld.vector_index import VectorIndex
 
 log = logging.getLogger(__name__)
 
 ProgressHook = Callable[[Progress], None]
+
+QUERY_DEADLINE_S = 5.0  # a search waits at most this long for a remote query embedding
+PROBE_DEADLINE_S = 15.0  # indexing waits at most this long on a provider that failed before
+PROVIDER_COOLDOWN_S = (1.0, 2.0, 4.0, 8.0, 15.0)  # after the 1st, 2nd, ... failure in a row
+MIN_FREE_BYTES = 256 * 1024  # a sync with less free space left fails at once, before embedding
+MAX_SKIPPED_SHOWN = 100  # files listed by name in status["skipped_files"]
+
+
+class ProviderGuard:
+    """A remote embedder behind a circuit breaker.
+
+    After a failure (error, 429/5xx after the client's own retries, no answer) the provider is
+    *down*: searches skip the vector channel at once and say why in ``degraded``, indexing stores
+    chunks without vectors (back-filled later), and one probe is let through after a cooldown
+    (1, 2, 4, 8, then every 15 s). A query embedding never holds a search for more than
+    ``QUERY_DEADLINE_S``, whatever the provider's timeout and retry settings.
+    """
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.kind = inner.kind
+        self.model = inner.model
+        self.max_input_tokens = inner.max_input_tokens
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="recalld-provider")
+        self.failures = 0
+        self.down_since: float | None = None
+        self.reason: str | None = None
+        self._retry_at = 0.0
+
+    @property
+    def dims(self) -> int:
+        return self.inner.dims
+
+    @dims.setter
+    def dims(self, value: int) -> None:
+        self.inner.dims = value
+
+    @property
+    def key(self) -> str:
+        return self.inner.key
+
+    @property
+    def label(self) -> str:
+        return self.inner.label
+
+    def available(self) -> bool:
+        """Healthy, or down with a probe due."""
+        with self._lock:
+            return self.down_since is None or time.monotonic() >= self._retry_at
+
+    def embed(self, texts: Sequence[str], *, query: bool = False) -> Vectors:
+        """Embed through the breaker (raises ProviderError at once while the provider is down)."""
+        now = time.monotonic()
+        with self._lock:
+            down = self.down_since is not None
+            if down and now < self._retry_at:
+                raise ProviderError(
+                    f"{self.label} is unavailable ({self.reason}); "
+                    f"next try in {self._retry_at - now:.0f} s",
+                    retryable=True,
+                )
+            deadline = QUERY_DEADLINE_S if query else (PROBE_DEADLINE_S if down else None)
+            if down:  # one probe at a time: others fail fast until it has answered
+                self._retry_at = now + (deadline or PROBE_DEADLINE_S)
+        try:
+            if deadline is None:
+                out = self.inner.embed(texts, query=query)
+            else:
+                future = self._pool.submit(self.inner.embed, list(texts), query=query)
+                try:
+                    out = future.result(timeout=deadline)
+                except FutureTimeout:
+                    future.cancel()
+                    raise ProviderError(
+                        f"{self.label} did not answer within {deadline:g} s", retryable=True
+                    ) from None
+        except Exception as exc:
+            self._failed(exc)
+            raise
+        self._succeeded()
+        return out
+
+    def _failed(self, exc: Exception) -> None:
+        with self._lock:
+            self.failures += 1
+            if self.down_since is None:
+                self.down_since = time.time()
+            self.reason = str(exc) or type(exc).__name__
+            cooldown = PROVIDER_COOLDOWN_S[min(self.failures, len(PROVIDER_COOLDOWN_S)) - 1]
+            self._retry_at = time.monotonic() + cooldown
+        log.warning("%s failed (%s); vectors off, next try in %g s", self.label, exc, cooldown)
+
+    def _succeeded(self) -> None:
+        with self._lock:
+            was_down, self.down_since, self.reason, self.failures = self.down_since, None, None, 0
+        if was_down is not None:
+            log.info("%s answers again after %.1f s", self.label, time.time() - was_down)
+
+    def unavailable_reason(self) -> str | None:
+        """Why the provider is considered down, or None."""
+        with self._lock:
+            if self.down_since is None:
+                return None
+            wait = max(self._retry_at - time.monotonic(), 0.0)
+            return (
+                f"{self.label} is unavailable ({self.reason}); keyword results only, "
+                f"next try in {wait:.0f} s"
+            )
+
+    def state(self) -> dict[str, Any]:
+        """The ``provider_health`` block of status."""
+        with self._lock:
+            if self.down_since is None:
+                return {"state": "ok"}
+            return {
+                "state": "down",
+                "since": self.down_since,
+                "reason": self.reason,
+                "failures": self.failures,
+                "retry_in_s": round(max(self._retry_at - time.monotonic(), 0.0), 1),
+            }
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _test_phase(name: str) -> None:
+    """The rebuild's test hook (see the module docstring); a no-op unless the env var is set."""
+    phase_log = os.environ.get("RECALLD_TEST_PHASE_LOG")
+    if not phase_log:
+        return
+    with open(phase_log, "a", encoding="utf-8") as fh:
+        fh.write(name + "\n")
+    if os.environ.get("RECALLD_TEST_PAUSE_AT") == name:
+        while True:
+            time.sleep(1)
+
+
+def root_problem(root: Path, was_mount: bool) -> str | None:
+    """Why a memory root cannot be read now (its indexed files are then kept), or None."""
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"not accessible ({exc.strerror or exc})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a folder"
+    try:
+        with os.scandir(root) as entries:
+            empty = next(entries, None) is None
+    except OSError as exc:
+        return f"cannot be listed ({exc.strerror or exc})"
+    if was_mount and empty and not os.path.ismount(root):
+        return "not mounted (it was a mount point when indexed)"
+    return None
+
+
+def describe_write_error(exc: BaseException, index_path: Path) -> str:
+    """A clear message for a failed index write (a full disk above all)."""
+    full = isinstance(exc, apsw.FullError) or (
+        isinstance(exc, OSError) and exc.errno in (28, 122)  # ENOSPC, EDQUOT
+    )
+    if full:
+        return (
+            f"the disk holding the index ({index_path.parent}) is full ({exc}); searches use "
+            "what is indexed, indexing resumes by itself once space is freed"
+        )
+    return str(exc)
 
 
 class SwapLock:
@@ -106,7 +286,10 @@ class Engine:
         self.last_session_sizes: dict[str, int] = {}
         self._counts: dict[str, int] | None = None
         self._counts_lock = threading.Lock()
+        self._guard: ProviderGuard | None = None
+        self.skipped: dict[str, str] = {}  # files the last syncs could not index, with why
         if writable:
+            _remove_stale_rebuilds(self.index_path)
             self.writer = Store(self.index_path)
             self._check_identity()
         else:
@@ -129,13 +312,59 @@ class Engine:
                         choice = ProviderChoice(
                             None, f"the embedding model failed to load ({exc}); keyword-only"
                         )
+                if choice.embedder is not None and choice.embedder.kind != "local":
+                    choice = self._settle_dims(choice)
                 self._choice = choice
             return self._choice
 
+    def _settle_dims(self, choice: ProviderChoice) -> ProviderChoice:
+        """Learn a remote model's vector size without letting a provider that is down stop the
+        daemon: from the index when it was built with this model, else one bounded probe."""
+        emb = choice.embedder
+        assert emb is not None
+        if getattr(emb, "_dims", 1):
+            return choice  # configured, or a model of known size: nothing to ask
+        stored = self._stored_identity()
+        base_url = str(getattr(emb, "base_url", ""))
+        if stored is not None and stored.provider_key == provider_key(
+            emb.kind, base_url, emb.model, stored.dims
+        ):
+            emb.dims = stored.dims  # the index's vector space; answers are checked against it
+            return choice
+        probe = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recalld-dims")
+        try:
+            probe.submit(lambda: emb.dims).result(timeout=PROBE_DEADLINE_S)
+        except (RecalldError, FutureTimeout) as exc:
+            why = str(exc) or f"no answer within {PROBE_DEADLINE_S:g} s"
+            log.warning("%s did not tell its vector size: %s", emb.label, why)
+            return ProviderChoice(
+                None,
+                f"{emb.label} did not answer to tell its vector size ({why}); search is "
+                "keyword-only until recalld restarts (or set embedding.dims)",
+            )
+        finally:
+            probe.shutdown(wait=False)
+        return choice
+
+    def _stored_identity(self) -> Identity | None:
+        if self.writer is not None:
+            return self.writer.identity()
+        try:
+            with self.reader() as store:
+                return store.identity()
+        except RecalldError:
+            return None
+
     @property
     def embedder(self) -> Embedder | None:
-        """The embedder, or None when search is keyword-only."""
-        return self.choice.embedder
+        """The embedder, or None when search is keyword-only (remote ones behind a breaker)."""
+        emb = self.choice.embedder
+        if emb is None or emb.kind == "local":
+            return emb
+        with self._choice_lock:
+            if self._guard is None or self._guard.inner is not emb:
+                self._guard = ProviderGuard(emb)
+            return self._guard
 
     def _check_identity(self) -> None:
         assert self.writer is not None
@@ -160,13 +389,40 @@ class Engine:
         if wanted.provider_key and not stored.same_space(wanted):
             self.needs_reindex = f"the index was built with {stored.label}, not {wanted.label}"
 
-    def degraded(self) -> str | None:
-        """Why vector search is off, or None."""
+    def degraded(self, *, provider: bool = True) -> str | None:
+        """Why vector search is off, or None (``provider=False``: leave out a provider outage)."""
         if self.embedder is None:
             return self.choice.reason
         if self.needs_reindex:
             return f"{self.needs_reindex}; keyword-only until `recalld reindex` completes"
+        if provider and self._guard is not None:
+            return self._guard.unavailable_reason()
         return None
+
+    def root_problems(self, store: Store) -> dict[Path, str]:
+        """Memory roots that cannot be read now (missing, unmounted, unreadable), with why."""
+        mounts = set(_mount_roots(store))
+        out: dict[Path, str] = {}
+        for root in self.config.memory_roots():
+            problem = root_problem(root, str(root) in mounts)
+            if problem:
+                out[root] = problem
+        return out
+
+    def _remember_mounts(self, problems: Mapping[Path, str]) -> None:
+        """Record which roots are mount points, so that an unmounted one is recognised later."""
+        assert self.writer is not None
+        known = set(_mount_roots(self.writer))
+        now = set(known)
+        for root in self.config.memory_roots():
+            if root in problems:
+                continue
+            if os.path.ismount(root):
+                now.add(str(root))
+            else:
+                now.discard(str(root))
+        if now != known:
+            self.writer.set_meta("mount_roots", json.dumps(sorted(now)))
 
     # readers ----------------------------------------------------------------------------------
 
@@ -231,13 +487,20 @@ class Engine:
         with self.reader() as store:
             if request.path_prefix:
                 request = _absolute_prefix(request, self.config.memory_roots())
-            vectors = self.vectors(store) if request.mode != "keyword" else None
+            wants_vectors = request.mode != "keyword"
+            embedder = self.embedder if wants_vectors else None
+            # A provider that is down is skipped at once (keyword-only, `degraded` says why);
+            # when its cooldown is over this search probes it (a failure degrades it then).
+            probing = self._guard is None or self._guard.available()
+            if not probing:
+                embedder = None
+            vectors = self.vectors(store) if embedder is not None else None
             ctx = SearchContext(
                 store=store,
                 config=self.config,
-                embedder=self.embedder if request.mode != "keyword" else None,
+                embedder=embedder,
                 vectors=vectors,
-                degraded=self.degraded() if request.mode != "keyword" else None,
+                degraded=self.degraded(provider=not probing) if wants_vectors else None,
                 executor=self._executor,
                 reranker=self.reranker(),
                 index_info=self.index_info,
@@ -269,21 +532,31 @@ class Engine:
         raw = params.get("path")
         if not isinstance(raw, str):
             raise BadRequest("get needs a 'path' string")
+        access.check_path_text(raw)  # length, NUL: before anything parses or stats it
         from_line = params.get("from_line", params.get("from", 1))
         lines = params.get("lines")
-        if isinstance(raw, str) and ":" in raw and from_line == 1 and not Path(raw).exists():
+        if ":" in raw and from_line == 1 and not access.exists(raw):
             raw, from_line, lines = _split_range(raw, from_line, lines)
+        from recalld.filters import make_filter
+
+        memory_filter = make_filter(self.config.list("memory.extensions"))
         with self.reader() as store:
-            path = access.resolve_path(raw, self.roots(), lambda p: store.file(p) is not None)
-            row = store.file(str(path))
-        if row is None and not path.exists():
-            raise NotFound(f"{path} is not indexed and does not exist")
+            target = access.resolve(
+                raw,
+                self.config.memory_roots(),
+                self.config.session_globs(),
+                memory_filter,
+                lambda p: row.source if (row := store.file(p)) is not None else None,
+            )
+            row = store.file(str(target.path))
+        if row is None and not access.exists(target.path):
+            raise NotFound(f"{target.path} is not indexed and does not exist")
         redact = None
-        if row is not None and row.source == "sessions":
+        if target.source == "sessions":  # indexed or not yet: transcripts are served redacted
             from recalld.sessions.redaction import redact_line
 
             redact = redact_line
-        return access.read_lines(path, from_line, lines, redact=redact)
+        return access.read_lines(target.path, from_line, lines, redact=redact)
 
     # writes -----------------------------------------------------------------------------------
 
@@ -325,20 +598,37 @@ class Engine:
         if self.needs_reindex:
             return self.reindex()
         self.state = "syncing"
+        dirty = None if paths_ is None else list(paths_)
         try:
+            _check_free_space(self.index_path)
             indexer = self._indexer(self.writer, self._on_change)
-            report = indexer.sync(paths_)
-            if paths_ is None and self.config.session_globs():
+            problems = self.root_problems(self.writer)
+            indexer.unavailable_roots = problems  # their indexed files are kept, not removed
+            report = indexer.sync(dirty)
+            if dirty is None and self.config.session_globs():
                 sessions = self._session_indexer(self.writer, indexer, self._on_change).sync()
                 report.sessions = sessions.as_dict()
                 self.last_session_sizes = sessions.indexed_sizes
+            if dirty is None:
+                self._remember_mounts(problems)
+            self._note_skipped(report, dirty)
             self._after_write(report)
             return report
         except Exception as exc:
-            self.last_error = str(exc)
+            self.last_error = describe_write_error(exc, self.index_path)
             raise
         finally:
             self.state = "idle"
+
+    def _note_skipped(self, report: SyncReport, dirty: list[Path] | None) -> None:
+        """Keep the list of files that could not be indexed (a full sync renews it)."""
+        if dirty is None:
+            self.skipped = {}
+        else:
+            for path in dirty:
+                self.skipped.pop(str(path), None)
+        for item in report.skipped:
+            self.skipped[item["path"]] = item["reason"]
 
     def sync_sessions(self, paths_: Iterable[Path] | None = None) -> dict[str, Any]:
         """Index new transcript lines (the given files, or every file the globs match)."""
@@ -369,11 +659,13 @@ class Engine:
         _remove_db(tmp)
         new: Store | None = None
         try:
+            _check_free_space(self.index_path)
             new = Store(tmp)
             if self.index_path.exists():
                 new.copy_cache_from(self.index_path)
             wanted = identity_for(self.config, self.embedder)
             new.set_identity(wanted)
+            _test_phase("rebuild-started")
             saved, self.needs_reindex = self.needs_reindex, None
             try:
                 indexer = self._indexer(new, None)
@@ -385,25 +677,41 @@ class Engine:
             except BaseException:
                 self.needs_reindex = saved
                 raise
+            _test_phase("rebuild-indexed")
             vectors = VectorIndex.load(new, wanted.dims) if wanted.provider_key else None
             new.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             new.conn.execute("PRAGMA journal_mode = DELETE")
             new.close()
             new = None
             with self.swap.exclusive():
+                _test_phase("swap-locked")
                 self._close_readers()
                 self.writer.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 self.writer.close()
-                os.replace(tmp, self.index_path)
+                # The live file's WAL and shared memory go *before* the rename: a crash between
+                # the two leaves the old index complete (its WAL was checkpointed), and the new
+                # file can never be opened with a stale WAL of the old one.
                 for suffix in ("-wal", "-shm"):
                     Path(str(self.index_path) + suffix).unlink(missing_ok=True)
+                _test_phase("swap-closed")
+                try:
+                    os.replace(tmp, self.index_path)
+                    _fsync_dir(self.index_path.parent)
+                except OSError:
+                    self.writer = Store(self.index_path)  # the old index stays live
+                    raise
+                _test_phase("swap-replaced")
                 self.writer = Store(self.index_path)
                 with self._vectors_lock:
                     self._vectors = vectors
+            self._note_skipped(report, None)
             self._after_write(report)
             return report
         except Exception as exc:
-            self.last_error = f"reindex failed, the old index stays live: {exc}"
+            self.last_error = (
+                f"reindex failed, the old index stays live: "
+                f"{describe_write_error(exc, self.index_path)}"
+            )
             raise
         finally:
             if new is not None:
@@ -441,6 +749,11 @@ class Engine:
             identity = store.identity()
             last_sync = self.last_sync or store.last_indexed()
             transcripts = store.sessions_summary()
+            missing_roots = [
+                {"path": str(root), "reason": why, "files_kept": _files_under(store, root)}
+                for root, why in self.root_problems(store).items()
+            ]
+        skipped = sorted(self.skipped.items())
         return {
             "version": __version__,
             "state": self.state,
@@ -458,11 +771,17 @@ class Engine:
             "memory_roots": [str(r) for r in self.config.memory_roots()],
             "session_globs": self.config.session_globs(),
             "config_path": str(self.config.source) if self.config.source else None,
+            "provider_health": self._guard.state() if self._guard else {"state": "ok"},
+            "missing_roots": missing_roots,
+            "skipped_files": [{"path": p, "reason": r} for p, r in skipped[:MAX_SKIPPED_SHOWN]],
+            "skipped_total": len(skipped),
         }
 
     def close(self) -> None:
         """Close every connection."""
         self._executor.shutdown(wait=False)
+        if self._guard is not None:
+            self._guard.close()
         self._close_readers()
         if self.writer is not None:
             self.writer.close()
@@ -497,7 +816,7 @@ def _split_range(raw: str, from_line: Any, lines: Any) -> tuple[str, Any, Any]:
     """``PATH:FROM-TO`` / ``PATH:FROM`` → (PATH, FROM, count)."""
     head, _, tail = raw.rpartition(":")
     start, _, end = tail.partition("-")
-    if not head or not start.isdigit() or (end and not end.isdigit()):
+    if not head or not _digits(start) or (end and not _digits(end)):
         return raw, from_line, lines
     first = int(start)
     count = int(end) - first + 1 if end else lines
@@ -506,6 +825,78 @@ def _split_range(raw: str, from_line: Any, lines: Any) -> tuple[str, Any, Any]:
     return head, first, count
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only (``"²".isdigit()`` is true but ``int("²")`` fails)."""
+    return text.isascii() and text.isdigit()
+
+
 def _remove_db(path: Path) -> None:
     for suffix in ("", "-wal", "-shm", "-journal"):
         Path(str(path) + suffix).unlink(missing_ok=True)
+
+
+def _remove_stale_rebuilds(index_path: Path) -> None:
+    """Delete temporary rebuild files left by a process that died mid-rebuild."""
+    prefix = f"{index_path.name}.rebuild-"
+    for leftover in index_path.parent.glob(prefix + "*"):
+        pid_text = leftover.name[len(prefix) :].split("-")[0]
+        if not pid_text.isdigit():
+            continue
+        pid = int(pid_text)
+        if pid != os.getpid() and _pid_alive(pid):
+            continue  # another process (an in-process `recalld sync`) is rebuilding right now
+        log.info("removing %s, left by an interrupted rebuild", leftover.name)
+        leftover.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (no-op where folders cannot be opened)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _check_free_space(index_path: Path) -> None:
+    """Fail a write early, before any embedding work, when the index's disk is full."""
+    try:
+        st = os.statvfs(index_path.parent)
+    except (OSError, AttributeError):
+        return
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise IndexError_(
+            f"the disk holding the index ({index_path.parent}) is full ({free // 1024} KiB "
+            "free); searches use what is indexed, indexing resumes by itself once space is freed"
+        )
+
+
+def _mount_roots(store: Store) -> list[str]:
+    """Memory roots that were mount points when last seen (meta ``mount_roots``)."""
+    raw = store.meta("mount_roots")
+    try:
+        value = json.loads(raw) if raw else []
+    except ValueError:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _files_under(store: Store, root: Path) -> int:
+    """Indexed files under a folder."""
+    lo, hi = prefix_bounds(str(root) + os.sep)
+    row = store.conn.execute(
+        "SELECT count(*) FROM files WHERE path >= ? AND path < ?", (lo, hi)
+    ).fetchone()
+    return int(row[0]) if row else 0

@@ -81,7 +81,13 @@ def load_qrels(path: Path) -> dict[str, list[tuple[str, int]]]:
 
 
 def covers(hit: dict[str, Any], rel_path: str, line: int) -> bool:
-    """Whether a hit (with a corpus-relative ``rel``) covers a relevant row."""
+    """Whether a hit (with a corpus-relative ``rel``) covers a relevant row.
+
+    A result's ``also`` places (the same passage found elsewhere, collapsed into it) cover rows
+    at the result's rank: the answer names them.
+    """
+    if any(covers(place, rel_path, line) for place in hit.get("also", ())):
+        return True
     if hit["rel"] != rel_path:
         return False
     return line == 0 or hit["start_line"] <= line <= hit["end_line"]
@@ -201,6 +207,14 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Value]:
     return out
 
 
+def _place(r: dict[str, Any], root: Path) -> dict[str, Any]:
+    try:
+        rel = os.path.relpath(r["path"], root)
+    except ValueError:
+        rel = r["path"]
+    return {"rel": rel, "start_line": r["start_line"], "end_line": r["end_line"]}
+
+
 def run_eval(
     corpus: Path,
     queries_path: Path,
@@ -261,18 +275,11 @@ def run_eval(
             latencies.append((time.perf_counter() - t) * 1000)
             hits = []
             for r in res["results"]:
-                try:
-                    rel = os.path.relpath(r["path"], root)
-                except ValueError:
-                    rel = r["path"]
-                hits.append(
-                    {
-                        "rel": rel,
-                        "start_line": r["start_line"],
-                        "end_line": r["end_line"],
-                        "chars": cited_chars(r["path"], r["start_line"], r["end_line"]),
-                    }
-                )
+                hit = _place(r, root)
+                hit["chars"] = cited_chars(r["path"], r["start_line"], r["end_line"])
+                if r.get("also"):
+                    hit["also"] = [_place(p, root) for p in r["also"]]
+                hits.append(hit)
             per_query.append((q, score_query(hits, qrels[q.id], ks)))
             if progress and (i + 1) % 200 == 0:
                 print(f"eval: {i + 1}/{len(queries)} queries", file=sys.stderr)

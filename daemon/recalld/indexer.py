@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 CHUNKER_VERSION = "md-3"
 SESSION_CHUNKER_VERSION = "sessions-1"
 EMBED_GROUP_CHUNKS = 256  # chunks embedded per call across files
+MAX_REPORTED_SKIPS = 100  # skipped files listed by name in a sync report
 
 
 def _title(pieces: Sequence[Any], path: Path) -> str:
@@ -133,11 +135,13 @@ class SyncReport:
     files_unchanged: int = 0
     files_removed: int = 0
     files_skipped: int = 0
+    files_kept: int = 0  # gone from a listing but kept: root missing/unmounted, folder unreadable
     chunks_written: int = 0
     chunks_embedded: int = 0
     embed_error: str | None = None
     seconds: float = 0.0
     sessions: dict[str, Any] | None = None
+    skipped: list[dict[str, str]] = field(default_factory=list)  # {path, reason}, capped
 
     def as_dict(self) -> dict[str, Any]:
         """Wire form."""
@@ -177,6 +181,8 @@ class Indexer:
         self.progress = Progress()
         self.embed_error: str | None = None
         self._known: dict[str, FileRow] | None = None
+        # Roots whose files must not be removed now (missing, unmounted), set by the engine.
+        self.unavailable_roots: dict[Path, str] = {}
 
     # discovery --------------------------------------------------------------------------------
 
@@ -192,6 +198,38 @@ class Indexer:
 
     def _inside_roots(self, path: Path) -> bool:
         return any(path == r or r in path.parents for r in self.roots)
+
+    def _skip(self, report: SyncReport, path: Path | str, reason: str) -> None:
+        log.warning("skipping %s: %s", path, reason)
+        report.files_skipped += 1
+        if len(report.skipped) < MAX_REPORTED_SKIPS:
+            report.skipped.append({"path": str(path), "reason": reason})
+
+    def _really_gone(self, key: str, report: SyncReport) -> bool:
+        """Whether an indexed file that a sync did not find is really gone (else keep its rows).
+
+        Rows are kept while the file's root is unavailable (missing, unmounted) and while the
+        file exists but could not be listed or looked at (a folder without read permission, an
+        I/O error): a transient problem must not wipe what is indexed.
+        """
+        path = Path(key)
+        root = self.root_of(path)
+        if root is not None and root in self.unavailable_roots:
+            report.files_kept += 1
+            return False
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return True
+        except OSError as exc:
+            report.files_kept += 1
+            self._skip(report, path, f"kept as indexed: {exc.strerror or exc}")
+            return False
+        if root is not None and stat.S_ISREG(st.st_mode) and self.filter.file_ok(path, root):
+            report.files_kept += 1
+            self._skip(report, path, "kept as indexed: its folder could not be listed")
+            return False
+        return True  # excluded now (filter, folder rules) or no longer a regular file
 
     def root_of(self, path: Path) -> Path | None:
         """The memory root that holds ``path``."""
@@ -230,6 +268,7 @@ class Indexer:
                     # A folder that vanished: every indexed file under it is gone.
                     prefix = str(p) + os.sep
                     gone.extend(k for k in self.store.files("memory") if k.startswith(prefix))
+        gone = [g for g in gone if self._really_gone(g, report)]
         report.files_seen = len(files)
         self.progress.phase = "indexing"
         self.progress.files_total = len(files)
@@ -271,24 +310,24 @@ class Indexer:
                 report.files_removed += 1
             return None
         except OSError as exc:
-            log.warning("skipping %s: %s", path, exc.strerror)
-            report.files_skipped += 1
+            self._skip(report, path, f"cannot stat: {exc.strerror or exc}")
+            return None
+        if not stat.S_ISREG(st.st_mode):  # a FIFO named notes.md would block the read forever
+            self._skip(report, path, "not a regular file (a pipe, socket or device)")
             return None
         known = self._known.get(key) if self._known is not None else self.store.file(key)
         if known and known.size == st.st_size and known.mtime_ns == st.st_mtime_ns:
             report.files_unchanged += 1
             return None
         if st.st_size > self.max_bytes:
-            log.warning("skipping %s: %d bytes is over memory.max_file_bytes", path, st.st_size)
-            report.files_skipped += 1
+            self._skip(report, path, f"{st.st_size} bytes is over memory.max_file_bytes")
             return None
         try:
             data = path.read_bytes()
         except FileNotFoundError:
             return None  # deleted between listing and reading; the next sync removes it
         except OSError as exc:
-            log.warning("skipping %s: %s", path, exc.strerror)
-            report.files_skipped += 1
+            self._skip(report, path, f"cannot read: {exc.strerror or exc}")
             return None
         digest = content_hash(data)
         if known and known.hash == digest:
@@ -296,8 +335,7 @@ class Indexer:
             report.files_unchanged += 1
             return None
         if b"\x00" in data[:8192]:
-            log.warning("skipping %s: looks binary (NUL bytes)", path)
-            report.files_skipped += 1
+            self._skip(report, path, "looks binary (NUL bytes)")
             return None
         try:
             text = data.decode("utf-8")

@@ -96,6 +96,12 @@ SEARCH_SCHEMA: dict[str, Any] = {
             "description": "Only files under this folder (relative to the memory folder, or "
             "absolute).",
         },
+        "maxTokens": {
+            "type": "integer",
+            "minimum": 100,
+            "description": "Fit the whole answer in about this many tokens (snippets are "
+            "trimmed, the lowest results dropped).",
+        },
     },
     "required": ["query"],
     "additionalProperties": False,
@@ -129,6 +135,7 @@ _ALIASES = {
     "max_results": "maxResults",
     "min_score": "minScore",
     "path_prefix": "pathPrefix",
+    "max_tokens": "maxTokens",
     "sources": "source",
     "from_line": "from",
     "fromLine": "from",
@@ -198,6 +205,8 @@ def search_params(args: Mapping[str, Any] | None) -> dict[str, Any]:
         out["sources"] = source
     if a.get("pathPrefix") is not None:
         out["path_prefix"] = _str("pathPrefix", a["pathPrefix"])
+    if a.get("maxTokens") is not None:
+        out["max_tokens"] = _int("maxTokens", a["maxTokens"], 100, 1_000_000)
     return out
 
 
@@ -235,12 +244,19 @@ def format_search(res: Mapping[str, Any]) -> str:
             "source": r.get("source"),
             "score": round(float(r["score"]), 3),
             "snippet": r.get("snippet", ""),
+            **({"also": [p["citation"] for p in r["also"]]} if r.get("also") else {}),
         }
         for r in res.get("results", [])
     ]
     out: dict[str, Any] = {"results": results, "mode": res.get("mode")}
     if res.get("degraded"):
         out["degraded"] = res["degraded"]
+    budget = res.get("budget")
+    if budget and (budget.get("snippets_trimmed") or budget.get("dropped")):
+        out["budget"] = (
+            f"{budget['snippets_trimmed']} snippets trimmed, {budget['dropped']} results "
+            f"dropped to fit {budget['max_tokens']} tokens"
+        )
     index = res.get("index") or {}
     if index.get("state") not in (None, "idle", "paused"):
         # Without this an empty answer during the first sync would read as "memory has nothing".

@@ -209,6 +209,7 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
             except Exception as exc:  # noqa: BLE001 - a failing provider degrades, never fails
                 degraded = f"vector search failed ({exc}); keyword results only"
                 run_keyword = True
+                run_vector = False
 
     keyword_hits: list[tuple[int, float]] = []
     partial = cfg.bool("search.partial_identifiers")
@@ -230,6 +231,7 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
             vector_hits = vector_future.result()
         except Exception as exc:  # noqa: BLE001
             degraded = f"vector search failed ({exc}); keyword results only"
+            run_vector = False  # the answer is keyword-only and says so in ``mode``
 
     kw = fusion.bm25_scores(keyword_hits)
     vs = fusion.cosine_scores(vector_hits)
@@ -301,7 +303,8 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
         for f in kept
     ]
     if cfg.bool("search.dedupe"):
-        cands = collapse(cands, cfg.float("search.dedupe_similarity"))
+        lookup = ctx.vectors.vectors_of if ctx.vectors else None
+        cands = collapse(cands, cfg.float("search.dedupe_similarity"), req.max_results, lookup)
     lam = cfg.float("search.mmr_lambda")
     if lam < 1.0:
         cands = mmr(cands, lam, ctx.vectors.vectors_of if ctx.vectors else None, req.max_results)
@@ -379,6 +382,7 @@ def _boost(
         return fused
     lit_b, name_b = cfg.float("search.literal_boost"), cfg.float("search.name_boost")
     out: list[fusion.Fused] = []
+    named_ids: set[int] = set()
     changed = False
     for f in fused:
         row = rows[f.chunk_id]
@@ -389,6 +393,7 @@ def _boost(
         named = name_b > 0 and shape.name in _name_of(row)
         if named:
             score = boosted(score, name_b)
+            named_ids.add(f.chunk_id)
         if score != f.score:
             changed = True
             f = fusion.Fused(f.chunk_id, score, f.vector, f.keyword)
@@ -396,7 +401,8 @@ def _boost(
                 notes[f.chunk_id]["boosts"] = {"literal": round(share, 3), "name": named}
         out.append(f)
     if changed:
-        out.sort(key=lambda f: (-f.score, f.chunk_id))
+        # Stable: among equal scores a name match goes first, then the fused order stays.
+        out.sort(key=lambda f: (-f.score, f.chunk_id not in named_ids))
     return out
 
 

@@ -35,6 +35,7 @@ from recalld.errors import ConfigError, RecalldError, Unavailable
 from recalld_client.errors import FrameTooLarge, ProtocolError
 from recalld_client.protocol import (
     ERROR_CODES,
+    HEADER,
     MAX_FRAME,
     PROTOCOL_VERSION,
     FrameDecoder,
@@ -53,6 +54,13 @@ StreamHandler = Callable[[dict[str, Any]], AsyncIterator[dict[str, Any]]]
 LOCK_NAME = "recalld.lock"
 _CHUNK = 1 << 16
 _MAX_MESSAGE = 16 * 1024  # error messages are cut here so an error frame always fits
+_MAX_LOGGED = 500  # client-supplied text (method names, messages echoing params) in log lines
+# Requests are small (a query is capped at 100 KB, a path at 4 KB); answers may be larger
+# (``get`` returns up to 4 MB), so the inbound cap is lower than the frame cap of answers.
+MAX_REQUEST = 1 << 20
+# A client that stops in the middle of a frame is dropped after this long without a byte;
+# idle connections *between* frames (the tray's watch, an MCP shim) are never timed out.
+FRAME_TIMEOUT = 30.0
 # AF_UNIX paths: 108 bytes with the NUL on Linux, 104 on the BSDs and macOS.
 _MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
 
@@ -82,6 +90,17 @@ class _WireError(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class _RequestDecoder(FrameDecoder):
+    """A :class:`FrameDecoder` that remembers the length the current frame declares."""
+
+    declared = 0
+
+    def next_frame(self) -> dict[str, Any] | None:
+        if self._error is None and self.buffered >= HEADER.size:
+            (self.declared,) = HEADER.unpack_from(self._buf, self._pos)
+        return super().next_frame()
 
 
 class _Conn:
@@ -121,7 +140,9 @@ class Server:
     ``max_connections`` caps clients at once; ``max_inflight`` caps concurrent requests per
     connection (the server stops reading from a connection at the cap); ``workers`` sizes the
     thread pool of blocking handlers; ``shutdown_grace`` is how long :meth:`close` lets
-    in-flight requests finish.
+    in-flight requests finish. ``max_request`` caps an incoming frame (answers may be up to
+    ``max_frame``) and ``frame_timeout`` drops a client stalled in the middle of a frame, so a
+    connection holds at most ``max_request`` bytes of partial input, and not forever.
     """
 
     def __init__(
@@ -135,6 +156,8 @@ class Server:
         max_inflight: int = 64,
         workers: int | None = None,
         shutdown_grace: float = 10.0,
+        max_request: int = MAX_REQUEST,
+        frame_timeout: float = FRAME_TIMEOUT,
     ) -> None:
         bad = (set(handlers) & set(streams)) | ({"hello"} & {*handlers, *streams})
         if bad:
@@ -143,6 +166,8 @@ class Server:
         self.streams = dict(streams)
         self.socket_path = Path(socket_path)
         self.max_frame = max_frame
+        self.max_request = min(max_request, max_frame)
+        self.frame_timeout = frame_timeout
         self.max_connections = max_connections
         self.max_inflight = max_inflight
         self.workers = workers or min(32, (os.cpu_count() or 1) + 4)
@@ -353,11 +378,22 @@ class Server:
             await conn.close()
 
     async def _read_requests(self, reader: asyncio.StreamReader, conn: _Conn) -> None:
-        decoder = FrameDecoder(self.max_frame)
+        decoder = _RequestDecoder(self.max_request)
         slots = asyncio.Semaphore(self.max_inflight)
         while True:
             try:
-                data = await reader.read(_CHUNK)
+                if decoder.buffered:  # in the middle of a frame: the rest must come
+                    data = await asyncio.wait_for(reader.read(_CHUNK), self.frame_timeout)
+                else:
+                    data = await reader.read(_CHUNK)
+            except TimeoutError:
+                why = (
+                    f"incomplete frame: {decoder.buffered} bytes, then nothing for "
+                    f"{self.frame_timeout:g} s"
+                )
+                logger.warning("closing a connection: %s", why)
+                await conn.send(encode_frame(error_response(None, "protocol", why)))
+                return
             except (ConnectionError, OSError):
                 return
             if not data:
@@ -367,11 +403,33 @@ class Server:
                 for msg in decoder:
                     await slots.acquire()  # at the cap, stop reading: back-pressure
                     self._spawn(conn, msg, slots)
-            except ProtocolError as exc:  # FrameTooLarge included: its body is never read
-                code = "too_large" if isinstance(exc, FrameTooLarge) else "protocol"
-                logger.warning("closing a connection: %s", exc)
-                await conn.send(encode_frame(error_response(None, code, str(exc))))
+            except ProtocolError as exc:  # FrameTooLarge included: its body is never stored
+                code, why = "protocol", str(exc)[:_MAX_MESSAGE]
+                if isinstance(exc, FrameTooLarge):
+                    code = "too_large"
+                    why = (
+                        f"a request of {decoder.declared} bytes is over the {self.max_request}-"
+                        "byte cap of requests: send less (a query or path is far smaller)"
+                    )
+                    if decoder.declared <= self.max_frame:
+                        # A frame the client was allowed to send: let it finish sending (the
+                        # bytes are dropped as they come), so that it reads this answer rather
+                        # than a broken pipe.
+                        await self._discard(
+                            reader, decoder.declared + HEADER.size - decoder.buffered
+                        )
+                logger.warning("closing a connection: %s", _clip(why))
+                await conn.send(encode_frame(error_response(None, code, why)))
                 return
+
+    async def _discard(self, reader: asyncio.StreamReader, count: int) -> None:
+        """Read and drop ``count`` bytes (less if the peer stops or stalls)."""
+        with contextlib.suppress(TimeoutError, ConnectionError, OSError):
+            while count > 0:
+                data = await asyncio.wait_for(reader.read(min(_CHUNK, count)), self.frame_timeout)
+                if not data:
+                    return
+                count -= len(data)
 
     def _spawn(self, conn: _Conn, msg: dict[str, Any], slots: asyncio.Semaphore) -> None:
         task = asyncio.create_task(self._dispatch(conn, msg))
@@ -471,6 +529,7 @@ class Server:
             "version": __version__,
             "pid": os.getpid(),
             "capabilities": self.capabilities,
+            "max_request": self.max_request,
         }
 
     def _shutdown_handler(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -480,16 +539,19 @@ class Server:
 
     def _error_frame(self, req_id: Any, method: Any, exc: Exception) -> bytes:
         code = getattr(exc, "code", None)
+        # Messages may echo request parameters (a path, a value of the wrong type): log lines
+        # get a bounded excerpt, so that a client cannot fill the log with megabyte lines.
+        name = _clip(method if isinstance(method, str) else repr(method), 100)
         if isinstance(code, str) and code in ERROR_CODES and code != "internal":
-            logger.info("%s failed: [%s] %s", method, code, exc)
+            logger.info("%s failed: [%s] %s", name, code, _clip(str(exc)))
             message = str(exc) or type(exc).__name__
         elif isinstance(exc, RecalldError):
-            logger.error("%s failed", method, exc_info=exc)
+            logger.error("%s failed: %s", name, _clip(str(exc)), exc_info=exc)
             code, message = "internal", str(exc) or type(exc).__name__
         else:
-            logger.error("%s failed with an unexpected error", method, exc_info=exc)
+            logger.error("%s failed with an unexpected error", name, exc_info=exc)
             code = "internal"
-            message = f"internal error in {method!r} ({type(exc).__name__}: {exc}); see the log"
+            message = f"internal error in {name!r} ({type(exc).__name__}: {exc}); see the log"
         if not isinstance(req_id, int) or isinstance(req_id, bool):
             req_id = None
         return encode_frame(error_response(req_id, code, message[:_MAX_MESSAGE]))
@@ -547,6 +609,34 @@ class ServerThread:
         finally:
             self._started.set()
         await self.server.serve_forever()
+
+
+def tune_allocator(threshold: int = 128 * 1024) -> bool:
+    """glibc: serve every allocation of ``threshold`` bytes or more with its own mmap.
+
+    glibc raises its mmap threshold each time a large block is freed, after which large blocks
+    come from the heap and per-thread arenas, which keep the memory after ``free``: a daemon
+    that once decoded a 1 MiB request in each worker thread, or loaded a model, keeps tens of
+    MB it no longer uses. A fixed threshold returns large blocks to the system when freed.
+    Returns whether the setting was applied (Linux with glibc only).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    m_mmap_threshold = -3
+    return bool(mallopt(m_mmap_threshold, threshold))
+
+
+def _clip(text: str, limit: int = _MAX_LOGGED) -> str:
+    """``text`` cut to ``limit`` characters for a log line (noting how much was cut)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more characters]"
 
 
 def _private_dir(path: Path) -> None:

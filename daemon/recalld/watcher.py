@@ -8,11 +8,15 @@ disk what happened. Folder moves and deletes mark the folder, which the indexer 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -33,6 +37,8 @@ from recalld.filters import PathFilter
 log = logging.getLogger(__name__)
 
 BatchHandler = Callable[[list[Path]], None]
+RootsHandler = Callable[[list[Path]], None]
+ROOT_CHECK_S = 2.0  # how often the roots' presence and mounts are checked
 
 # Only changes. Without a filter inotify also reports every open and read-only close: a grep over
 # the memory folder (2,410 files) then costs the daemon thousands of Python events per run, which
@@ -122,36 +128,85 @@ class Watcher:
     """Observer over the memory roots plus the debounce thread that delivers batches."""
 
     def __init__(
-        self, roots: Sequence[Path], filter_: PathFilter, debounce_s: float, on_batch: BatchHandler
+        self,
+        roots: Sequence[Path],
+        filter_: PathFilter,
+        debounce_s: float,
+        on_batch: BatchHandler,
+        on_roots_changed: RootsHandler | None = None,
     ) -> None:
         self.roots = list(roots)
         self.filter = filter_
         self.dirty = DirtySet(debounce_s)
         self.on_batch = on_batch
+        self.on_roots_changed = on_roots_changed
         self.paused = False
         self._stop = threading.Event()
         self._observer: Observer | None = None  # type: ignore[valid-type]
         self._thread: threading.Thread | None = None
+        self._roots_thread: threading.Thread | None = None
+        self._watches: dict[Path, Any] = {}
+        self._signatures: dict[Path, tuple[Any, ...]] = {}
 
     def start(self) -> None:
-        """Start watching (missing roots are created so that they can be watched)."""
+        """Start watching. A missing root is not created (it may be an unmounted drive): the
+        root monitor starts watching it when it appears."""
         observer = Observer()
-        for root in self.roots:
-            try:
-                root.mkdir(parents=True, exist_ok=True)
-                observer.schedule(
-                    _Handler(root, self.filter, self.dirty),
-                    str(root),
-                    recursive=True,
-                    event_filter=EVENTS,
-                )
-            except OSError as exc:
-                log.warning("cannot watch %s: %s", root, exc)
         observer.daemon = True
         observer.start()
         self._observer = observer
+        for root in self.roots:
+            self._signatures[root] = root_signature(root)
+            self._schedule(root)
         self._thread = threading.Thread(target=self._run, name="recalld-debounce", daemon=True)
         self._thread.start()
+        self._roots_thread = threading.Thread(
+            target=self._watch_roots, name="recalld-roots", daemon=True
+        )
+        self._roots_thread.start()
+
+    def _schedule(self, root: Path) -> None:
+        old = self._watches.pop(root, None)
+        if old is not None and self._observer is not None:
+            with contextlib.suppress(Exception):  # its emitter may have stopped by itself
+                self._observer.unschedule(old)
+        if not root.is_dir():
+            log.warning("memory folder %s is missing; watching it again when it is back", root)
+            return
+        try:
+            self._watches[root] = self._observer.schedule(  # type: ignore[union-attr]
+                _Handler(root, self.filter, self.dirty),
+                str(root),
+                recursive=True,
+                event_filter=EVENTS,
+            )
+        except OSError as exc:
+            log.warning("cannot watch %s: %s", root, exc)
+
+    def _watch_roots(self) -> None:
+        """Notice roots that vanish, come back or get (un)mounted; re-watch them.
+
+        inotify stops reporting when a watched folder is deleted or its file system unmounted,
+        and never starts again by itself, so the roots' identities are polled cheaply.
+        """
+        while not self._stop.wait(ROOT_CHECK_S):
+            changed = []
+            for root in self.roots:
+                sig = root_signature(root)
+                if sig != self._signatures.get(root):
+                    self._signatures[root] = sig
+                    try:
+                        self._schedule(root)
+                    except Exception:  # e.g. the observer is stopping
+                        log.warning("cannot watch %s again", root, exc_info=True)
+                    changed.append(root)
+            if changed:
+                log.info("memory folders changed state: %s", ", ".join(map(str, changed)))
+                if self.on_roots_changed is not None:
+                    try:
+                        self.on_roots_changed(changed)
+                    except Exception:
+                        log.exception("handling changed memory folders failed")
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -176,3 +231,14 @@ class Watcher:
             self._observer.join(timeout=5)
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self._roots_thread is not None:
+            self._roots_thread.join(timeout=5)
+
+
+def root_signature(root: Path) -> tuple[Any, ...]:
+    """What identifies a root's current folder: deleted, recreated or (un)mounted changes it."""
+    try:
+        st = os.stat(root)
+    except OSError as exc:
+        return ("unavailable", exc.errno)
+    return (st.st_dev, st.st_ino, stat.S_ISDIR(st.st_mode), os.path.ismount(root))

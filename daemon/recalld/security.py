@@ -1,0 +1,169 @@
+"""File-permission hygiene: private files for the index, warnings about an exposed config.
+
+The index holds the text of every note and transcript, so the daemon creates its files with
+umask 077 and tightens index files left readable by others by an older version or another tool.
+The config file may hold a key (``embedding.api_key``) and decides where notes are sent
+(``embedding.base_url``), so a config that other users can read (with a key in it) or write
+is reported: in the daemon's log at start-up, in ``status`` (``warnings``) and by
+``recalld status``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+from recalld.config import SETTINGS, Config
+
+PRIVATE_UMASK = 0o077
+_SECRET_SUFFIXES = ("api_key", "_token", "_secret", "password")
+#: Environment variables the providers read keys from by default (embedding and rerank).
+KEY_VARIABLES = (
+    "OPENAI_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "VOYAGE_API_KEY",
+    "COHERE_API_KEY",
+    "CO_API_KEY",
+    "JINA_API_KEY",
+)
+MASK = "***"
+
+
+def secret_keys() -> list[str]:
+    """Settings that hold a secret itself (not the name of a variable holding it)."""
+    return [
+        s.key
+        for s in SETTINGS
+        if s.key.rsplit(".", 1)[-1].endswith(_SECRET_SUFFIXES) and isinstance(s.default, str)
+    ]
+
+
+def config_warnings(config: Config) -> list[str]:
+    """What is unsafe about the config file's permissions (empty when nothing is)."""
+    path = config.source
+    if path is None or sys.platform == "win32":
+        return []
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []
+    mode = stat.S_IMODE(st.st_mode)
+    out: list[str] = []
+    secrets = [k for k in secret_keys() if _set(config, k)]
+    if secrets and mode & 0o077:
+        out.append(
+            f"config file {path} holds {', '.join(secrets)} and is readable by other users "
+            f"(mode {mode:04o}): run `chmod 600 {path}`, or keep the key in an environment "
+            "variable (embedding.api_key_env) instead"
+        )
+    if mode & 0o022:
+        out.append(
+            f"config file {path} is writable by other users (mode {mode:04o}): whoever can edit "
+            "it decides which folders are indexed and where their text is sent "
+            f"(embedding.base_url); run `chmod go-w {path}`"
+        )
+    if st.st_uid != os.getuid() and st.st_uid != 0:
+        out.append(
+            f"config file {path} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}): "
+            "another user controls what recalld indexes and where it sends it"
+        )
+    return out
+
+
+def _set(config: Config, key: str) -> bool:
+    try:
+        return bool(config.get(key))
+    except KeyError:
+        return False
+
+
+def tighten(paths: list[Path]) -> list[Path]:
+    """chmod 600 those of ``paths`` that are ours and open to others; returns the changed ones."""
+    changed: list[Path] = []
+    if sys.platform == "win32":
+        return changed
+    for path in paths:
+        with contextlib.suppress(OSError):
+            st = os.lstat(path)
+            if (
+                stat.S_ISREG(st.st_mode)
+                and st.st_uid == os.getuid()
+                and stat.S_IMODE(st.st_mode) & 0o077
+            ):
+                os.chmod(path, stat.S_IMODE(st.st_mode) & 0o700)
+                changed.append(path)
+    return changed
+
+
+def index_files(index_path: Path) -> list[Path]:
+    """The index and its SQLite side files."""
+    return [index_path, *(Path(f"{index_path}{s}") for s in ("-wal", "-shm", "-journal"))]
+
+
+@contextlib.contextmanager
+def private_umask() -> Iterator[None]:
+    """Files created inside are readable by their owner only (the previous umask after)."""
+    if sys.platform == "win32":
+        yield
+        return
+    old = os.umask(PRIVATE_UMASK)
+    os.umask(old | PRIVATE_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def secret_values(config: Config, env: Mapping[str, str] | None = None) -> list[str]:
+    """The API keys this daemon may hold: set in the config, or in the variables it reads."""
+    env = os.environ if env is None else env
+    values = {str(config.get(k)) for k in secret_keys() if _set(config, k)}
+    names = set(KEY_VARIABLES)
+    for setting in SETTINGS:
+        if setting.key.endswith("api_key_env") and _set(config, setting.key):
+            names.add(str(config.get(setting.key)))
+    values.update(env[name] for name in names if env.get(name))
+    # Longest first, so that a key containing another is masked whole; short values are not
+    # keys (and masking them would mangle ordinary log text).
+    return sorted((v for v in values if len(v) >= 8), key=len, reverse=True)
+
+
+class ScrubbingFormatter(logging.Formatter):
+    """Formats with ``inner``, then masks every secret in the text (tracebacks included)."""
+
+    def __init__(self, inner: logging.Formatter, secrets: Iterable[str]) -> None:
+        super().__init__()
+        self.inner = inner
+        self.secrets = tuple(secrets)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = self.inner.format(record)
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, MASK)
+        return text
+
+
+def protect_logs(config: Config, logger: logging.Logger | None = None) -> None:
+    """Keep keys out of the log, even at debug level.
+
+    The HTTP wire trace (``httpcore`` at DEBUG) prints every response header, so a service or a
+    proxy that echoes the ``Authorization`` header would put the key in the log: it stays at
+    INFO. And every handler's output is scrubbed of the keys this daemon holds, as a last line
+    of defence for whatever else might print one (an exception message, a third-party library).
+    """
+    logging.getLogger("httpcore").setLevel(logging.INFO)
+    secrets = secret_values(config)
+    if not secrets:
+        return
+    for handler in (logger or logging.getLogger()).handlers:
+        current = handler.formatter or logging.Formatter()
+        if isinstance(current, ScrubbingFormatter):
+            current = current.inner
+        handler.setFormatter(ScrubbingFormatter(current, secrets))

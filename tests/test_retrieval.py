@@ -1,0 +1,451 @@
+"""Retrieval beyond the anchor (issue 9): identifier parts, CJK, query shape, collapse, MMR,
+recency, token budgets and --explain, through the real engine, store and model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import apsw
+import numpy as np
+import pytest
+
+from conftest import env_for, make_config, write
+from recalld import migrations
+from recalld.answer_budget import estimate_tokens, fit_to_budget
+from recalld.diversity import Candidate, collapse, mmr
+from recalld.embedding.registry import ProviderChoice
+from recalld.engine import Engine
+from recalld.errors import BadRequest
+from recalld.fts_query import build_match
+from recalld.ident_tokens import ident_text, split_word
+from recalld.note_dates import decay, is_evergreen, note_date
+from recalld.query_shape import analyze, boosted, literal_share, normalise_name
+from recalld.store import FileRow, NewChunk, Store
+
+CODE_NOTES = {
+    "net/errors.md": "# Network errors\n\nThe proxy logs ERR_CONN_RESET when the upstream drops "
+    "the socket mid-request.\n",
+    "net/retry.md": "# Retry policy\n\nWe call connection_reset() and back off exponentially "
+    "before retrying.\n",
+    "web/hooks.md": "# React notes\n\nState lives in useState; effects in useEffect.\n",
+    "src/layout.md": "# Layout\n\nThe entry point is daemon/recalld/search_pipeline.py and the "
+    "tests sit next to it.\n",
+    "misc/weather.md": "# Weather\n\nIt rained all week in Lisbon; the reset of the garden "
+    "waits for spring.\n",
+}
+CJK_NOTES = {
+    "zh/travel.md": "# 旅行\n\n我们下个月去北京看长城，然后去上海吃小笼包。\n",
+    "ja/tokyo.md": "# 東京\n\n昨日は東京タワーに行って、夜は新宿でラーメンを食べた。\n",
+    "en/plain.md": "# Plain\n\nAn English note about gardening and compost.\n",
+}
+
+
+def make_engine(home: Path, emb: Any, **values: Any) -> Engine:
+    return Engine(make_config(home, **values), choice=ProviderChoice(emb, "test: local model"))
+
+
+def paths_of(res: dict[str, Any], home: Path) -> list[str]:
+    return [os.path.relpath(r["path"], home / "memory") for r in res["results"]]
+
+
+@pytest.fixture
+def code_engine(home: Path, local_embedder: Any) -> Any:
+    for rel, text in CODE_NOTES.items():
+        write(home / "memory" / rel, text)
+    eng = make_engine(home, local_embedder)
+    eng.sync()
+    yield eng
+    eng.close()
+
+
+# identifier parts and CJK -------------------------------------------------------------------
+
+
+def test_split_word_and_ident_text() -> None:
+    assert split_word("useState") == ["use", "state"]
+    assert split_word("HTTPServer") == ["http", "server"]
+    assert split_word("sha512sum") == ["sha", "512", "sum"]
+    assert split_word("alpine") == ["alpine"]
+    assert split_word("Ärger") == ["ärger"]  # only ASCII case boundaries split
+    text = ident_text("see ERR_CONN_RESET and useState in 東京タワー 猫")
+    assert "errconnreset" in text.split()
+    assert "use state" in text
+    assert "東京 京タ タワ ワー" in text and "猫" in text.split()
+    assert ident_text("plain English words only.") == ""
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("ConnReset", {"net/errors.md", "net/retry.md"}),
+        ("conn_reset", {"net/errors.md", "net/retry.md"}),
+        ("ErrConnReset", {"net/errors.md"}),
+        ("use_state", {"web/hooks.md"}),
+        ("recalld/search_pipe", {"src/layout.md"}),
+    ],
+)
+def test_partial_identifiers_find_the_full_one(
+    code_engine: Engine, home: Path, query: str, expected: set[str]
+) -> None:
+    res = code_engine.search({"query": query, "mode": "keyword", "min_score": 0})
+    top = paths_of(res, home)[: len(expected)]
+    assert set(top) == expected, (query, paths_of(res, home))
+
+
+def test_partial_identifiers_can_be_turned_off(home: Path, local_embedder: Any) -> None:
+    for rel, text in CODE_NOTES.items():
+        write(home / "memory" / rel, text)
+    eng = make_engine(home, local_embedder, search__partial_identifiers=False)
+    try:
+        eng.sync()
+        res = eng.search({"query": "ConnReset", "mode": "keyword", "min_score": 0})
+        assert res["results"] == []  # no exact token: only the partial match finds it
+    finally:
+        eng.close()
+
+
+def test_cjk_notes_have_a_keyword_channel(home: Path, local_embedder: Any) -> None:
+    for rel, text in CJK_NOTES.items():
+        write(home / "memory" / rel, text)
+    eng = make_engine(home, local_embedder)
+    try:
+        eng.sync()
+        for query, want in [
+            ("长城", "zh/travel.md"),
+            ("小笼包", "zh/travel.md"),
+            ("東京タワー", "ja/tokyo.md"),
+            ("ラーメン", "ja/tokyo.md"),
+            ("新宿", "ja/tokyo.md"),
+        ]:
+            res = eng.search({"query": query, "mode": "keyword", "min_score": 0})
+            assert paths_of(res, home)[:1] == [want], (query, res["results"])
+        # Without the bigram column, a word inside a CJK sentence is not a token at all.
+        with eng.reader() as store:
+            plain = build_match("新宿", partial=False)
+            assert plain is not None
+            assert store.keyword_search("{text context} : (" + plain + ")", 5, None, None) == []
+    finally:
+        eng.close()
+
+
+def test_migration_3_backfills_the_ident_column(tmp_path: Path) -> None:
+    db = tmp_path / "index.sqlite"
+    conn = apsw.Connection(str(db))
+    for number, sql in enumerate(migrations.MIGRATIONS[:2], start=1):
+        with conn:
+            conn.execute(sql)
+            conn.execute(f"PRAGMA user_version = {number}")
+    conn.execute(
+        "INSERT INTO files(path, source, size, mtime_ns, hash, lines, indexed_at) "
+        "VALUES ('/m/a.md', 'memory', 1, 1, 'h', 1, 0)"
+    )
+    conn.execute(
+        "INSERT INTO chunks(path, source, start_line, end_line, hash, text, context) "
+        "VALUES ('/m/a.md', 'memory', 1, 1, 'c', 'we call getUserName here', 'A')"
+    )
+    conn.close()
+    with Store(db) as store:
+        assert migrations.current_version(store.conn) == len(migrations.MIGRATIONS)
+        match = build_match("user_name", partial=True)
+        assert match is not None
+        assert [cid for cid, _ in store.keyword_search(match, 5, None, None)] == [1]
+        row = store.conn.execute("SELECT ident FROM chunks").fetchone()
+        assert row[0] == "get user name"
+        # New chunks get the column from the store, and deleting them keeps FTS consistent.
+        store.replace_file(
+            FileRow("/m/a.md", "memory", 1, 2, "h2", 1),
+            [NewChunk(1, 1, "now setUserName", "c2")],
+            None,
+        )
+        assert store.conn.execute("SELECT ident FROM chunks").fetchall() == [("set user name",)]
+        store.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
+
+
+# query shape ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "kind"),
+    [
+        ("useState", "identifier"),
+        ("ERR_CONN_RESET", "identifier"),
+        ("src/app.py", "identifier"),
+        ("#4521", "identifier"),
+        ('"exact words here"', "identifier"),
+        ("fix ERR_CONN_RESET", "identifier"),
+        ("what did Caroline paint last summer?", "natural"),
+        ("how do I rotate the nginx logs", "natural"),
+        ("alpine", "mixed"),
+        ("nginx logs", "mixed"),
+        ("why does foo.bar() return None", "mixed"),
+    ],
+)
+def test_query_kinds(query: str, kind: str) -> None:
+    assert analyze(query).kind == kind
+
+
+def test_literals_names_and_boosts() -> None:
+    shape = analyze('check "lock timeout" and ERR_CONN_RESET')
+    assert shape.literals == ("lock timeout", "ERR_CONN_RESET")
+    assert literal_share(shape.literals, "a Lock Timeout happened") == 0.5
+    assert normalise_name("Fossil-Commit") == normalise_name("fossil commit") == "fossil commit"
+    assert normalise_name("$") == "$"
+    assert boosted(0.2, 0.5) == pytest.approx(0.6)
+    assert boosted(1.0, 0.5) == 1.0 and 0.0 <= boosted(0.0, 2.0) <= 1.0
+
+
+def test_a_file_named_like_the_query_comes_first(home: Path, local_embedder: Any) -> None:
+    write(home / "memory" / "tools" / "setup-alpine.md", "# setup-alpine\n\nInstall alpine.\n")
+    write(home / "memory" / "tools" / "alpine.md", "# alpine\n\nA mail client.\n")
+    write(home / "memory" / "tools" / "apk.md", "# apk\n\nThe alpine alpine package tool.\n")
+    eng = make_engine(home, local_embedder)
+    off = make_engine(home, local_embedder, search__name_boost=0.0)
+    try:
+        eng.sync()
+        assert paths_of(eng.search({"query": "alpine", "min_score": 0}), home)[0] == (
+            "tools/alpine.md"
+        )
+        # Without the name boost the note that repeats the word wins: the boost is what helps.
+        assert paths_of(off.search({"query": "alpine", "min_score": 0}), home)[0] != (
+            "tools/alpine.md"
+        )
+    finally:
+        eng.close()
+        off.close()
+
+
+def test_identifier_queries_lean_on_keywords(code_engine: Engine) -> None:
+    res = code_engine.search({"query": "ERR_CONN_RESET", "explain": True, "min_score": 0})
+    assert res["explain"]["shape"] == "identifier"
+    assert res["explain"]["weights"]["vector"] == pytest.approx(0.1)
+    top = res["results"][0]
+    assert top["path"].endswith("net/errors.md")
+    assert top["explain"]["boosts"]["literal"] == 1.0
+    res = code_engine.search(
+        {"query": "what happens when the upstream drops the socket?", "explain": True}
+    )
+    assert res["explain"]["shape"] == "natural"
+
+
+# collapse and MMR ---------------------------------------------------------------------------
+
+
+def test_same_passage_in_a_note_and_a_transcript_comes_back_once(
+    home: Path, local_embedder: Any
+) -> None:
+    passage = (
+        "The staging database password rotation runs every Tuesday at 04:00 UTC and the "
+        "runbook lives in the ops wiki under rotation."
+    )
+    write(home / "memory" / "ops.md", f"# Ops\n\n{passage}\n")
+    sessions = home / "sessions"
+    sessions.mkdir()
+    (sessions / "s1.jsonl").write_text(
+        json.dumps(
+            {
+                "type": "user",
+                "message": {"role": "user", "content": passage},
+                "timestamp": "2026-11-01T10:00:00Z",
+                "sessionId": "s1",
+            }
+        )
+        + "\n"
+    )
+    glob = [str(sessions / "*.jsonl")]
+    eng = make_engine(home, local_embedder, sessions__paths=glob)
+    raw = make_engine(home, local_embedder, sessions__paths=glob, search__dedupe=False)
+    try:
+        eng.sync()
+        query = {"query": "when does the staging password rotation run", "min_score": 0}
+        plain = raw.search(query)["results"]
+        assert {r["source"] for r in plain[:2]} == {"memory", "sessions"}
+        res = eng.search(query)["results"]
+        top = res[0]
+        assert len(top["also"]) == 1
+        places = {top["source"], top["also"][0]["source"]}
+        assert places == {"memory", "sessions"}
+        assert all(r["path"] != top["also"][0]["path"] for r in res)
+    finally:
+        eng.close()
+        raw.close()
+
+
+def test_collapse_overlapping_ranges_of_one_file() -> None:
+    a = Candidate(1, 0.9, "/m/a.md", 1, 10, "alpha beta gamma")
+    b = Candidate(2, 0.8, "/m/a.md", 8, 20, "totally different words")
+    c = Candidate(3, 0.7, "/m/a.md", 21, 30, "more text")
+    kept = collapse([a, b, c], 0.8, 6)
+    assert [k.chunk_id for k in kept] == [1, 3] and kept[0].also == [2]
+
+
+def test_mmr_keeps_one_file_from_filling_every_slot() -> None:
+    rng = np.random.default_rng(7)
+    base = rng.normal(size=16).astype(np.float32)
+    base /= np.linalg.norm(base)
+    vecs: dict[int, Any] = {}
+    cands = []
+    for i in range(5):  # five near-identical chunks of one long file, scored highest
+        v = base + 0.01 * rng.normal(size=16).astype(np.float32)
+        vecs[i] = v / np.linalg.norm(v)
+        cands.append(Candidate(i, 0.95 - i * 0.01, "/m/long.md", i * 10 + 1, i * 10 + 9, "x"))
+    other = rng.normal(size=16).astype(np.float32)
+    other -= float(np.dot(other, base)) * base  # a different topic: orthogonal to the file's
+    vecs[9] = other / np.linalg.norm(other)
+    cands.append(Candidate(9, 0.7, "/m/other.md", 1, 5, "y"))
+
+    def lookup(ids: Any) -> dict[int, Any]:
+        return {i: vecs[i] for i in ids}
+
+    assert [c.chunk_id for c in mmr(cands, 1.0, lookup, 3)][:3] == [0, 1, 2]
+    diverse = [c.chunk_id for c in mmr(cands, 0.5, lookup, 3)][:3]
+    assert diverse[0] == 0 and 9 in diverse
+
+
+def test_mmr_through_the_engine(home: Path, local_embedder: Any) -> None:
+    long_file = "# Garden log\n\n" + "\n\n".join(
+        f"Day {i}: watered the tomatoes and checked the tomato plants for blight."
+        for i in range(40)
+    )
+    write(home / "memory" / "garden.md", long_file)
+    write(home / "memory" / "pests.md", "# Pests\n\nTomato blight spreads in wet weather.\n")
+    eng = make_engine(home, local_embedder, search__mmr_lambda=0.3)
+    try:
+        eng.sync()
+        res = eng.search({"query": "tomato blight", "max_results": 3, "min_score": 0})
+        assert "pests.md" in {Path(r["path"]).name for r in res["results"]}
+    finally:
+        eng.close()
+
+
+# recency ------------------------------------------------------------------------------------
+
+
+def test_note_dates(tmp_path: Path) -> None:
+    named = write(tmp_path / "2024-03-14-standup.md", "# Standup\n")
+    front = write(tmp_path / "plan.md", "---\ntitle: Plan\ndate: 2023-01-02\n---\n# Plan\n")
+    session = write(
+        tmp_path / "s.jsonl",
+        '{"timestamp": "2022-05-01T10:00:00Z"}\n{"timestamp": "2022-05-03T10:00:00Z"}\n',
+    )
+    plain = write(tmp_path / "plain.md", "# Plain\n")
+    os.utime(plain, (1_600_000_000, 1_600_000_000))
+    assert note_date(str(named)) == pytest.approx(1710374400)
+    assert note_date(str(front)) == pytest.approx(1672617600)
+    assert note_date(str(session)) == pytest.approx(1651572000)
+    assert note_date(str(plain)) == pytest.approx(1_600_000_000)
+    assert note_date(str(tmp_path / "gone.md")) is None
+    assert decay(30 * 86400, 30) == pytest.approx(0.5)
+    assert decay(-5, 30) == 1.0 and decay(10**9, 0) == 1.0
+    assert is_evergreen("/m/MEMORY.md", ["MEMORY.md"])
+    assert is_evergreen("/m/core/facts.md", ["/m/core/*"])
+    assert not is_evergreen("/m/notes.md", ["MEMORY.md"])
+
+
+def test_recency_prefers_the_newer_note_but_not_over_evergreen(
+    home: Path, local_embedder: Any
+) -> None:
+    text = "# Coffee\n\nThe team switched the office coffee machine to the {} beans.\n"
+    old = write(home / "memory" / "2020-01-01-coffee.md", text.format("Ethiopian"))
+    new = write(home / "memory" / "coffee-now.md", text.format("Kenyan"))
+    ever = write(home / "memory" / "MEMORY.md", text.format("Colombian"))
+    ancient = time.time() - 5 * 365 * 86400
+    os.utime(ever, (ancient, ancient))
+    eng = make_engine(home, local_embedder, search__recency_half_life_days=30.0)
+    try:
+        eng.sync()
+        res = eng.search({"query": "office coffee machine beans", "explain": True})
+        names = [Path(r["path"]).name for r in res["results"]]
+        assert names.index(new.name) < names.index(old.name)
+        assert names.index(ever.name) < names.index(old.name)
+        factors = {Path(r["path"]).name: r["explain"]["recency"] for r in res["results"]}
+        assert factors[ever.name] == 1.0 and factors[old.name] < 0.01
+    finally:
+        eng.close()
+
+
+# budgets and explain ------------------------------------------------------------------------
+
+
+def test_fit_to_budget_trims_then_drops() -> None:
+    results = [
+        {"path": f"/m/{i}.md", "citation": f"/m/{i}.md#L1-L9", "snippet": "word " * 140}
+        for i in range(6)
+    ]
+    answer: dict[str, Any] = {"results": results, "mode": "hybrid", "took_ms": 1.0}
+    report = fit_to_budget(answer, 400)
+    assert report["used_tokens"] <= 400 and estimate_tokens(answer) <= 400
+    assert report["snippets_trimmed"] == len(answer["results"])
+    assert all(r["truncated"] and r["snippet"].endswith("…") for r in answer["results"])
+    small: dict[str, Any] = {"results": [dict(r) for r in results], "mode": "hybrid"}
+    report = fit_to_budget(small, 150)
+    assert report["dropped"] > 0 and len(small["results"]) == 6 - report["dropped"]
+    roomy: dict[str, Any] = {"results": [dict(r) for r in results], "mode": "hybrid"}
+    report = fit_to_budget(roomy, 100_000)
+    assert report["snippets_trimmed"] == report["dropped"] == 0
+
+
+def test_search_max_tokens_and_explain(code_engine: Engine) -> None:
+    res = code_engine.search({"query": "reset", "min_score": 0, "max_tokens": 200})
+    assert res["budget"]["max_tokens"] == 200
+    assert res["budget"]["used_tokens"] <= 200
+    assert estimate_tokens(res) <= 200 + 8  # took_ms is set after the budget
+    for bad in (50, -1, "many", True):
+        with pytest.raises(BadRequest):
+            code_engine.search({"query": "reset", "max_tokens": bad})
+    with pytest.raises(BadRequest):
+        code_engine.search({"query": "reset", "explain": "yes"})
+    res = code_engine.search({"query": "connection reset", "explain": True, "min_score": 0})
+    e = res["results"][0]["explain"]
+    assert set(e) >= {"vector", "keyword", "fused", "final"}
+    assert e["keyword"]["rank"] >= 1 and 0 <= e["fused"] <= 1
+    assert res["explain"]["fusion"] == "weighted" and res["explain"]["match"]
+
+
+def test_cli_search_explain_and_budget(home: Path) -> None:
+    for rel, text in CODE_NOTES.items():
+        write(home / "memory" / rel, text)
+    env = env_for(home)
+    run = [sys.executable, "-m", "recalld.cli"]
+    subprocess.run([*run, "sync"], env=env, check=True, capture_output=True, timeout=300)
+    out = subprocess.run(
+        [*run, "search", "ConnReset", "--explain", "--max-tokens", "300", "--min-score", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "explain: vector" in out.stdout and "final" in out.stdout
+    assert "query shape identifier" in out.stdout and "NEAR(" in out.stdout
+    assert "budget 300 tokens" in out.stderr
+    js = subprocess.run(
+        [*run, "search", "ConnReset", "--explain", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    data = json.loads(js.stdout)
+    assert data["explain"]["shape"] == "identifier" and "explain" in data["results"][0]
+
+
+def test_eval_counts_collapsed_places_at_the_result_rank() -> None:
+    from recalld.evaluation import score_query
+
+    hit = {
+        "rel": "notes/a.md",
+        "start_line": 1,
+        "end_line": 5,
+        "chars": 100,
+        "also": [{"rel": "sessions/s.jsonl", "start_line": 7, "end_line": 7}],
+    }
+    scores = score_query([hit], [("sessions/s.jsonl", 7)], [1, 10])
+    assert scores["hit@1"] == 1.0 and scores["mrr@10"] == 1.0
+    scores = score_query([hit], [("sessions/s.jsonl", 8)], [1, 10])
+    assert scores["hit@1"] == 0.0
