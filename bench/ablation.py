@@ -54,6 +54,8 @@ VARIANTS: dict[str, dict[str, Value]] = {
     "all + mmr + recency": {"search.mmr_lambda": 0.7, "search.recency_half_life_days": 30.0},
 }
 SETS = ("locomo", "scifact-train", "tldr", "partial-ids")
+STANDARD = tuple(VARIANTS)  # what `make bench` runs (--custom variants come on top)
+LAST = OUT / "ablation.json"
 
 
 def set_files(name: str) -> tuple[Path, Path, Path, dict[str, Value]]:
@@ -107,6 +109,32 @@ def run(sets: list[str], variants: list[str], limit: int | None) -> dict[str, An
     return results
 
 
+def run_all(limit: int | None = None) -> dict[str, Any]:
+    """Every set x the standard variants: the ablation part of ``make bench``."""
+    if not (OUT / "partial-ids" / "queries.jsonl").exists():
+        from bench import partial_ids
+
+        partial_ids.main()
+    results = run(list(SETS), list(STANDARD), limit)
+    save(results)
+    return results
+
+
+def save(results: dict[str, Any]) -> None:
+    """bench/out/ablation.json and ablation.md."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    LAST.write_text(json.dumps(results, indent=1), encoding="utf-8")
+    (OUT / "ablation.md").write_text(markdown(results), encoding="utf-8")
+
+
+def load_last() -> dict[str, Any] | None:
+    """The last saved ablation (``make bench --skip-quality`` shows it again)."""
+    if not LAST.exists():
+        return None
+    data: dict[str, Any] = json.loads(LAST.read_text(encoding="utf-8"))
+    return data
+
+
 def markdown(results: dict[str, Any]) -> str:
     """One table per set (locomo also per tag)."""
     out: list[str] = []
@@ -157,11 +185,8 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown: {unknown}; variants {list(VARIANTS)}, sets {list(SETS)}")
     results = run(sets, variants, args.limit)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "ablation.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    table = markdown(results)
-    (OUT / "ablation.md").write_text(table, encoding="utf-8")
-    print(table)
+    save(results)
+    print(markdown(results))
 
 
 if __name__ == "__main__":

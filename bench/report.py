@@ -316,6 +316,7 @@ def markdown(sheet: Sheet, meta: dict[str, Any]) -> str:
     out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _speed_rows(m)]
     out += ["", "## Quality", ""]
     out += _quality_md(sheet)
+    out += _ablation_md(sheet)
     out += ["", "## Method", ""]
     out += [f"- **{k}**: {v}" for k, v in sheet.notes.items()]
     out += ["", *_corpus_md(m)]
@@ -498,6 +499,29 @@ def _corpus_md(m: dict[str, Any]) -> list[str]:
     ]
 
 
+def _ablation_md(sheet: Sheet) -> list[str]:
+    results = sheet.tables.get("ablation")
+    if not results:
+        return []
+    from bench.ablation import markdown
+
+    out = [
+        "",
+        "## Ablation: retrieval steps beyond the anchor",
+        "",
+        "`bench/ablation.py`: `run_eval` in hybrid mode, k = 10, min score 0, on each set. "
+        "`anchor` = OpenClaw's fusion (raw scores, 0.7 vector / 0.3 keyword, no title weight); "
+        "`baseline` = min-max 0.2 / 0.8 with the title column and every step below off; `+step` "
+        "= the baseline with that one step on; `all (defaults)` = the shipped config. A step is "
+        "on by default only where it helped and hurt no set by more than 0.005 "
+        "(docs/DECISIONS.md). `partial-ids` = partial-identifier queries built from the real "
+        "transcripts (`bench/partial_ids.py`).",
+    ]
+    if sheet.tables.get("ablation_reused"):
+        out += ["", "Not rerun in this run: the last results from bench/out/ablation.json."]
+    return [*out, markdown(results).rstrip()]
+
+
 def _quality_md(sheet: Sheet) -> list[str]:
     rows = sheet.tables.get("quality")
     if not rows:
@@ -563,6 +587,8 @@ def write(sheet: Sheet, meta: dict[str, Any], md_path: Path, json_path: Path) ->
     if "quality" in sheet.tables:
         data["quality"] = sheet.tables["quality"]
         data["quality_meta"] = sheet.tables.get("quality_meta")
+    if "ablation" in sheet.tables:
+        data["ablation"] = sheet.tables["ablation"]
     data["notes"] = sheet.notes
     if sheet.errors:
         data["errors"] = sheet.errors

@@ -54,7 +54,7 @@ def _snapshot() -> tuple[Path, str]:
 
 SNAPSHOT, SOURCE_HASH = _snapshot()
 
-from bench import common, corpora, quality, report, speed  # noqa: E402
+from bench import ablation, common, corpora, quality, report, speed  # noqa: E402
 from bench.cache import VectorCache  # noqa: E402
 from bench.common import FULL, OUT, QUICK, ROOT, Sheet, log, stage  # noqa: E402
 
@@ -67,6 +67,7 @@ PARTS = (
     "noop",
     "transcripts",
     "quality",
+    "ablation",
 )
 
 
@@ -129,6 +130,14 @@ def main(argv: list[str] | None = None) -> int:
                 )
         elif only is None:
             quality.load_last(sheet)
+        if not args.skip_quality and (only is None or "ablation" in only):
+            with stage("ablation", timings):
+                sheet.tables["ablation"] = ablation.run_all(sizes.quality_limit)
+        elif only is None:
+            last = ablation.load_last()
+            if last:
+                sheet.tables["ablation"] = last
+                sheet.tables["ablation_reused"] = True
         sheet.put("embedded_for_corpora", cache.embedded_now)
     finally:
         cache.close()

@@ -182,3 +182,20 @@ def test_daemon_makes_new_messages_searchable(home: Path) -> None:
             assert hit["source"] == "sessions" and hit["start_line"] <= 2 <= hit["end_line"]
     finally:
         d.stop()
+
+
+def test_transcript_linked_from_outside_is_not_indexed(home: Path, local_embedder: Any) -> None:
+    sessions = home / "sessions"
+    sessions.mkdir()
+    outside = home / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.jsonl").write_text(msg("user", "the vault combination is plover-nine"))
+    (sessions / "evil.jsonl").symlink_to(outside / "secret.jsonl")
+    (sessions / "ok.jsonl").write_text(msg("user", "the garden needs plover-nine seeds"))
+    eng = make_engine(home, local_embedder, str(sessions / "*.jsonl"))
+    try:
+        eng.sync()
+        res = eng.search({"query": "plover-nine", "mode": "keyword", "min_score": 0})
+        assert [Path(r["path"]).name for r in res["results"]] == ["ok.jsonl"]
+    finally:
+        eng.close()

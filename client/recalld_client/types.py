@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 Source = Literal["memory", "sessions"]
 Mode = Literal["hybrid", "keyword", "vector"]
@@ -104,8 +104,13 @@ class StatusResponse(TypedDict, total=False):
     memory_roots: list[str]
     session_globs: list[str]
     config_path: str | None
-    daemon: dict[str, Any]  # pid, uptime_s, socket, watching, paused, pending
+    daemon: dict[str, Any]  # pid, uptime_s, socket, watching, paused, pending, retry_in_s
     sessions: dict[str, Any]
+    warnings: list[str]  # e.g. a config file holding keys that others can read
+    provider_health: dict[str, Any]  # the remote provider's circuit breaker (up/down, since)
+    missing_roots: list[dict[str, Any]]  # memory folders gone or unmounted (rows kept)
+    skipped_files: list[dict[str, str]]  # {"path", "reason"}: files that could not be indexed
+    skipped_total: int
 
 
 class Hello(TypedDict):
@@ -115,3 +120,4 @@ class Hello(TypedDict):
     version: str  # the daemon's package version
     pid: int
     capabilities: list[str]  # the methods it serves
+    max_request: NotRequired[int]  # largest request frame the daemon accepts, in bytes

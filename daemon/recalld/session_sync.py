@@ -30,11 +30,23 @@ MAX_DELTA_BYTES = 64 * 1024 * 1024  # per call; a bigger backlog is read in seve
 
 
 def transcript_files(globs: Iterable[str]) -> list[Path]:
-    """Files matching the transcript globs (``**`` recursive)."""
+    """Files matching the transcript globs (``**`` recursive).
+
+    A match whose real path lies outside the glob's fixed folder (a symlink out) is left out,
+    as on the memory side: ``get`` refuses it, so it must not be searchable either.
+    """
+    from recalld.access import _glob_base
+
     found: dict[str, Path] = {}
     for pattern in globs:
-        for name in glob.glob(os.path.expanduser(pattern), recursive=True):
+        expanded = os.path.expanduser(pattern)
+        base = os.path.realpath(_glob_base(expanded))
+        for name in glob.glob(expanded, recursive=True):
             path = Path(name)
+            real = os.path.realpath(path)
+            if base not in ("/", ".") and not real.startswith(base.rstrip("/") + "/"):
+                log.info("skipping %s: a link out of %s", path, base)
+                continue
             if path.is_file():
                 found.setdefault(str(path.absolute()), path.absolute())
     return sorted(found.values())
