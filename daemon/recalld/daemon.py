@@ -22,9 +22,10 @@ from typing import Any
 
 from recalld import paths, security
 from recalld.config import Config
-from recalld.engine import Engine, describe_write_error
+from recalld.engine import Engine
 from recalld.errors import BadRequest, Unavailable
 from recalld.filters import make_filter
+from recalld.index_files import describe_write_error
 from recalld.indexer import Progress
 from recalld.watcher import Watcher
 

@@ -4,37 +4,31 @@ Used in-process by the CLI and wrapped by the daemon. All writes go through :met
 and :meth:`Engine.reindex` (the daemon calls them from its single writer thread); searches and
 gets use pooled read-only connections and never wait for a sync. A full rebuild happens in a
 temporary database next to the live one and is swapped in with ``os.replace``.
-
-Test hook (tests/test_reliability_crash.py): when ``RECALLD_TEST_PHASE_LOG`` names a file, the
-full rebuild appends the name of each phase it reaches to it, and stops at the phase named by
-``RECALLD_TEST_PAUSE_AT`` until the process is killed. Unset (always, outside tests), it is a no-op.
+The rebuild's phases call :func:`recalld.index_files.test_phase` (a no-op outside tests).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import queue
-import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import apsw
-
-from recalld import __version__, access, paths
+from recalld import __version__, access, index_files, paths
 from recalld.config import Config
-from recalld.embedding.base import Embedder, Vectors, provider_key
+from recalld.embedding.base import Embedder, provider_key
 from recalld.embedding.registry import ProviderChoice, resolve_embedder
-from recalld.errors import BadRequest, IndexError_, NotFound, ProviderError, RecalldError
+from recalld.errors import BadRequest, IndexError_, NotFound, RecalldError
 from recalld.indexer import Indexer, Progress, SyncReport, identity_for
+from recalld.provider_guard import PROBE_DEADLINE_S, ProviderGuard
 from recalld.search import SearchContext, parse_request, run_search
 from recalld.session_sync import SessionIndexer
 from recalld.store import FileChange, Identity, Store, prefix_bounds
@@ -44,175 +38,7 @@ log = logging.getLogger(__name__)
 
 ProgressHook = Callable[[Progress], None]
 
-QUERY_DEADLINE_S = 5.0  # a search waits at most this long for a remote query embedding
-PROBE_DEADLINE_S = 15.0  # indexing waits at most this long on a provider that failed before
-PROVIDER_COOLDOWN_S = (1.0, 2.0, 4.0, 8.0, 15.0)  # after the 1st, 2nd, ... failure in a row
-MIN_FREE_BYTES = 256 * 1024  # a sync with less free space left fails at once, before embedding
 MAX_SKIPPED_SHOWN = 100  # files listed by name in status["skipped_files"]
-
-
-class ProviderGuard:
-    """A remote embedder behind a circuit breaker.
-
-    After a failure (error, 429/5xx after the client's own retries, no answer) the provider is
-    *down*: searches skip the vector channel at once and say why in ``degraded``, indexing stores
-    chunks without vectors (back-filled later), and one probe is let through after a cooldown
-    (1, 2, 4, 8, then every 15 s). A query embedding never holds a search for more than
-    ``QUERY_DEADLINE_S``, whatever the provider's timeout and retry settings.
-    """
-
-    def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
-        self.kind = inner.kind
-        self.model = inner.model
-        self.max_input_tokens = inner.max_input_tokens
-        self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="recalld-provider")
-        self.failures = 0
-        self.down_since: float | None = None
-        self.reason: str | None = None
-        self._retry_at = 0.0
-
-    @property
-    def dims(self) -> int:
-        return self.inner.dims
-
-    @dims.setter
-    def dims(self, value: int) -> None:
-        self.inner.dims = value
-
-    @property
-    def key(self) -> str:
-        return self.inner.key
-
-    @property
-    def label(self) -> str:
-        return self.inner.label
-
-    def available(self) -> bool:
-        """Healthy, or down with a probe due."""
-        with self._lock:
-            return self.down_since is None or time.monotonic() >= self._retry_at
-
-    def embed(self, texts: Sequence[str], *, query: bool = False) -> Vectors:
-        """Embed through the breaker (raises ProviderError at once while the provider is down)."""
-        now = time.monotonic()
-        with self._lock:
-            down = self.down_since is not None
-            if down and now < self._retry_at:
-                raise ProviderError(
-                    f"{self.label} is unavailable ({self.reason}); "
-                    f"next try in {self._retry_at - now:.0f} s",
-                    retryable=True,
-                )
-            deadline = QUERY_DEADLINE_S if query else (PROBE_DEADLINE_S if down else None)
-            if down:  # one probe at a time: others fail fast until it has answered
-                self._retry_at = now + (deadline or PROBE_DEADLINE_S)
-        try:
-            if deadline is None:
-                out = self.inner.embed(texts, query=query)
-            else:
-                future = self._pool.submit(self.inner.embed, list(texts), query=query)
-                try:
-                    out = future.result(timeout=deadline)
-                except FutureTimeout:
-                    future.cancel()
-                    raise ProviderError(
-                        f"{self.label} did not answer within {deadline:g} s", retryable=True
-                    ) from None
-        except Exception as exc:
-            self._failed(exc)
-            raise
-        self._succeeded()
-        return out
-
-    def _failed(self, exc: Exception) -> None:
-        with self._lock:
-            self.failures += 1
-            if self.down_since is None:
-                self.down_since = time.time()
-            self.reason = str(exc) or type(exc).__name__
-            cooldown = PROVIDER_COOLDOWN_S[min(self.failures, len(PROVIDER_COOLDOWN_S)) - 1]
-            self._retry_at = time.monotonic() + cooldown
-        log.warning("%s failed (%s); vectors off, next try in %g s", self.label, exc, cooldown)
-
-    def _succeeded(self) -> None:
-        with self._lock:
-            was_down, self.down_since, self.reason, self.failures = self.down_since, None, None, 0
-        if was_down is not None:
-            log.info("%s answers again after %.1f s", self.label, time.time() - was_down)
-
-    def unavailable_reason(self) -> str | None:
-        """Why the provider is considered down, or None."""
-        with self._lock:
-            if self.down_since is None:
-                return None
-            wait = max(self._retry_at - time.monotonic(), 0.0)
-            return (
-                f"{self.label} is unavailable ({self.reason}); keyword results only, "
-                f"next try in {wait:.0f} s"
-            )
-
-    def state(self) -> dict[str, Any]:
-        """The ``provider_health`` block of status."""
-        with self._lock:
-            if self.down_since is None:
-                return {"state": "ok"}
-            return {
-                "state": "down",
-                "since": self.down_since,
-                "reason": self.reason,
-                "failures": self.failures,
-                "retry_in_s": round(max(self._retry_at - time.monotonic(), 0.0), 1),
-            }
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _test_phase(name: str) -> None:
-    """The rebuild's test hook (see the module docstring); a no-op unless the env var is set."""
-    phase_log = os.environ.get("RECALLD_TEST_PHASE_LOG")
-    if not phase_log:
-        return
-    with open(phase_log, "a", encoding="utf-8") as fh:
-        fh.write(name + "\n")
-    if os.environ.get("RECALLD_TEST_PAUSE_AT") == name:
-        while True:
-            time.sleep(1)
-
-
-def root_problem(root: Path, was_mount: bool) -> str | None:
-    """Why a memory root cannot be read now (its indexed files are then kept), or None."""
-    try:
-        st = os.stat(root)
-    except FileNotFoundError:
-        return "missing"
-    except OSError as exc:
-        return f"not accessible ({exc.strerror or exc})"
-    if not stat.S_ISDIR(st.st_mode):
-        return "not a folder"
-    try:
-        with os.scandir(root) as entries:
-            empty = next(entries, None) is None
-    except OSError as exc:
-        return f"cannot be listed ({exc.strerror or exc})"
-    if was_mount and empty and not os.path.ismount(root):
-        return "not mounted (it was a mount point when indexed)"
-    return None
-
-
-def describe_write_error(exc: BaseException, index_path: Path) -> str:
-    """A clear message for a failed index write (a full disk above all)."""
-    full = isinstance(exc, apsw.FullError) or (
-        isinstance(exc, OSError) and exc.errno in (28, 122)  # ENOSPC, EDQUOT
-    )
-    if full:
-        return (
-            f"the disk holding the index ({index_path.parent}) is full ({exc}); searches use "
-            "what is indexed, indexing resumes by itself once space is freed"
-        )
-    return str(exc)
 
 
 class SwapLock:
@@ -289,7 +115,7 @@ class Engine:
         self._guard: ProviderGuard | None = None
         self.skipped: dict[str, str] = {}  # files the last syncs could not index, with why
         if writable:
-            _remove_stale_rebuilds(self.index_path)
+            index_files.remove_stale_rebuilds(self.index_path)
             self.writer = Store(self.index_path)
             self._check_identity()
         else:
@@ -404,7 +230,7 @@ class Engine:
         mounts = set(_mount_roots(store))
         out: dict[Path, str] = {}
         for root in self.config.memory_roots():
-            problem = root_problem(root, str(root) in mounts)
+            problem = index_files.root_problem(root, str(root) in mounts)
             if problem:
                 out[root] = problem
         return out
@@ -600,7 +426,7 @@ class Engine:
         self.state = "syncing"
         dirty = None if paths_ is None else list(paths_)
         try:
-            _check_free_space(self.index_path)
+            index_files.check_free_space(self.index_path)
             indexer = self._indexer(self.writer, self._on_change)
             problems = self.root_problems(self.writer)
             indexer.unavailable_roots = problems  # their indexed files are kept, not removed
@@ -615,7 +441,7 @@ class Engine:
             self._after_write(report)
             return report
         except Exception as exc:
-            self.last_error = describe_write_error(exc, self.index_path)
+            self.last_error = index_files.describe_write_error(exc, self.index_path)
             raise
         finally:
             self.state = "idle"
@@ -656,16 +482,16 @@ class Engine:
             raise IndexError_("this engine is read-only")
         self.state = "reindexing"
         tmp = self.index_path.with_name(f"{self.index_path.name}.rebuild-{os.getpid()}")
-        _remove_db(tmp)
+        index_files.remove_db(tmp)
         new: Store | None = None
         try:
-            _check_free_space(self.index_path)
+            index_files.check_free_space(self.index_path)
             new = Store(tmp)
             if self.index_path.exists():
                 new.copy_cache_from(self.index_path)
             wanted = identity_for(self.config, self.embedder)
             new.set_identity(wanted)
-            _test_phase("rebuild-started")
+            index_files.test_phase("rebuild-started")
             saved, self.needs_reindex = self.needs_reindex, None
             try:
                 indexer = self._indexer(new, None)
@@ -677,14 +503,14 @@ class Engine:
             except BaseException:
                 self.needs_reindex = saved
                 raise
-            _test_phase("rebuild-indexed")
+            index_files.test_phase("rebuild-indexed")
             vectors = VectorIndex.load(new, wanted.dims) if wanted.provider_key else None
             new.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             new.conn.execute("PRAGMA journal_mode = DELETE")
             new.close()
             new = None
             with self.swap.exclusive():
-                _test_phase("swap-locked")
+                index_files.test_phase("swap-locked")
                 self._close_readers()
                 self.writer.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 self.writer.close()
@@ -693,14 +519,14 @@ class Engine:
                 # file can never be opened with a stale WAL of the old one.
                 for suffix in ("-wal", "-shm"):
                     Path(str(self.index_path) + suffix).unlink(missing_ok=True)
-                _test_phase("swap-closed")
+                index_files.test_phase("swap-closed")
                 try:
                     os.replace(tmp, self.index_path)
-                    _fsync_dir(self.index_path.parent)
+                    index_files.fsync_dir(self.index_path.parent)
                 except OSError:
                     self.writer = Store(self.index_path)  # the old index stays live
                     raise
-                _test_phase("swap-replaced")
+                index_files.test_phase("swap-replaced")
                 self.writer = Store(self.index_path)
                 with self._vectors_lock:
                     self._vectors = vectors
@@ -710,13 +536,13 @@ class Engine:
         except Exception as exc:
             self.last_error = (
                 f"reindex failed, the old index stays live: "
-                f"{describe_write_error(exc, self.index_path)}"
+                f"{index_files.describe_write_error(exc, self.index_path)}"
             )
             raise
         finally:
             if new is not None:
                 new.close()
-            _remove_db(tmp)
+            index_files.remove_db(tmp)
             self.state = "idle"
 
     # status -----------------------------------------------------------------------------------
@@ -828,59 +654,6 @@ def _split_range(raw: str, from_line: Any, lines: Any) -> tuple[str, Any, Any]:
 def _digits(text: str) -> bool:
     """ASCII digits only (``"²".isdigit()`` is true but ``int("²")`` fails)."""
     return text.isascii() and text.isdigit()
-
-
-def _remove_db(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        Path(str(path) + suffix).unlink(missing_ok=True)
-
-
-def _remove_stale_rebuilds(index_path: Path) -> None:
-    """Delete temporary rebuild files left by a process that died mid-rebuild."""
-    prefix = f"{index_path.name}.rebuild-"
-    for leftover in index_path.parent.glob(prefix + "*"):
-        pid_text = leftover.name[len(prefix) :].split("-")[0]
-        if not pid_text.isdigit():
-            continue
-        pid = int(pid_text)
-        if pid != os.getpid() and _pid_alive(pid):
-            continue  # another process (an in-process `recalld sync`) is rebuilding right now
-        log.info("removing %s, left by an interrupted rebuild", leftover.name)
-        leftover.unlink(missing_ok=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # exists, owned by someone else
-    return True
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (no-op where folders cannot be opened)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _check_free_space(index_path: Path) -> None:
-    """Fail a write early, before any embedding work, when the index's disk is full."""
-    try:
-        st = os.statvfs(index_path.parent)
-    except (OSError, AttributeError):
-        return
-    free = st.f_bavail * st.f_frsize
-    if free < MIN_FREE_BYTES:
-        raise IndexError_(
-            f"the disk holding the index ({index_path.parent}) is full ({free // 1024} KiB "
-            "free); searches use what is indexed, indexing resumes by itself once space is freed"
-        )
 
 
 def _mount_roots(store: Store) -> list[str]:
