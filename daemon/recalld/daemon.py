@@ -388,7 +388,9 @@ def serve(config: Config) -> int:
     daemon = Daemon(config)
 
     async def main() -> None:
-        server = Server(daemon.handlers(), {"watch": daemon.watch}, socket_path)
+        server = Server(
+            daemon.handlers(), {"watch": daemon.watch}, socket_path, quick={"status", "get"}
+        )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):

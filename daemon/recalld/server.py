@@ -24,7 +24,7 @@ import stat
 import struct
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -158,6 +158,7 @@ class Server:
         shutdown_grace: float = 10.0,
         max_request: int = MAX_REQUEST,
         frame_timeout: float = FRAME_TIMEOUT,
+        quick: Collection[str] = (),
     ) -> None:
         bad = (set(handlers) & set(streams)) | ({"hello"} & {*handlers, *streams})
         if bad:
@@ -179,6 +180,10 @@ class Server:
         self._stop: asyncio.Event | None = None
         self._listeners: list[_Listener] = []
         self._executor: ThreadPoolExecutor | None = None
+        # Cheap methods (status, get) get their own small pool: under load they must not queue
+        # behind a backlog of searches (p50 160 ms vs 0.4 ms alone with one shared pool).
+        self.quick = frozenset(quick)
+        self._quick_executor: ThreadPoolExecutor | None = None
         self._lock_fd: int | None = None
         self._socket_id: tuple[int, int] | None = None
         self._conns: dict[_Conn, asyncio.Task[Any] | None] = {}
@@ -213,6 +218,8 @@ class Server:
             self._lock_fd = None
             raise
         self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="recalld-handler")
+        if self.quick:
+            self._quick_executor = ThreadPoolExecutor(2, thread_name_prefix="recalld-quick")
         logger.info(
             "recalld %s listening on %s (pid %d)", __version__, self.socket_path, os.getpid()
         )
@@ -261,8 +268,9 @@ class Server:
             if isinstance(listener, asyncio.AbstractServer):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(listener.wait_closed(), 2.0)
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._executor, self._quick_executor):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
         self._remove_socket()
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the lock
@@ -491,8 +499,9 @@ class Server:
                 f"unknown method {method!r}: this daemon serves {', '.join(self.capabilities)}",
             )
         assert self._loop is not None and self._executor is not None
+        pool = self._quick_executor if method in self.quick else None
         return await self._loop.run_in_executor(
-            self._executor, self._call, handler, req_id, method, params
+            pool or self._executor, self._call, handler, req_id, method, params
         )
 
     def _call(self, handler: Handler, req_id: int, method: str, params: dict[str, Any]) -> bytes:
