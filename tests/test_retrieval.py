@@ -179,11 +179,13 @@ def test_migration_3_backfills_the_ident_column(tmp_path: Path) -> None:
         ("#4521", "identifier"),
         ('"exact words here"', "identifier"),
         ("fix ERR_CONN_RESET", "identifier"),
-        ("what did Caroline paint last summer?", "natural"),
-        ("how do I rotate the nginx logs", "natural"),
+        ("what did Caroline paint last summer?", "question"),
+        ("how do I rotate the nginx logs", "question"),
+        ("Caroline painted a sunrise over the lake last summer", "statement"),
         ("alpine", "mixed"),
         ("nginx logs", "mixed"),
-        ("why does foo.bar() return None", "mixed"),
+        ("why does foo.bar() return None", "question"),
+        ("IL-6 levels rise in patients with severe sepsis", "statement"),
     ],
 )
 def test_query_kinds(query: str, kind: str) -> None:
@@ -230,7 +232,7 @@ def test_identifier_queries_lean_on_keywords(code_engine: Engine) -> None:
     res = code_engine.search(
         {"query": "what happens when the upstream drops the socket?", "explain": True}
     )
-    assert res["explain"]["shape"] == "natural"
+    assert res["explain"]["shape"] == "question"
 
 
 # collapse and MMR ---------------------------------------------------------------------------

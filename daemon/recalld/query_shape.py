@@ -9,11 +9,16 @@ The rule, in full (docs/DECISIONS.md has the measurements behind the numbers):
   ``#4521``), or is an acronym of three or more capitals (``HTTP``). A quoted phrase counts as one
   identifier: the user wants those exact words.
 - The query is an *identifier* query when at least half of its content words (stopwords aside)
-  are identifiers; *natural* when it has none and reads as prose (a question mark, a question
-  word first, or four content words or more); otherwise *mixed*.
+  are identifiers. Otherwise it is a *question* when it reads as one (a question mark, or a
+  question word first), a *statement* when it is prose with four content words or more that are
+  not identifiers (a claim, a description of the passage wanted), and *mixed* when it is neither
+  (a few keywords).
 - Each kind has its own vector weight (``search.identifier_vector_weight``,
-  ``search.natural_vector_weight``; mixed keeps ``search.vector_weight``), keyword weight being
-  the rest. Identifier literals found verbatim in a chunk raise its score
+  ``search.question_vector_weight``, ``search.statement_vector_weight``; mixed keeps
+  ``search.vector_weight``), keyword weight being the rest. Questions and statements differ
+  because a statement reads like the passage it looks for (what a sentence embedding compares
+  well), while an answer rarely paraphrases its question (where the names and rare words that
+  BM25 matches carry more). Identifier literals found verbatim in a chunk raise its score
   (``search.literal_boost``), and so does a file whose name or title is the query itself
   (``search.name_boost``): someone who types a note's name wants that note.
 """
@@ -73,7 +78,7 @@ _NAME_SEP = re.compile(r"[\W_]+")
 class QueryShape:
     """The kind of a query and the literals it asks for."""
 
-    kind: str  # "identifier" | "natural" | "mixed"
+    kind: str  # "identifier" | "question" | "statement" | "mixed"
     literals: tuple[str, ...]  # identifiers and quoted phrases as typed (for the literal boost)
     name: str  # the query as a file name or title would read (normalise_name)
 
@@ -106,14 +111,15 @@ def analyze(query: str) -> QueryShape:
     literals.extend(i for i in idents if i)
     n_ident = len(literals)
     n_content = len(content) + len(literals) - len(idents)
+    prose = len(content) - len(idents)  # content words that are not identifiers
     if n_ident and n_ident * 2 >= max(n_content, 1):
         kind = "identifier"
-    elif not n_ident and (
-        query.rstrip().endswith("?")
-        or (bool(words) and words[0].casefold().strip(_STRIP) in _QUESTION_WORDS)
-        or len(content) >= 4
+    elif query.rstrip().endswith("?") or (
+        bool(words) and words[0].casefold().strip(_STRIP) in _QUESTION_WORDS
     ):
-        kind = "natural"
+        kind = "question"
+    elif prose >= 4:
+        kind = "statement"
     else:
         kind = "mixed"
     return QueryShape(kind, tuple(dict.fromkeys(literals)), normalise_name(query))

@@ -162,8 +162,7 @@ def channel_weights(shape: QueryShape | None, cfg: Config) -> tuple[float, float
     """(vector, keyword) weights for a query of this shape (query_shape's rule)."""
     if shape is None or shape.kind == "mixed":
         return cfg.float("search.vector_weight"), cfg.float("search.text_weight")
-    key = "identifier" if shape.kind == "identifier" else "natural"
-    vw = min(max(cfg.float(f"search.{key}_vector_weight"), 0.0), 1.0)
+    vw = min(max(cfg.float(f"search.{shape.kind}_vector_weight"), 0.0), 1.0)
     return vw, 1.0 - vw
 
 
