@@ -601,7 +601,14 @@ def _fusion_note() -> str:
     from recalld.config import SETTINGS
 
     d = {x.key: x.default for x in SETTINGS}
+    shape = (
+        f"; query shape on: vector weight {d['search.question_vector_weight']} for questions, "
+        f"{d['search.statement_vector_weight']} for statements, "
+        f"{d['search.identifier_vector_weight']} for identifiers"
+        if d["search.query_shape"]
+        else ""
+    )
     return (
         f"weighted fusion {d['search.vector_weight']} vector / {d['search.text_weight']} keyword, "
-        f"{d['search.score_norm']} per channel, title weight {d['search.context_weight']}"
+        f"{d['search.score_norm']} per channel, title weight {d['search.context_weight']}{shape}"
     )
