@@ -43,7 +43,7 @@ class Target:
     source: str  # "memory" | "sessions" (transcript lines are redacted when served)
 
 
-def _glob_base(pattern: str) -> Path:
+def glob_base(pattern: str) -> Path:
     """The folder part of a glob before its first magic part (``~/.claude/projects/**``)."""
     fixed: list[str] = []
     for part in Path(pattern).parts:
@@ -57,7 +57,7 @@ def allowed_roots(memory_roots: Sequence[Path], session_globs: Sequence[str]) ->
     """Folders under which ``get`` may read: memory roots and the fixed part of session globs."""
     roots = [Path(os.path.realpath(r)) for r in memory_roots]
     for pattern in session_globs:
-        base = _glob_base(pattern)
+        base = glob_base(pattern)
         if str(base) not in ("", "/", "."):
             roots.append(Path(os.path.realpath(base)))
     return roots
@@ -165,7 +165,7 @@ def session_match(path: Path, session_globs: Sequence[str]) -> bool:
     stays within a folder and skips dot names, ``**`` spans folders)."""
     for pattern in session_globs:
         expanded = os.path.expanduser(pattern)
-        base = _glob_base(expanded)
+        base = glob_base(expanded)
         if str(base) in ("", "."):
             continue
         tail = Path(expanded).parts[len(base.parts) :]

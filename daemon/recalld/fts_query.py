@@ -28,7 +28,7 @@ from typing import Literal
 
 from recalld.ident_tokens import cjk_bigrams, is_cjk, split_word
 
-__all__ = ["MAX_TERMS", "build_match", "query_terms"]
+__all__ = ["MAX_TERMS", "STOPWORDS", "build_match", "query_terms"]
 
 #: Most terms (words or phrases) in one MATCH expression.
 MAX_TERMS = 64
@@ -57,6 +57,8 @@ _STOPWORD_TEXT = """
     what when where which while who whom why will with would you your yours yourself yourselves
 """
 _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+#: English stopwords (the OR query drops them; query_shape does not count them as content).
+STOPWORDS = _STOPWORDS
 
 
 @dataclass(frozen=True)

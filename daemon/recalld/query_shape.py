@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from recalld.fts_query import _STOPWORDS
+from recalld.fts_query import STOPWORDS
 
 __all__ = ["QueryShape", "analyze", "boosted", "literal_share", "normalise_name"]
 
@@ -106,7 +106,7 @@ def analyze(query: str) -> QueryShape:
         literals.append((m.group(1) or m.group(2)).strip())
     rest = _QUOTED.sub(" ", query)
     words = rest.split()
-    content = [w for w in words if w.strip(_STRIP).casefold() not in _STOPWORDS]
+    content = [w for w in words if w.strip(_STRIP).casefold() not in STOPWORDS]
     idents = [w.strip(_STRIP) for w in words if is_identifier(w)]
     literals.extend(i for i in idents if i)
     n_ident = len(literals)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from recalld.access import glob_base
 from recalld.config import Config
 from recalld.embedding.base import Embedder
 from recalld.sessions import SessionChunker, TailState, TranscriptParser, read_delta
@@ -35,12 +36,10 @@ def transcript_files(globs: Iterable[str]) -> list[Path]:
     A match whose real path lies outside the glob's fixed folder (a symlink out) is left out,
     as on the memory side: ``get`` refuses it, so it must not be searchable either.
     """
-    from recalld.access import _glob_base
-
     found: dict[str, Path] = {}
     for pattern in globs:
         expanded = os.path.expanduser(pattern)
-        base = os.path.realpath(_glob_base(expanded))
+        base = os.path.realpath(glob_base(expanded))
         for name in glob.glob(expanded, recursive=True):
             path = Path(name)
             real = os.path.realpath(path)
