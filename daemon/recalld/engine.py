@@ -189,7 +189,8 @@ class Engine:
             return emb
         with self._choice_lock:
             if self._guard is None or self._guard.inner is not emb:
-                self._guard = ProviderGuard(emb)
+                deadline = 2 * self.config.float("embedding.timeout_s")
+                self._guard = ProviderGuard(emb, index_deadline_s=deadline)
             return self._guard
 
     def _check_identity(self) -> None:

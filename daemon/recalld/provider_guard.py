@@ -28,11 +28,15 @@ class ProviderGuard:
     *down*: searches skip the vector channel at once and say why in ``degraded``, indexing stores
     chunks without vectors (back-filled later), and one probe is let through after a cooldown
     (1, 2, 4, 8, then every 15 s). A query embedding never holds a search for more than
-    ``QUERY_DEADLINE_S``, whatever the provider's timeout and retry settings.
+    ``QUERY_DEADLINE_S``, whatever the provider's timeout and retry settings, and an indexing
+    batch never holds the writer for more than ``index_deadline_s`` (the engine passes twice
+    ``embedding.timeout_s``: one request and one retry), instead of the client's whole retry
+    chain (minutes against a provider that accepts connections and never answers).
     """
 
-    def __init__(self, inner: Embedder) -> None:
+    def __init__(self, inner: Embedder, index_deadline_s: float | None = None) -> None:
         self.inner = inner
+        self.index_deadline_s = index_deadline_s
         self.kind = inner.kind
         self.model = inner.model
         self.max_input_tokens = inner.max_input_tokens
@@ -75,7 +79,10 @@ class ProviderGuard:
                     f"next try in {self._retry_at - now:.0f} s",
                     retryable=True,
                 )
-            deadline = QUERY_DEADLINE_S if query else (PROBE_DEADLINE_S if down else None)
+            if query:
+                deadline: float | None = QUERY_DEADLINE_S
+            else:
+                deadline = PROBE_DEADLINE_S if down else self.index_deadline_s
             if down:  # one probe at a time: others fail fast until it has answered
                 self._retry_at = now + (deadline or PROBE_DEADLINE_S)
         try:
