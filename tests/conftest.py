@@ -6,10 +6,13 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from recalld.config import Config, Value
+from recalld.embedding.registry import ProviderChoice
+from recalld.engine import Engine
 
 BENCH = Path(__file__).resolve().parents[1].parent / "shared" / "bench"
 
@@ -42,6 +45,11 @@ def make_config(home: Path, **values: Value) -> Config:
     base: dict[str, Value] = {"sessions.paths": [], "sync.debounce_s": 0.3}
     base.update({k.replace("__", "."): v for k, v in values.items()})
     return Config(base, base_dir=home)
+
+
+def make_engine(home: Path, emb: Any, **values: Value) -> Engine:
+    """A writable in-process Engine on ``home`` with the given embedder and settings."""
+    return Engine(make_config(home, **values), choice=ProviderChoice(emb, "test: local model"))
 
 
 def write(path: Path, text: str) -> Path:

@@ -18,28 +18,47 @@ from recalld_client import Client, is_running
 class DaemonProcess:
     """Starts, waits for, and stops a daemon for one RECALLD_HOME."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(
+        self,
+        home: Path,
+        *,
+        env: dict[str, str] | None = None,
+        preexec_fn: Callable[[], None] | None = None,
+        log: Path | None = None,
+    ) -> None:
         self.home = home
         self.socket = home / "run" / "recalld.sock"
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log = home / "daemon.log"
+        self.log = log or home / "daemon.log"
+        self.env = env or {}  # added to the home's environment
+        self.preexec_fn = preexec_fn  # e.g. dropping capabilities (async-signal-safe calls only)
 
     def start(self, timeout: float = 60.0) -> DaemonProcess:
-        logf = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "recalld.cli", "serve"],
-            env=env_for(self.home),
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-        )
+        env = env_for(self.home)
+        env.update(self.env)
+        with self.log.open("ab") as logf:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "recalld.cli", "serve"],
+                env=env,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                preexec_fn=self.preexec_fn,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited {self.proc.returncode}: {self.log.read_text()}")
+                raise RuntimeError(f"daemon exited {self.proc.returncode}: {self.log_tail()}")
             if is_running(self.socket, timeout=0.5):
                 return self
-            time.sleep(0.05)
-        raise TimeoutError(f"daemon did not start: {self.log.read_text()}")
+            time.sleep(0.02)
+        raise TimeoutError(f"daemon did not start: {self.log_tail()}")
+
+    def log_tail(self, chars: int = 4000) -> str:
+        """The end of the daemon's log (for assertion messages)."""
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return "(no log)"
 
     def client(self, **kw: Any) -> Client:
         return Client(self.socket, **kw)

@@ -4,19 +4,14 @@ strict check of an index file against the memory folders on disk."""
 from __future__ import annotations
 
 import ctypes
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from conftest import env_for
 from daemon_process import DaemonProcess
 from recalld.filters import PathFilter
 from recalld.indexer import content_hash
 from recalld.store import Store
-from recalld_client import is_running
 
 PR_CAPBSET_DROP = 24
 CAP_DAC_OVERRIDE = 1
@@ -24,47 +19,11 @@ CAP_DAC_READ_SEARCH = 2
 
 
 class Daemon(DaemonProcess):
-    """A ``recalld serve`` subprocess with extra environment and an optional ``preexec_fn``."""
-
-    def __init__(
-        self,
-        home: Path,
-        *,
-        env: dict[str, str] | None = None,
-        preexec_fn: Callable[[], None] | None = None,
-        log: Path | None = None,
-    ) -> None:
-        super().__init__(home)
-        self.env = env or {}
-        self.preexec_fn = preexec_fn
-        if log is not None:
-            self.log = log
+    """A ``recalld serve`` subprocess (extra environment, ``preexec_fn``) that can full-sync."""
 
     def start(self, timeout: float = 60.0) -> Daemon:
-        env = env_for(self.home)
-        env.update(self.env)
-        with self.log.open("ab") as logf:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "recalld.cli", "serve"],
-                env=env,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                preexec_fn=self.preexec_fn,  # only async-signal-safe prctl calls
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited {self.proc.returncode}: {self.log_tail()}")
-            if is_running(self.socket, timeout=0.5):
-                return self
-            time.sleep(0.02)
-        raise TimeoutError(f"daemon did not start: {self.log_tail()}")
-
-    def log_tail(self, chars: int = 4000) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-chars:]
-        except OSError:
-            return "(no log)"
+        super().start(timeout)
+        return self
 
     def full_sync(self, timeout: float = 300.0) -> dict[str, Any]:
         """A full sync through the socket, queued after anything pending, waited for."""

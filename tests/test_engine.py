@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conftest import make_config, write
+from conftest import make_config, make_engine, write
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
 from recalld.errors import BadRequest, Forbidden, IndexError_
@@ -21,10 +21,6 @@ NOTES = {
     "He is allergic to peanuts.\n",
     "todo.md": "# To-do\n\n- renew the TLS certificate before March\n- call the plumber\n",
 }
-
-
-def make_engine(home: Path, emb: Any, **values: Any) -> Engine:
-    return Engine(make_config(home, **values), choice=ProviderChoice(emb, "test: local model"))
 
 
 @pytest.fixture

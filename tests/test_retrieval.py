@@ -15,11 +15,10 @@ import apsw
 import numpy as np
 import pytest
 
-from conftest import env_for, make_config, write
+from conftest import env_for, make_engine, write
 from recalld import migrations
 from recalld.answer_budget import estimate_tokens, fit_to_budget
 from recalld.diversity import Candidate, collapse, mmr
-from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
 from recalld.errors import BadRequest
 from recalld.fts_query import build_match
@@ -44,10 +43,6 @@ CJK_NOTES = {
     "ja/tokyo.md": "# 東京\n\n昨日は東京タワーに行って、夜は新宿でラーメンを食べた。\n",
     "en/plain.md": "# Plain\n\nAn English note about gardening and compost.\n",
 }
-
-
-def make_engine(home: Path, emb: Any, **values: Any) -> Engine:
-    return Engine(make_config(home, **values), choice=ProviderChoice(emb, "test: local model"))
 
 
 def paths_of(res: dict[str, Any], home: Path) -> list[str]:

@@ -61,15 +61,10 @@ def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
         raise BadRequest("the query is empty: give a few words or an identifier to search for")
     query = query[: config.int("search.max_query_chars")]
 
-    max_results = params.get("max_results")
-    if max_results is None:
-        max_results = config.int("search.max_results")
-    if (
-        not isinstance(max_results, int)
-        or isinstance(max_results, bool)
-        or not (1 <= max_results <= 1000)
-    ):
-        raise BadRequest(f"max_results must be an integer from 1 to 1000, got {max_results!r}")
+    max_results = _int_param(
+        params, "max_results", config.int("search.max_results"), lambda n: 1 <= n <= 1000,
+        "an integer from 1 to 1000",
+    )  # fmt: skip
 
     min_score = params.get("min_score")
     if min_score is None:
@@ -99,18 +94,11 @@ def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
     if mode not in MODES:
         raise BadRequest(f"mode must be one of {MODES}, got {mode!r}")
 
-    max_tokens = params.get("max_tokens")
-    if max_tokens is None:
-        max_tokens = config.int("search.max_tokens")
-    if (
-        not isinstance(max_tokens, int)
-        or isinstance(max_tokens, bool)
-        or not (max_tokens == 0 or MIN_BUDGET_TOKENS <= max_tokens <= 1_000_000)
-    ):
-        raise BadRequest(
-            f"max_tokens must be 0 (no budget) or an integer from {MIN_BUDGET_TOKENS} to "
-            f"1000000, got {max_tokens!r}"
-        )
+    max_tokens = _int_param(
+        params, "max_tokens", config.int("search.max_tokens"),
+        lambda n: n == 0 or MIN_BUDGET_TOKENS <= n <= 1_000_000,
+        f"0 (no budget) or an integer from {MIN_BUDGET_TOKENS} to 1000000",
+    )  # fmt: skip
     explain = params.get("explain", False)
     if not isinstance(explain, bool):
         raise BadRequest(f"explain must be true or false, got {explain!r}")
@@ -124,6 +112,18 @@ def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
         max_tokens,
         explain,
     )
+
+
+def _int_param(
+    params: Mapping[str, Any], name: str, default: int, ok: Callable[[int], bool], expect: str
+) -> int:
+    """An integer parameter (``default`` when absent); BadRequest naming what was expected."""
+    value = params.get(name)
+    if value is None:
+        value = default
+    if not isinstance(value, int) or isinstance(value, bool) or not ok(value):
+        raise BadRequest(f"{name} must be {expect}, got {value!r}")
+    return value
 
 
 @dataclass
@@ -311,13 +311,11 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
 
     terms = [t.lower() for t in query_terms(req.query)]
     limit = cfg.int("search.snippet_chars")
-    extra = ctx.store.chunks(cid for c in cands for cid in c.also if cid not in rows)
     results = []
     for c in cands:
         res = _result(rows[c.chunk_id], channels[c.chunk_id], c.score, terms, limit)
         if c.also:
-            found = (rows.get(cid) or extra.get(cid) for cid in c.also)
-            res["also"] = [_place(r) for r in found if r is not None]
+            res["also"] = [_place(rows[cid]) for cid in c.also]  # collapsed from ``kept``
         if notes is not None:
             res["explain"] = {**notes.get(c.chunk_id, {}), "final": round(c.score, 6)}
             if c.also:
