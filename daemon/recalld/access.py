@@ -13,6 +13,7 @@ backslashes are plain characters of a file name on POSIX systems.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import functools
 import glob
@@ -129,7 +130,7 @@ def resolve(
         candidates = [c for c in tried if os.path.lexists(c)] or tried[:1]
     inside = False
     for cand in candidates:
-        real = Path(os.path.realpath(cand))
+        real = _real(cand, text)
         if not _under(real, roots):
             continue
         inside = True
@@ -154,6 +155,15 @@ def resolve(
         f"{text[:300]} is outside the memory and session folders recalld indexes; "
         "only indexed files can be read (see `recalld status` for the roots)"
     )
+
+
+def _real(path: Path, text: str) -> Path:
+    """``path`` with every link resolved; PathChanged when a link changes while it is read
+    (``realpath`` then fails with EINVAL: the link it saw is a file by the time it reads it)."""
+    try:
+        return Path(os.path.realpath(path))
+    except OSError as exc:
+        raise PathChanged(f"{text[:300]} changed while it was being resolved") from exc
 
 
 def _under(path: Path, roots: Sequence[Path]) -> bool:
@@ -220,7 +230,7 @@ def read_lines(
     if lines is not None and (not isinstance(lines, int) or isinstance(lines, bool) or lines < 1):
         raise BadRequest(f"lines must be a positive integer, got {_short(lines)}")
     want = min(lines if lines is not None else MAX_GET_LINES, MAX_GET_LINES)
-    with _open_regular(path) as fh:
+    with open_checked(path) as fh:
         total = _count_lines(fh)
         start = min(from_line, max(total, 1))
         fh.seek(0)
@@ -251,16 +261,69 @@ def read_lines(
     }
 
 
-def _open_regular(path: Path) -> BinaryIO:
-    """``path`` opened for reading if it is a regular file (never blocks on a FIFO or device)."""
+class PathChanged(NotFound):
+    """A component of a checked path became a link (or stopped being a folder) before it was
+    opened: the caller checks the path again (see :func:`open_checked`)."""
+
+
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_checked(path: Path) -> BinaryIO:
+    """The regular file at the real path ``path``, opened without following any link.
+
+    ``path`` is what :func:`resolve` checked: absolute, with every link already resolved. It is
+    opened one component at a time, each relative to its parent folder's descriptor with
+    ``O_NOFOLLOW``, so the descriptor read is the file that was checked: if any component was
+    swapped for a link since (``note.md -> ~/.ssh/id_ed25519``), the open fails with
+    :class:`PathChanged` instead of following it. Never blocks on a FIFO or device.
+    """
+    if not path.is_absolute():
+        raise BadRequest(f"{path} is not an absolute path")
+    parts = path.parts[1:]
+    if not parts or any(p in (".", "..") for p in parts):
+        raise BadRequest(f"{path} is not a file path")
+    fd = os.open("/", _DIR_FLAGS)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        for name in parts[:-1]:
+            fd = _step(fd, name, path)
+        leaf = _open_at(fd, parts[-1], _FILE_FLAGS, path)
+    finally:
+        os.close(fd)
+    return _regular(leaf, path)
+
+
+def _step(parent: int, name: str, path: Path) -> int:
+    """The folder ``name`` inside ``parent`` (closed here), never through a link."""
+    try:
+        fd = _open_at(parent, name, _DIR_FLAGS, path)
+    finally:
+        os.close(parent)
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):  # O_PATH opens a link itself: refuse it
+            raise PathChanged(f"{path} changed while it was being opened (a folder became a link)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_at(parent: int, name: str, flags: int, path: Path) -> int:
+    try:
+        return os.open(name, flags, dir_fd=parent)
     except FileNotFoundError as exc:
         raise NotFound(f"{path} does not exist (deleted since it was indexed?)") from exc
     except IsADirectoryError as exc:
         raise BadRequest(f"{path} is a folder; give a file path") from exc
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):  # a link where none was
+            raise PathChanged(f"{path} changed while it was being opened (now a link)") from exc
         raise NotFound(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _regular(fd: int, path: Path) -> BinaryIO:
+    """``fd`` as a blocking binary file if it is a regular file; closed and refused otherwise."""
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from recalld.config import Config
 from recalld.embedding.base import Embedder, provider_key
 from recalld.embedding.registry import ProviderChoice, resolve_embedder
 from recalld.errors import BadRequest, IndexError_, NotFound, RecalldError
+from recalld.filters import PathFilter
 from recalld.indexer import Indexer, Progress, SyncReport, identity_for
 from recalld.provider_guard import PROBE_DEADLINE_S, ProviderGuard
 from recalld.search import SearchContext, parse_request, run_search
@@ -367,6 +368,14 @@ class Engine:
         from recalld.filters import make_filter
 
         memory_filter = make_filter(self.config.list("memory.extensions"))
+        for _ in range(2):  # a path swapped for a link between check and open is checked again
+            with suppress(access.PathChanged):
+                return self._get_once(raw, from_line, lines, memory_filter)
+        return self._get_once(raw, from_line, lines, memory_filter)
+
+    def _get_once(
+        self, raw: str, from_line: Any, lines: Any, memory_filter: PathFilter
+    ) -> dict[str, Any]:
         with self.reader() as store:
             target = access.resolve(
                 raw,
