@@ -19,10 +19,16 @@ Design rules, all load-bearing:
 from __future__ import annotations
 
 import re
+import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["KINDS", "redact", "redact_line"]
+from recalld.sessions import prose_secrets
+from recalld.sessions.json_escapes import ESCAPE_HINT, map_strings, unescape
+
+__all__ = ["KINDS", "counts", "redact", "redact_line"]
 
 
 def _token(kind: str) -> str:
@@ -327,10 +333,11 @@ def _apply_folded(text: str, regex: re.Pattern[bytes], folded: bytes, edit: _Edi
 KINDS: frozenset[str] = frozenset(
     {r.kind for r in _RULES}
     | {"private_key", "aws_secret_key", "basic_auth", "bearer", "password", "secret", "token"}
+    | {"high_entropy"}
 )
 
 
-def _redact(text: str, folded_rules: _Folded) -> str:
+def _redact(text: str, folded_rules: _Folded, prose: bool) -> str:
     if not text:
         return text
     small = len(text) <= _SMALL
@@ -345,20 +352,97 @@ def _redact(text: str, folded_rules: _Folded) -> str:
             new = _apply_folded(text, regex, folded, edit)
             if new is not text:
                 text, folded = new, _fold(new)
+    # Prose rules last: "password=..." and key ids are tokens by now, and an AWS key id's
+    # token is itself a cue for the secret next to it.
+    if prose and any(n in folded for n in prose_secrets.CUE_NEEDLES):
+        text = _apply_spans(text, prose_secrets.find(text, folded))
     return text
+
+
+def _apply_spans(text: str, spans: list[tuple[int, int, str]]) -> str:
+    out: list[str] = []
+    pos = 0
+    for start, end, kind in spans:
+        if start >= pos:
+            out += [text[pos:start], _token(kind)]
+            pos = end
+    return "".join(out) + text[pos:] if out else text
+
+
+def _redact_text(text: str) -> str:
+    """The text rules, then again on a decoded copy when escapes could hide a secret
+    (``postgres:\\/\\/admin:pw@h`` in a tool result that holds JSON); the decoded copy is what
+    comes back when it held one."""
+    out = _redact(text, _TEXT_RULES, prose=True)
+    if "\\" in out and ESCAPE_HINT.search(out):
+        decoded = unescape(out)
+        again = _redact(decoded, _TEXT_RULES, prose=True)
+        if again != decoded:
+            return again
+    return out
+
+
+def _value_in_context(key: str | None, value: str) -> str:
+    """A JSON string redacted as text, its key in front (``"aws_secret_access_key": "..."``)."""
+    if key is None:
+        return _redact_text(value)
+    head = f"{key}: "
+    joined = _redact_text(head + value)
+    if joined.startswith(head):
+        return joined[len(head) :]
+    return _redact_text(value)
+
+
+def _needs_decoding(literal: str) -> bool:
+    """A literal whose decoded text the raw pass did not see as text: escapes, or prose cues."""
+    if "\\" in literal:
+        return True
+    low = _fold(literal)
+    return any(n in low for n in prose_secrets.CUE_NEEDLES)
+
+
+# Redactions made since the process started: "indexed" (transcript text on its way into the
+# index) and "served" (lines that get returned), by kind.
+_TOKEN = re.compile(r"\[REDACTED:([a-z_]+)\]")
+_TALLY: dict[str, Counter[str]] = {"indexed": Counter(), "served": Counter()}
+_TALLY_LOCK = threading.Lock()
+
+
+def _count(where: str, before: str, after: str) -> None:
+    if after is before or after == before:
+        return
+    made = Counter(_TOKEN.findall(after))
+    made.subtract(Counter(_TOKEN.findall(before)))
+    with _TALLY_LOCK:
+        _TALLY[where].update({k: v for k, v in made.items() if v > 0})
+
+
+def counts() -> dict[str, Any]:
+    """Redactions since the process started, for ``status``: total and by kind, per path."""
+    with _TALLY_LOCK:
+        return {
+            where: {"total": sum(tally.values()), "by_kind": dict(sorted(tally.items()))}
+            for where, tally in _TALLY.items()
+        }
 
 
 def redact(text: str) -> str:
     """Replace the secrets in ``text`` by ``[REDACTED:<kind>]`` tokens; idempotent."""
-    return _redact(text, _TEXT_RULES)
+    out = _redact_text(text)
+    _count("indexed", text, out)
+    return out
 
 
 def redact_line(raw: str) -> str:
     """:func:`redact` for the raw text of a JSONL line (as ``get`` returns it).
 
-    Works on the text, not on parsed JSON (so any line, valid or not, is handled in one linear
-    pass). A quote in a raw line is JSON syntax, so values are only taken where they stay inside
-    one JSON string; no pattern cuts an escape in half and the replacement has no quote or
-    backslash. A valid JSON line therefore stays valid JSON with the same keys and nesting.
+    First the raw text, where a quote is JSON syntax: values are only taken where they stay
+    inside one JSON string, no pattern cuts an escape in half and the replacement has no quote or
+    backslash. Then every string literal that holds an escape (or a word that cues a secret in
+    prose) is decoded and redacted as text, its key in front, and written back re-encoded where
+    that found more. A valid JSON line therefore stays valid JSON with the same keys and nesting.
     """
-    return _redact(raw, _JSON_RULES)
+    out = _redact(raw, _JSON_RULES, prose=False)
+    out = map_strings(out, _needs_decoding, _value_in_context)
+    _count("served", raw, out)
+    return out
