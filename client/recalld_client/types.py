@@ -111,6 +111,7 @@ class StatusResponse(TypedDict, total=False):
     missing_roots: list[dict[str, Any]]  # memory folders gone or unmounted (rows kept)
     skipped_files: list[dict[str, str]]  # {"path", "reason"}: files that could not be indexed
     skipped_total: int
+    redactions: dict[str, Any]  # {"indexed"|"served": {"total", "by_kind"}} since the daemon began
 
 
 class Hello(TypedDict):

@@ -367,6 +367,12 @@ def _print_status(res: dict[str, Any], as_json: bool) -> None:
             f"sessions:  {tr['files']} transcripts, {tr['messages']} messages, "
             f"{tr['skipped_lines']} malformed lines skipped"
         )
+    red = res.get("redactions") or {}
+    if red.get("indexed", {}).get("total") or red.get("served", {}).get("total"):
+        lines.append(
+            f"redacted:  {red['indexed']['total']} secrets indexed, {red['served']['total']} "
+            "in get answers (since the daemon started)"
+        )
     if res.get("last_error"):
         lines.append(f"error:     {res['last_error']}")
     lines.extend(f"warning:   {w}" for w in res.get("warnings") or [])

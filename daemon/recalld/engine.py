@@ -590,6 +590,8 @@ class Engine:
                 for root, why in self.root_problems(store).items()
             ]
         skipped = sorted(self.skipped.items())
+        from recalld.sessions.redaction import counts as redaction_counts
+
         return {
             "version": __version__,
             "state": self.state,
@@ -611,6 +613,7 @@ class Engine:
             "missing_roots": missing_roots,
             "skipped_files": [{"path": p, "reason": r} for p, r in skipped[:MAX_SKIPPED_SHOWN]],
             "skipped_total": len(skipped),
+            "redactions": redaction_counts(),  # since this process started: indexed, served
         }
 
     def close(self) -> None:

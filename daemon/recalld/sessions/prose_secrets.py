@@ -20,10 +20,13 @@ __all__ = ["find"]
 
 # On the ASCII-folded copy (lower case, one byte per character). "redacted:aws_access_key_id"
 # is an AWS key id that an earlier rule already replaced.
+# "tokens", "tokenizer", "max_tokens" (usage counts in every Claude Code line) are not cues.
 _CUE = re.compile(
-    rb"secret|passw(?:or)?d|token|api[ _\-]?key|credential|redacted:aws_access_key_id"
-    rb"|akia[0-9a-z]{16}"
+    rb"secret|passw(?:or)?d|token(?!s|i[sz])|api[ _\-]?key|credential"
+    rb"|redacted:aws_access_key_id|akia[0-9a-z]{16}"
 )
+# Ids that APIs put in every answer (request, message, tool call ids): not secrets.
+_ID_PREFIX = re.compile(r"(?:req|msg|toolu|srvtoolu|call|resp|run|chatcmpl|file|batch|evt)_")
 CUE_NEEDLES = (b"secret", b"passw", b"token", b"api", b"credential", b"redacted:aws", b"akia")
 _AWS_CUE = (b"redacted:aws", b"akia")
 # How far a cue may be before a token (100 characters: "AKIA... with secret wJalr...") or after it.
@@ -62,8 +65,10 @@ def _pathlike(token: str) -> bool:
 
 def _kind(token: str, aws: bool) -> str | None:
     """The kind of secret ``token`` looks like, or None."""
-    if "REDACTED" in token or _HEX.fullmatch(token) or _pathlike(token):
-        return None  # a redaction, a hash or UUID, a path
+    if "REDACTED" in token or _HEX.fullmatch(token) or _ID_PREFIX.match(token):
+        return None  # a redaction, a hash or UUID, an API's request or message id
+    if _pathlike(token):
+        return None
     upper, lower, digit = _classes(token)
     if not (upper and lower):
         return None
