@@ -19,11 +19,12 @@ __all__ = ["ESCAPE_HINT", "map_strings", "unescape"]
 _ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|(.))", re.S)
 _SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\"}
 _SIMPLE.update({'"': '"', "'": "'"})
+_SURROGATE = re.compile("[\ud800-\udfff]")
 #: Escapes that can hide the characters of a secret (a plain ``\\n`` cannot).
 ESCAPE_HINT = re.compile(r"\\(?:u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|/)")
 # An optional `"key": ` and then a string literal (possibly unclosed at the end of the line).
 _LITERAL = re.compile(
-    r'(?:"(?P<key>(?:[^"\\]|\\.)*+)"[ \t]*:[ \t]*)?"(?P<value>(?:[^"\\]|\\.)*+)(?P<close>"?)',
+    r'(?:"(?P<key>(?:[^"\\]++|\\.)*+)"[ \t]*:[ \t]*)?"(?P<value>(?:[^"\\]++|\\.)*+)(?P<close>"?)',
     re.S,
 )
 
@@ -40,7 +41,7 @@ def unescape(text: str) -> str:
         return _SIMPLE.get(char, "\\" + char)
 
     out = _ESCAPE.sub(sub, text)
-    if any("\ud800" <= c <= "\udfff" for c in out):  # join surrogate pairs, replace lone ones
+    if _SURROGATE.search(out):  # join surrogate pairs, replace lone ones
         out = out.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     return out
 

@@ -12,6 +12,7 @@ Both stay clear of what code and prose are full of: paths, identifiers, hashes, 
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections import Counter
@@ -47,11 +48,14 @@ def entropy(token: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in Counter(token).values())
 
 
+_UPPER, _LOWER, _DIGIT = re.compile("[A-Z]"), re.compile("[a-z]"), re.compile("[0-9]")
+
+
 def _classes(token: str) -> tuple[bool, bool, bool]:
     return (
-        any(c.isupper() for c in token),
-        any(c.islower() for c in token),
-        any(c.isdigit() for c in token),
+        _UPPER.search(token) is not None,
+        _LOWER.search(token) is not None,
+        _DIGIT.search(token) is not None,
     )
 
 
@@ -79,26 +83,68 @@ def _kind(token: str, aws: bool) -> str | None:
     return None
 
 
-def _cues(folded: bytes, lo: int, hi: int) -> list[bytes]:
-    return [m.group(0) for m in _CUE.finditer(folded, lo, hi)]
+def _cue_marks(folded: bytes) -> tuple[list[int], list[bool]]:
+    """Start of every cue in ``folded``, sorted, and whether it is an AWS key id. Found by
+    substring search per needle (a regex alternation scans the text a character at a time)."""
+    marks: list[tuple[int, bool]] = []
+    for needle in CUE_NEEDLES:
+        i = folded.find(needle)
+        while i >= 0:
+            m = _CUE.match(folded, i)
+            if m is not None:
+                marks.append((i, m.group(0).startswith(_AWS_CUE)))
+            i = folded.find(needle, i + 1)
+    marks.sort()
+    return [i for i, _ in marks], [aws for _, aws in marks]
 
 
-def find(text: str, folded: bytes) -> list[tuple[int, int, str]]:
-    """``(start, end, kind)`` of every secret-looking token next to a cue, in order."""
+def _near(starts: list[int], aws: list[bool], start: int, end: int) -> bool | None:
+    """None when no cue starts in the ``BEFORE`` characters before the token or the ``AFTER``
+    after it; else whether one of those cues is an AWS key id."""
+    found = None
+    for lo, hi in ((start - BEFORE, start), (end, end + AFTER)):
+        i = bisect.bisect_left(starts, lo)
+        while i < len(starts) and starts[i] < hi:
+            found = bool(found) or aws[i]
+            i += 1
+    return found
+
+
+def _escape_letters(text: str, start: int) -> int:
+    """How many characters at ``start`` belong to a JSON escape whose backslash is just before
+    (the ``n`` of ``\\nwJalr...``, the ``u00e9`` of ``\\u00e9...``): 0 after ``\\\\``."""
+    slashes = 0
+    while start - slashes > 0 and text[start - slashes - 1] == "\\":
+        slashes += 1
+    if slashes % 2 == 0:
+        return 0
+    return 5 if text[start] == "u" else 1
+
+
+def find(text: str, folded: bytes, escaped: bool = False) -> list[tuple[int, int, str]]:
+    """``(start, end, kind)`` of every secret-looking token next to a cue, in order.
+
+    ``escaped``: ``text`` is a raw JSON line, where the letters of an escape are not part of the
+    token that follows them (a span then never starts inside an escape).
+    """
     runs = folded.translate(_RUNS)
     found: list[tuple[int, int, str]] = []
+    marks: tuple[list[int], list[bool]] | None = None
     seed = b"a" * MIN_LEN
     pos = 0
     while (start := runs.find(seed, pos)) >= 0:
         end = runs.find(b" ", start)
         end = len(runs) if end < 0 else end
         pos = end
-        if end - start > MAX_LEN:
+        if escaped:
+            start += _escape_letters(text, start)
+        if not MIN_LEN <= end - start <= MAX_LEN:
             continue
-        if _kind(text[start:end], aws=False) is None:
-            continue  # most long words: no cue search needed
-        cues = _cues(folded, max(start - BEFORE, 0), start) + _cues(folded, end, end + AFTER)
-        if cues:
-            aws = any(c.startswith(_AWS_CUE) for c in cues)
-            found.append((start, end, _kind(text[start:end], aws) or "secret"))
+        marks = marks or _cue_marks(folded)
+        aws = _near(*marks, start, end)
+        if aws is None:
+            continue  # most long words
+        kind = _kind(text[start:end], aws)
+        if kind is not None:
+            found.append((start, end, kind))
     return found

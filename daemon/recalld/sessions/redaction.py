@@ -337,7 +337,7 @@ KINDS: frozenset[str] = frozenset(
 )
 
 
-def _redact(text: str, folded_rules: _Folded, prose: bool) -> str:
+def _redact(text: str, folded_rules: _Folded, json_line: bool = False) -> str:
     if not text:
         return text
     small = len(text) <= _SMALL
@@ -354,9 +354,7 @@ def _redact(text: str, folded_rules: _Folded, prose: bool) -> str:
                 text, folded = new, _fold(new)
     # Prose rules last: "password=..." and key ids are tokens by now, and an AWS key id's
     # token is itself a cue for the secret next to it.
-    if prose and any(n in folded for n in prose_secrets.CUE_NEEDLES):
-        text = _apply_spans(text, prose_secrets.find(text, folded))
-    return text
+    return _apply_spans(text, prose_secrets.find(text, folded, escaped=json_line))
 
 
 def _apply_spans(text: str, spans: list[tuple[int, int, str]]) -> str:
@@ -373,10 +371,10 @@ def _redact_text(text: str) -> str:
     """The text rules, then again on a decoded copy when escapes could hide a secret
     (``postgres:\\/\\/admin:pw@h`` in a tool result that holds JSON); the decoded copy is what
     comes back when it held one."""
-    out = _redact(text, _TEXT_RULES, prose=True)
+    out = _redact(text, _TEXT_RULES)
     if "\\" in out and ESCAPE_HINT.search(out):
         decoded = unescape(out)
-        again = _redact(decoded, _TEXT_RULES, prose=True)
+        again = _redact(decoded, _TEXT_RULES)
         if again != decoded:
             return again
     return out
@@ -393,12 +391,9 @@ def _value_in_context(key: str | None, value: str) -> str:
     return _redact_text(value)
 
 
-def _needs_decoding(literal: str) -> bool:
-    """A literal whose decoded text the raw pass did not see as text: escapes, or prose cues."""
-    if "\\" in literal:
-        return True
-    low = _fold(literal)
-    return any(n in low for n in prose_secrets.CUE_NEEDLES)
+def _hides_characters(literal: str) -> bool:
+    """A literal with an escape that can stand for a character of a secret (not ``\\n``)."""
+    return ESCAPE_HINT.search(literal) is not None
 
 
 # Redactions made since the process started: "indexed" (transcript text on its way into the
@@ -438,11 +433,13 @@ def redact_line(raw: str) -> str:
 
     First the raw text, where a quote is JSON syntax: values are only taken where they stay
     inside one JSON string, no pattern cuts an escape in half and the replacement has no quote or
-    backslash. Then every string literal that holds an escape (or a word that cues a secret in
-    prose) is decoded and redacted as text, its key in front, and written back re-encoded where
-    that found more. A valid JSON line therefore stays valid JSON with the same keys and nesting.
+    backslash. Then every string literal with an escape that can stand for a character of a
+    secret (``\\uXXXX``, ``\\/``, ``\\xHH``) is decoded and redacted as text, its key in front,
+    and written back re-encoded where that found more. A valid JSON line therefore stays valid
+    JSON with the same keys and nesting.
     """
-    out = _redact(raw, _JSON_RULES, prose=False)
-    out = map_strings(out, _needs_decoding, _value_in_context)
+    out = _redact(raw, _JSON_RULES, json_line=True)
+    if "\\" in out and ESCAPE_HINT.search(out):
+        out = map_strings(out, _hides_characters, _value_in_context)
     _count("served", raw, out)
     return out
