@@ -149,6 +149,8 @@ NEGATIVES = [
     "monkey_patch(key='value') and keyboard = Key.up",
     "eyJ is how a base64 JSON object starts",
     "sk_live is a Stripe prefix",
+    "params: { _csrf_token: csrfToken }, apiKey: apiKeyFromSettings",
+    "scheme: :http, secret_key_base: :..., state: :sent",
 ]
 
 

@@ -239,6 +239,8 @@ _PLACEHOLDERS = frozenset(
     {"null", "none", "nil", "true", "false", "undefined", "required", "optional", "string",
      "str", "empty", "redacted", "changeme", "example", "xxx", "your_password", "password"}
 )  # fmt: skip
+# camelCase / PascalCase words without a digit: a variable ("_csrf_token: csrfToken"), not a value.
+_WORDS = re.compile(r"[A-Za-z][a-z]+(?:[A-Z][a-z]{2,})+")
 _CODE_REF = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
@@ -246,8 +248,8 @@ def _plausible(value: str) -> bool:
     """False for placeholders, references and code, which are not secrets."""
     if len(value) < 3 or value.lower() in _PLACEHOLDERS or value.startswith("[REDACTED"):
         return False
-    if value[0] in "$<{%*#" or set(value) <= {"*", "x", "X", ".", "-"}:
-        return False  # ${VAR}, <your-key>, {{ template }}, ****
+    if value[0] in "$<{%*#" or set(value) <= {"*", "x", "X", ".", "-", ":"}:
+        return False  # ${VAR}, <your-key>, {{ template }}, ****, an elided ":..."
     return not _CODE_REF.fullmatch(value)  # self.password, os.environ.get
 
 
@@ -260,7 +262,13 @@ def _assignment(text: str, m: re.Match[bytes]) -> tuple[int, int, str] | None:
         if not _plausible(value):
             return None
         kind = "password" if strong.group(0).lstrip(b"-").startswith(b"pass") else "secret"
-    elif _plausible(value) and len(value) >= 8 and not value.isdigit() and _looks_random(value):
+    elif (
+        _plausible(value)
+        and len(value) >= 8
+        and not value.isdigit()
+        and _looks_random(value)
+        and not _WORDS.fullmatch(value)
+    ):
         kind = "token"
     else:
         return None
