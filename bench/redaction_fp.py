@@ -32,6 +32,7 @@ SETS = {
     "transcripts": ("transcripts", "*.jsonl"),
     "locomo-transcripts": ("locomo-transcripts", "*.jsonl"),
     "locomo": ("locomo", "*.md"),
+    "tldr": ("tldr", "*.md"),  # command help full of --password / --token flags
 }
 
 

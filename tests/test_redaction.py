@@ -151,6 +151,7 @@ NEGATIVES = [
     "sk_live is a Stripe prefix",
     "params: { _csrf_token: csrfToken }, apiKey: apiKeyFromSettings",
     "scheme: :http, secret_key_base: :..., state: :sent",
+    'csvsql --db "mysql://user:password@host/db" and mysqldump --password --all-databases',
 ]
 
 

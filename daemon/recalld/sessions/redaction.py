@@ -69,6 +69,8 @@ class _Rule:
 
 
 _TOK = r"[A-Za-z0-9_\-]"
+# user:password@host in documentation: the word, not a password.
+_URL_WORDS = frozenset({"password", "pass", "passwd", "pwd", "pw", "secret", "token"})
 _RULES: tuple[_Rule, ...] = (
     _Rule("anthropic_key", re.compile(_lit("sk-ant-", 7) + rf"{_TOK}{{20,}}+"), ("sk-ant-",)),
     _Rule(
@@ -136,7 +138,7 @@ _RULES: tuple[_Rule, ...] = (
         re.compile(r"://[^\s:/@\"'\\\[\]]{1,100}+:([^\s/@\"'\\]{1,200}+)@(?=[A-Za-z0-9\[])"),
         ("://",),
         group=1,
-        valid=lambda v: not v.startswith(("[REDACTED", "$", "<")),
+        valid=lambda v: not v.startswith(("[REDACTED", "$", "<")) and v.lower() not in _URL_WORDS,
     ),
 )
 
@@ -248,8 +250,8 @@ def _plausible(value: str) -> bool:
     """False for placeholders, references and code, which are not secrets."""
     if len(value) < 3 or value.lower() in _PLACEHOLDERS or value.startswith("[REDACTED"):
         return False
-    if value[0] in "$<{%*#" or set(value) <= {"*", "x", "X", ".", "-", ":"}:
-        return False  # ${VAR}, <your-key>, {{ template }}, ****, an elided ":..."
+    if value[0] in "$<{%*#-" or set(value) <= {"*", "x", "X", ".", "-", ":"}:
+        return False  # ${VAR}, <your-key>, {{ template }}, --next-flag, ****, an elided ":..."
     return not _CODE_REF.fullmatch(value)  # self.password, os.environ.get
 
 
