@@ -9,6 +9,10 @@ credentials file next to its transcripts, is refused like a file outside the roo
 
 Nothing in a path is decoded or interpreted beyond ``~`` at its start: ``%2e%2e`` and
 backslashes are plain characters of a file name on POSIX systems.
+
+The file read is the file checked: :func:`open_checked` opens the resolved path one component at
+a time with ``O_NOFOLLOW``, so a link swapped in between the check and the read is refused, not
+followed (:class:`PathChanged`; the caller checks again).
 """
 
 from __future__ import annotations
