@@ -8,6 +8,7 @@ and through the socket of a real ``recalld serve``. Every answer is either the n
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -22,9 +23,11 @@ import pytest
 
 from conftest import make_engine, write
 from daemon_process import DaemonProcess
+from recalld.access import PathChanged, open_checked
+from recalld.errors import BadRequest, NotFound
 from recalld_client import RecalldClientError
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
+pytestmark = pytest.mark.timeout(600)
 
 SECRET = "TOCTOU-SECRET-5d1e0b"
 NOTE = "# Note\n\nThe tide table for the harbour.\n"
@@ -112,6 +115,7 @@ def _tally(
     return seen
 
 
+@pytest.mark.slow
 def test_get_never_follows_a_link_swapped_in_after_the_check(swap_home: Path) -> None:
     engine = make_engine(swap_home, None, memory__paths=[str(swap_home / "memory")])
     try:
@@ -127,6 +131,7 @@ def test_get_never_follows_a_link_swapped_in_after_the_check(swap_home: Path) ->
     assert swapper.swaps > 1000
 
 
+@pytest.mark.slow
 def test_get_over_the_socket_never_follows_a_swapped_link(swap_home: Path) -> None:
     daemon = DaemonProcess(swap_home).start()
     try:
@@ -140,3 +145,28 @@ def test_get_over_the_socket_never_follows_a_swapped_link(swap_home: Path) -> No
     assert set(seen) <= EXPECTED, dict(seen)  # no raw OSError from a name that changed
     assert seen["note"] > SOCKET_GETS // 10, dict(seen)
     assert seen["forbidden"] > SOCKET_GETS // 50, dict(seen)
+
+
+def test_open_checked_refuses_every_link_and_odd_file(tmp_path: Path) -> None:
+    """What a swap can leave at each step of the walk, opened directly."""
+    real = write(tmp_path / "root" / "sub" / "note.md", NOTE)
+    secret = write(tmp_path / "outside" / "secret.md", SECRET)
+    with open_checked(real) as fh:
+        assert fh.read().decode() == NOTE
+    (tmp_path / "root" / "link.md").symlink_to(secret)  # the last component is a link
+    (tmp_path / "root" / "dirlink").symlink_to(secret.parent)  # a folder on the way is a link
+    os.mkfifo(tmp_path / "root" / "pipe.md")
+    cases: list[tuple[Path, type[Exception]]] = [
+        (tmp_path / "root" / "link.md", PathChanged),
+        (tmp_path / "root" / "dirlink" / "secret.md", PathChanged),
+        (real / "x", NotFound),  # a file where a folder should be
+        (tmp_path / "root" / "pipe.md", BadRequest),  # never blocks
+        (tmp_path / "root" / "sub", BadRequest),
+        (tmp_path / "root" / "gone.md", NotFound),
+        (Path("root/sub/note.md"), BadRequest),
+        (tmp_path / "root" / ".." / "outside" / "secret.md", BadRequest),
+    ]
+    for path, error in cases:
+        with pytest.raises(error) as info:
+            open_checked(path).close()
+        assert SECRET not in str(info.value), path

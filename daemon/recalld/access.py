@@ -291,19 +291,18 @@ def open_checked(path: Path) -> BinaryIO:
     fd = os.open("/", _DIR_FLAGS)
     try:
         for name in parts[:-1]:
-            fd = _step(fd, name, path)
+            child = _open_dir(fd, name, path)
+            os.close(fd)
+            fd = child
         leaf = _open_at(fd, parts[-1], _FILE_FLAGS, path)
     finally:
         os.close(fd)
     return _regular(leaf, path)
 
 
-def _step(parent: int, name: str, path: Path) -> int:
-    """The folder ``name`` inside ``parent`` (closed here), never through a link."""
-    try:
-        fd = _open_at(parent, name, _DIR_FLAGS, path)
-    finally:
-        os.close(parent)
+def _open_dir(parent: int, name: str, path: Path) -> int:
+    """The folder ``name`` inside ``parent``, never through a link."""
+    fd = _open_at(parent, name, _DIR_FLAGS, path)
     try:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):  # O_PATH opens a link itself: refuse it
             raise PathChanged(f"{path} changed while it was being opened (a folder became a link)")
