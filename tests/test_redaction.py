@@ -269,6 +269,9 @@ ADVERSARIAL = {
     "open_quote": 'password="' + "a" * 1_000_000,
     "bearer_repeat": "Bearer " * 150_000,
     "assign_repeat": "token=token=" * 80_000,
+    "escapes": "sk-\\u0061nt-\\/" * 100_000,
+    "cue_and_runs": ("secret " + "Ab1" * 9 + " ") * 25_000,
+    "long_run_near_cue": "password " + "aB3" * 330_000,
 }
 
 
@@ -276,6 +279,8 @@ ADVERSARIAL = {
 def test_no_catastrophic_backtracking(name: str) -> None:
     start = time.perf_counter()
     redact(ADVERSARIAL[name])
+    redact_line(ADVERSARIAL[name])
+    redact_line(json.dumps({"text": ADVERSARIAL[name]}))
     # Catastrophic backtracking would take minutes; linear-time regexes take milliseconds.
     assert time.perf_counter() - start < 10.0
 
