@@ -504,11 +504,14 @@ def test_transcript_secrets_are_redacted_everywhere(secure: Home) -> None:
             if words:
                 for hit in c.search(words, sources=["sessions"], min_score=0.0)["results"]:
                     assert literal not in hit["snippet"], kind
+        served = c.status()["redactions"]["served"]["total"]
         got = c.get(str(transcript))
         text = got["text"]
         for kind, (_, literal) in SECRETS.items():
             assert literal not in text, kind
         assert text.count("[REDACTED:") >= len(SECRETS)
+        # status counts what get redacted (since the daemon started)
+        assert c.status()["redactions"]["served"]["total"] - served >= len(SECRETS)
         for line in text.splitlines():
             json.loads(line)  # still the JSONL's own lines, valid JSON
         # A transcript that is not indexed yet (quiet_s is an hour here) is redacted as well.
