@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     rng = random.Random(14)
-    report = {}
+    report: dict[str, Any] = {}
     for name, (sub, pattern) in SETS.items():
         result = measure(args.data / sub, pattern)
         counts = result["counts"]
@@ -123,7 +123,7 @@ def main() -> None:
             for secret, context in rng.sample(found, min(args.samples, len(found))):
                 print(f"   [{rule}] {secret[:60]!r}  ...{context[-160:]!r}")
         report[name] = {k: dict(v) for k, v in counts.items()}
-        report[name]["seen"] = dict(result["seen"])  # type: ignore[assignment]
+        report[name]["seen"] = dict(result["seen"])
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
 
