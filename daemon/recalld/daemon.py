@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 RETRY_DELAYS_S = (2.0, 4.0, 8.0, 16.0, 30.0)  # full sync after a failed or incomplete one
+# How long a stop waits for the writer's current batch. Every batch is one transaction per
+# file, so a batch cut short by the exit is rolled back and redone at the next start; waiting
+# longer would let a big sync hold SIGTERM for minutes.
+STOP_WAIT_S = 2.0
 
 
 @dataclass
@@ -118,8 +122,12 @@ class Daemon:
         self.sessions = SessionWatcher(self.config, self._on_sessions_due)
         self.sessions.start()
 
-    def stop(self) -> None:
-        """Stop watching, finish the current job, close the index."""
+    def stop(self) -> bool:
+        """Stop watching, let the current job finish for a moment, close the index.
+
+        Returns False when the writer was still busy: its connection is then left open (closing
+        it under the running batch would only raise there) and the process should exit now.
+        """
         self._stop.set()
         with self._retry_lock:
             if self._retry_timer is not None:
@@ -130,8 +138,16 @@ class Daemon:
             self.sessions.stop()
         if self._writer.is_alive():
             self.jobs.put(None)
-            self._writer.join(timeout=30)
+            self._writer.join(timeout=STOP_WAIT_S)
+        if self._writer.is_alive():
+            log.warning(
+                "the writer is still indexing after %g s; exiting anyway (the unfinished batch "
+                "is rolled back and redone at the next start)",
+                STOP_WAIT_S,
+            )
+            return False
         self.engine.close()
+        return True
 
     # writer -------------------------------------------------------------------------------------
 
@@ -407,5 +423,26 @@ def serve(config: Config) -> int:
     try:
         asyncio.run(main())
     finally:
-        daemon.stop()
+        clean = daemon.stop()
+    busy = _busy_handlers()
+    if not clean or busy:
+        # Handler threads still inside a long search or get, or the writer inside a batch:
+        # the interpreter would join them at exit. Nothing they do needs finishing (reads, or
+        # a transaction SQLite rolls back), so exit now rather than hold SIGTERM for minutes.
+        log.info("exiting with busy threads: %s", ", ".join(busy) or "recalld-writer")
+        logging.shutdown()
+        os._exit(0)
     return 0
+
+
+def _busy_handlers(wait_s: float = 0.5) -> list[str]:
+    """Names of the server's handler threads still running after ``wait_s`` (idle ones have
+    ended by then: their pools were shut down)."""
+    deadline = time.monotonic() + wait_s
+    busy = []
+    for thread in threading.enumerate():
+        if thread.name.startswith(("recalld-handler", "recalld-quick")):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                busy.append(thread.name)
+    return busy

@@ -61,6 +61,20 @@ MAX_REQUEST = 1 << 20
 # A client that stops in the middle of a frame is dropped after this long without a byte;
 # idle connections *between* frames (the tray's watch, an MCP shim) are never timed out.
 FRAME_TIMEOUT = 30.0
+# Clients at once. Each costs a file descriptor (the soft limit is often 1024, which the index,
+# the model and the watcher share) and some memory; further clients get a "too many
+# connections" frame, so that they say the daemon is full, not that it is not running.
+MAX_CONNECTIONS = 200
+# Connections the kernel queues before accept(): above MAX_CONNECTIONS, so that a burst of
+# clients is answered (if only with a refusal) rather than left in a full queue.
+LISTEN_BACKLOG = 1024
+# Requests of one connection answered at once; with a client that does not read, each may hold
+# one answer (a ``get`` is up to 4 MB) until its turn to be written.
+MAX_INFLIGHT = 8
+# Answers one connection builds at once (in worker threads); further requests wait their turn.
+MAX_BUILDING = 2
+# Answer bytes a client may leave unread before the server stops reading its requests.
+MAX_UNSENT = 4 << 20
 # AF_UNIX paths: 108 bytes with the NUL on Linux, 104 on the BSDs and macOS.
 _MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
 
@@ -104,30 +118,72 @@ class _RequestDecoder(FrameDecoder):
 
 
 class _Conn:
-    """One client connection: its writer and its running request and stream tasks."""
+    """One client connection: its writer, its running request and stream tasks, and what it has
+    not yet taken of our answers (``unsent``), which bounds how much more we read from it."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
         self.requests: set[asyncio.Task[None]] = set()
         self.streams: set[asyncio.Task[None]] = set()
+        # Frames hand over to the transport one at a time, each only once the previous one has
+        # drained: a client that does not read holds one frame in the transport, not all of
+        # them. Frames waiting for their turn are counted in ``_waiting``.
+        self._write_lock = asyncio.Lock()
+        self.building = asyncio.Semaphore(MAX_BUILDING)
+        self._waiting = 0
+        self._sent = asyncio.Event()
+
+    @property
+    def unsent(self) -> int:
+        """Bytes of answers the client has not taken: waiting frames plus the write buffer."""
+        transport = self.writer.transport
+        buffered = 0 if transport.is_closing() else transport.get_write_buffer_size()
+        return self._waiting + buffered
+
+    async def room(self, limit: int) -> None:
+        """Wait until at most ``limit`` bytes of answers are unsent (or the peer is gone)."""
+        while self.unsent > limit and not self.writer.is_closing():
+            self._sent.clear()
+            await self._sent.wait()
 
     async def send(self, frame: bytes) -> bool:
         """Write one whole frame; False once the peer is gone."""
-        if self.writer.is_closing():
-            return False
-        # One write() per frame, so concurrent responses never interleave.
-        self.writer.write(frame)
+        size, counted = len(frame), True
+        self._waiting += size
         try:
-            await self.writer.drain()
-        except (ConnectionError, OSError):
-            return False
-        return True
+            async with self._write_lock:
+                self._waiting, counted = self._waiting - size, False
+                if self.writer.is_closing():
+                    return False
+                # One write() per frame, so concurrent responses never interleave.
+                self.writer.write(frame)
+                try:
+                    await self.writer.drain()
+                except (ConnectionError, OSError):
+                    return False
+                return True
+        finally:
+            if counted:  # cancelled while waiting for its turn
+                self._waiting -= size
+            self._sent.set()
+
+    async def abort_if_stalled(self, window: float) -> None:
+        """At shutdown: give the client ``window`` seconds to take its answers, then hang up
+        (a client that does not read must not hold the daemon's exit)."""
+        deadline = asyncio.get_running_loop().time() + window
+        while self.unsent and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        if self.unsent:
+            logger.warning("closing a client that left %d bytes of answers unread", self.unsent)
+            self.writer.transport.abort()
+            self._sent.set()
 
     async def close(self) -> None:
         for task in self.streams:
             task.cancel()
         if not self.writer.is_closing():
             self.writer.close()
+        self._sent.set()  # a reader waiting for room sees the connection closing
         try:
             await asyncio.wait_for(self.writer.wait_closed(), 2.0)
         except (TimeoutError, ConnectionError, OSError):
@@ -138,9 +194,12 @@ class Server:
     """Serves a handler table on a Unix socket (a named pipe on Windows).
 
     ``max_connections`` caps clients at once; ``max_inflight`` caps concurrent requests per
-    connection (the server stops reading from a connection at the cap); ``workers`` sizes the
+    connection and ``max_unsent`` the answer bytes it has not read (the server stops reading
+    from a connection at either cap, so a client that never reads costs at most
+    ``max_inflight`` answers plus ``max_unsent`` bytes); ``workers`` sizes the
     thread pool of blocking handlers; ``shutdown_grace`` is how long :meth:`close` lets
-    in-flight requests finish. ``max_request`` caps an incoming frame (answers may be up to
+    in-flight requests finish, and ``unread_grace`` how long it lets a client take the answers
+    it has not read. ``max_request`` caps an incoming frame (answers may be up to
     ``max_frame``) and ``frame_timeout`` drops a client stalled in the middle of a frame, so a
     connection holds at most ``max_request`` bytes of partial input, and not forever.
     """
@@ -152,10 +211,12 @@ class Server:
         socket_path: Path,
         *,
         max_frame: int = MAX_FRAME,
-        max_connections: int = 256,
-        max_inflight: int = 64,
+        max_connections: int = MAX_CONNECTIONS,
+        max_inflight: int = MAX_INFLIGHT,
+        max_unsent: int = MAX_UNSENT,
         workers: int | None = None,
-        shutdown_grace: float = 10.0,
+        shutdown_grace: float = 3.0,
+        unread_grace: float = 1.0,
         max_request: int = MAX_REQUEST,
         frame_timeout: float = FRAME_TIMEOUT,
         quick: Collection[str] = (),
@@ -171,8 +232,10 @@ class Server:
         self.frame_timeout = frame_timeout
         self.max_connections = max_connections
         self.max_inflight = max_inflight
+        self.max_unsent = max_unsent
         self.workers = workers or min(32, (os.cpu_count() or 1) + 4)
         self.shutdown_grace = shutdown_grace
+        self.unread_grace = min(unread_grace, shutdown_grace)
         self._uid: int | None = None
         if sys.platform != "win32":
             self._uid = os.getuid()
@@ -189,6 +252,7 @@ class Server:
         self._conns: dict[_Conn, asyncio.Task[Any] | None] = {}
         self._requests: set[asyncio.Task[None]] = set()
         self._closing = False
+        self._last_refusal_log = -1e9
         self._closed: asyncio.Future[None] | None = None
 
     @property
@@ -211,7 +275,9 @@ class Server:
             else:
                 sock = self._bind()
                 self._listeners = [
-                    await asyncio.start_unix_server(self._on_connection, sock=sock, backlog=128)
+                    await asyncio.start_unix_server(
+                        self._on_connection, sock=sock, backlog=LISTEN_BACKLOG
+                    )
                 ]
         except BaseException:
             os.close(self._lock_fd)
@@ -254,12 +320,15 @@ class Server:
         for listener in self._listeners:
             listener.close()
         me = asyncio.current_task()
+        stalls = [asyncio.ensure_future(c.abort_if_stalled(self.unread_grace)) for c in self._conns]
         pending = {t for t in self._requests if t is not me}
         if pending:
             _, late = await asyncio.wait(pending, timeout=self.shutdown_grace)
             for task in late:
                 logger.warning("request still running after %.0f s: cancelled", self.shutdown_grace)
                 task.cancel()
+        if stalls:
+            await asyncio.wait(stalls)
         await asyncio.gather(*(conn.close() for conn in list(self._conns)))
         tasks = [t for t in self._conns.values() if t is not None and t is not me]
         if tasks:
@@ -363,13 +432,15 @@ class Server:
         if self._closing:
             refusal = ("unavailable", "the daemon is shutting down: retry in a moment")
         elif len(self._conns) >= self.max_connections:
-            refusal = ("unavailable", f"too many connections ({self.max_connections}): retry")
+            refusal = (
+                "too_many_connections",
+                f"too many connections: the daemon (pid {os.getpid()}) runs but already "
+                f"serves its maximum of {self.max_connections}: close idle clients or retry",
+            )
         elif why := self._peer_refusal(writer):
             refusal = ("forbidden", why)
         if refusal is not None:
-            logger.warning("connection refused: %s", refusal[1])
-            await conn.send(encode_frame(error_response(None, *refusal)))
-            await conn.close()
+            await self._refuse(reader, conn, *refusal)
             return
         self._conns[conn] = asyncio.current_task()
         try:
@@ -384,6 +455,27 @@ class Server:
         finally:
             del self._conns[conn]
             await conn.close()
+
+    async def _refuse(self, reader: asyncio.StreamReader, conn: _Conn, code: str, why: str) -> None:
+        """Answer a refused connection with one error frame, then hang up.
+
+        The write side is shut first and what the client sends is read (up to a second) before
+        closing: closing at once could make the client's first request fail with a broken pipe
+        before it reads why it was refused.
+        """
+        now = asyncio.get_running_loop().time()
+        if now - self._last_refusal_log >= 10.0:  # a flood of clients must not flood the log
+            self._last_refusal_log = now
+            logger.warning("connection refused: %s", why)
+        await conn.send(encode_frame(error_response(None, code, why)))
+        with contextlib.suppress(OSError, RuntimeError):
+            if conn.writer.can_write_eof():
+                conn.writer.write_eof()
+        with contextlib.suppress(TimeoutError, ConnectionError, OSError):
+            async with asyncio.timeout(1.0):
+                while await reader.read(_CHUNK):
+                    pass
+        await conn.close()
 
     async def _read_requests(self, reader: asyncio.StreamReader, conn: _Conn) -> None:
         decoder = _RequestDecoder(self.max_request)
@@ -409,7 +501,12 @@ class Server:
             decoder.feed(data)
             try:
                 for msg in decoder:
-                    await slots.acquire()  # at the cap, stop reading: back-pressure
+                    if self._closing:  # shutting down: read no more requests
+                        return
+                    # Back-pressure: at the cap of requests in flight, or while the client has
+                    # not taken max_unsent bytes of answers, stop reading its requests.
+                    await slots.acquire()
+                    await conn.room(self.max_unsent)
                     self._spawn(conn, msg, slots)
             except ProtocolError as exc:  # FrameTooLarge included: its body is never stored
                 code, why = "protocol", str(exc)[:_MAX_MESSAGE]
@@ -499,10 +596,15 @@ class Server:
                 f"unknown method {method!r}: this daemon serves {', '.join(self.capabilities)}",
             )
         assert self._loop is not None and self._executor is not None
-        pool = self._quick_executor if method in self.quick else None
-        return await self._loop.run_in_executor(
-            pool or self._executor, self._call, handler, req_id, method, params
-        )
+        # A connection builds at most MAX_BUILDING answers at once, each only while it has
+        # room: requests read before the client stopped reading do not all build (and hold) a
+        # multi-megabyte answer at once.
+        async with conn.building:
+            await conn.room(self.max_unsent)
+            pool = self._quick_executor if method in self.quick else None
+            return await self._loop.run_in_executor(
+                pool or self._executor, self._call, handler, req_id, method, params
+            )
 
     def _call(self, handler: Handler, req_id: int, method: str, params: dict[str, Any]) -> bytes:
         """Run a handler and encode its answer, both in a worker thread."""
