@@ -129,11 +129,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"recalld: {exc}", file=sys.stderr)
         return _EXIT_BY_CODE.get(exc.code, EXIT_ERROR)
     except Exception as exc:  # the client's exceptions, translated at this boundary
+        if _damaged_index(exc):
+            return EXIT_INDEX
         code = getattr(exc, "code", None)
         if code is not None or type(exc).__module__.startswith("recalld_client"):
             print(f"recalld: {exc}", file=sys.stderr)
             return _EXIT_BY_CODE.get(code, EXIT_ERROR) if isinstance(code, str) else EXIT_ERROR
         raise
+
+
+def _damaged_index(exc: Exception) -> bool:
+    """Say so (and what to do) when an in-process command met a damaged index file."""
+    from recalld.index_health import is_corruption
+
+    if not is_corruption(exc):
+        return False
+    print(
+        f"recalld: the index is damaged ({exc}): start the daemon (`recalld serve` or the "
+        "service), which moves it aside and rebuilds it from your files",
+        file=sys.stderr,
+    )
+    return True
 
 
 def _load_config(args: argparse.Namespace) -> Config:

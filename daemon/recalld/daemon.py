@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recalld import paths, security
+from recalld import index_health, paths, security
 from recalld.config import Config
 from recalld.engine import Engine
-from recalld.errors import BadRequest, Unavailable
+from recalld.errors import BadRequest, IndexError_, Unavailable
 from recalld.filters import make_filter
 from recalld.index_files import describe_write_error
 from recalld.indexer import Progress
@@ -43,7 +43,7 @@ STOP_WAIT_S = 2.0
 class Job:
     """One unit of work for the writer thread."""
 
-    kind: str  # "paths" | "full" | "reindex" | "sessions"
+    kind: str  # "paths" | "full" | "reindex" | "sessions" | "recover"
     paths: set[Path] = field(default_factory=set)
     done: threading.Event = field(default_factory=threading.Event)
     result: dict[str, Any] | None = None
@@ -73,6 +73,9 @@ class Daemon:
         self._retry_timer: threading.Timer | None = None
         self._retry_at: float | None = None
         self._retry_failures = 0
+        # Set when a damaged index was moved aside (at start or later): kept in status warnings.
+        self.health_note: str | None = None
+        self._recover_asked = threading.Event()
 
     # lifecycle ----------------------------------------------------------------------------------
 
@@ -193,6 +196,9 @@ class Daemon:
             kinds = {j.kind for j in batch}
             try:
                 report: dict[str, Any] = {}
+                if "recover" in kinds:
+                    self._recover("a search or status read hit a damaged page")
+                    kinds.add("full")
                 if "reindex" in kinds:
                     report = self.engine.reindex().as_dict()
                 elif "full" in kinds:
@@ -209,11 +215,51 @@ class Daemon:
             except Exception as exc:
                 log.exception("sync failed")
                 report, error = {}, describe_write_error(exc, self.engine.index_path)
+                if index_health.is_corruption(exc):
+                    self._recover(str(exc))
+                    self.submit(Job("full"))  # rebuild from the files, progress in status
             self._after_batch(kinds, report, error)
             for job in batch:
                 job.result, job.error = report, error
                 job.done.set()
             self._emit(self.status_event())
+
+    def _recover(self, why: str) -> None:
+        """The index is damaged: move it aside and start an empty one (the writer thread)."""
+        self._recover_asked.clear()
+        problem = index_health.quick_check(self.engine.index_path) or why
+        aside = self.engine.start_over(index_health.move_aside)
+        self.note_damaged(problem, aside)
+
+    def note_damaged(self, problem: str, aside: Path) -> None:
+        """Say in status that a damaged index was moved aside and is being rebuilt."""
+        self.health_note = (
+            f"the index was damaged ({problem[:200]}); it was moved aside to {aside} and is "
+            "rebuilt from the files (searches answer from what is indexed so far)"
+        )
+        self.engine.last_error = self.health_note
+        log.warning("%s", self.health_note)
+
+    def _index_guard(self, handler: Handler) -> Handler:
+        """``handler``, but a damaged index met while reading starts its recovery and gives a
+        clear error (not an internal one)."""
+
+        def guarded(params: dict[str, Any]) -> dict[str, Any]:
+            try:
+                return handler(params)
+            except Exception as exc:
+                if not index_health.is_corruption(exc):
+                    raise
+                if not self._recover_asked.is_set():
+                    self._recover_asked.set()
+                    with contextlib.suppress(Unavailable):
+                        self.submit(Job("recover"))
+                raise IndexError_(
+                    f"the index is damaged ({exc}): it is being moved aside and rebuilt from the "
+                    "files; retry in a moment (`recalld status` shows the progress)"
+                ) from exc
+
+        return guarded
 
     def _after_batch(self, kinds: set[str], report: dict[str, Any], error: str | None) -> None:
         """Schedule a full sync later when this one failed (a full disk, a broken index write)
@@ -299,9 +345,9 @@ class Daemon:
     def handlers(self) -> dict[str, Handler]:
         """The dispatch table of plain methods."""
         return {
-            "search": self.engine.search,
-            "get": self.engine.get,
-            "status": self.h_status,
+            "search": self._index_guard(self.engine.search),
+            "get": self._index_guard(self.engine.get),
+            "status": self._index_guard(self.h_status),
             "sync": self.h_sync,
             "reindex": self.h_reindex,
             "pause": self.h_pause,
@@ -321,6 +367,8 @@ class Daemon:
         if self.sessions is not None:
             status["sessions"] = self.sessions.stats()
         status["warnings"] = security.config_warnings(self.config)
+        if self.health_note:
+            status["warnings"].append(self.health_note)
         return status
 
     def _run_job(self, job: Job, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -397,11 +445,14 @@ def serve(config: Config) -> int:
     socket_path: Path = paths.socket_path()
     # The index holds every note and transcript: private files, whatever the login umask.
     os.umask(os.umask(security.PRIVATE_UMASK) | security.PRIVATE_UMASK)
+    index = paths.index_path(config.base_dir)
+    index_health.ensure_writable(index.parent, "index")
+    index_health.ensure_writable(socket_path.parent, "socket")
     for loose in security.tighten(security.index_files(paths.index_path(config.base_dir))):
         log.warning("%s was readable by other users; it is now private (0600)", loose)
     for warning in security.config_warnings(config):
         log.warning("%s", warning)
-    daemon = Daemon(config)
+    daemon = _open_daemon(config, index)
 
     async def main() -> None:
         server = Server(
@@ -433,6 +484,23 @@ def serve(config: Config) -> int:
         logging.shutdown()
         os._exit(0)
     return 0
+
+
+def _open_daemon(config: Config, index: Path) -> Daemon:
+    """The daemon over a checked index: one that fails ``quick_check`` (or cannot even be
+    opened as a database) is moved aside first, and the start's full sync rebuilds it."""
+    problem = index_health.quick_check(index)
+    aside = index_health.move_aside(index) if problem else None
+    try:
+        daemon = Daemon(config)
+    except Exception as exc:  # a raw apsw error too: the engine reads the index at once
+        if aside is not None or not index_health.is_corruption(exc):
+            raise
+        problem, aside = str(exc), index_health.move_aside(index)
+        daemon = Daemon(config)
+    if problem and aside is not None:
+        daemon.note_damaged(problem, aside)
+    return daemon
 
 
 def _busy_handlers(wait_s: float = 0.5) -> list[str]:
