@@ -18,6 +18,7 @@ import logging
 import os
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import apsw
@@ -112,7 +113,8 @@ def _problem(exc: apsw.Error) -> str | None:
 def move_aside(path: Path) -> Path:
     """Rename a damaged index (and its WAL) to ``<name>.corrupt-<UTC time>``; keep the newest
     :data:`KEEP_CORRUPT`. Returns the new name."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    # Microseconds: two moves in one second still sort in the order they happened.
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     aside = path.with_name(f"{path.name}.corrupt-{stamp}")
     n = 1
     while aside.exists():
