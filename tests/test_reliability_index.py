@@ -168,6 +168,16 @@ def test_damage_while_running_is_recovered_and_no_edit_is_lost(home: Path) -> No
         d.stop()
 
 
+def test_the_start_check_is_time_bounded(home: Path, caplog: pytest.LogCaptureFixture) -> None:
+    index = home / "index.sqlite"
+    checkpoint(index)
+    assert index_health.quick_check(index) is None  # healthy
+    started = time.monotonic()
+    assert index_health.quick_check(index, budget_s=0.0) is None  # out of time: unchecked
+    assert time.monotonic() - started < 1.0
+    assert "did not finish within 0 s" in caplog.text
+
+
 def test_at_most_three_damaged_files_are_kept(tmp_path: Path) -> None:
     index = tmp_path / "index.sqlite"
     moved = []
