@@ -233,6 +233,7 @@ class Daemon:
 
     def note_damaged(self, problem: str, aside: Path) -> None:
         """Say in status that a damaged index was moved aside and is being rebuilt."""
+        problem = " ".join(problem.split())  # quick_check reports one line per problem
         self.health_note = (
             f"the index was damaged ({problem[:200]}); it was moved aside to {aside} and is "
             "rebuilt from the files (searches answer from what is indexed so far)"
