@@ -454,11 +454,17 @@ def serve(config: Config) -> int:
     for warning in security.config_warnings(config):
         log.warning("%s", warning)
     daemon = _open_daemon(config, index)
+    servers: list[Server] = []
 
     async def main() -> None:
         server = Server(
-            daemon.handlers(), {"watch": daemon.watch}, socket_path, quick={"status", "get"}
+            daemon.handlers(),
+            {"watch": daemon.watch},
+            socket_path,
+            quick={"status", "get"},
+            keep_lock=True,
         )
+        servers.append(server)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -476,6 +482,9 @@ def serve(config: Config) -> int:
         asyncio.run(main())
     finally:
         clean = daemon.stop()
+        if clean:  # otherwise the exit below releases it, once nothing writes any more
+            for server in servers:
+                server.release_lock()
     busy = _busy_handlers()
     if not clean or busy:
         # Handler threads still inside a long search or get, or the writer inside a batch:

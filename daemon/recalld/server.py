@@ -220,6 +220,7 @@ class Server:
         max_request: int = MAX_REQUEST,
         frame_timeout: float = FRAME_TIMEOUT,
         quick: Collection[str] = (),
+        keep_lock: bool = False,
     ) -> None:
         bad = (set(handlers) & set(streams)) | ({"hello"} & {*handlers, *streams})
         if bad:
@@ -248,6 +249,9 @@ class Server:
         self.quick = frozenset(quick)
         self._quick_executor: ThreadPoolExecutor | None = None
         self._lock_fd: int | None = None
+        # The daemon keeps the home's lock past close() until its writer has stopped, so that
+        # a successor never writes the index beside it.
+        self.keep_lock = keep_lock
         self._socket_id: tuple[int, int] | None = None
         self._conns: dict[_Conn, asyncio.Task[Any] | None] = {}
         self._requests: set[asyncio.Task[None]] = set()
@@ -341,12 +345,17 @@ class Server:
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
         self._remove_socket()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # releases the lock
-            self._lock_fd = None
+        if not self.keep_lock:
+            self.release_lock()
         if self._stop is not None:
             self._stop.set()
         logger.info("recalld stopped")
+
+    def release_lock(self) -> None:
+        """Let another daemon start for this home (close() does it unless ``keep_lock``)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     # -- listening ---------------------------------------------------------------------------
 
