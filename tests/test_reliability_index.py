@@ -27,6 +27,7 @@ from conftest import env_for, write
 from daemon_process import DaemonProcess, wait_for
 from recalld import index_health
 from recalld.cli import EXIT_INDEX
+from recalld_client import IndexUnavailable
 from reliability_support import check_matches_disk, drop_file_permission_override
 
 pytestmark = pytest.mark.timeout(600)
@@ -231,3 +232,25 @@ def test_a_read_only_home_gets_one_sentence_and_exit_code_6(tmp_path: Path) -> N
     assert f"cannot write the index folder {home}" in lines[0]
     assert "Traceback" not in done.stderr
     assert not (home / "index.sqlite").exists()
+
+
+def test_damage_met_by_a_read_gives_an_index_error_and_recovers(home: Path) -> None:
+    d = DaemonProcess(home).start()
+    try:
+        d.wait_idle()
+        index = home / "index.sqlite"
+        checkpoint(index)
+        pages = index.stat().st_size // PAGE
+        with index.open("r+b") as fh:  # every page but the header: any read meets the damage
+            for page in range(1, pages):
+                fh.seek(page * PAGE)
+                fh.write(os.urandom(PAGE))
+        with d.client(timeout=30) as c, pytest.raises(IndexUnavailable, match="damaged"):
+            for i in range(20):  # a read served from a cached page may not notice yet
+                c.search(f"keeper{i} ferry", mode="keyword")
+                c.status()
+        wait_for(lambda: bool(aside_files(index)), timeout=60)
+        check_recovered(d, rebuilt(d), "damage met by a read")
+        assert "failed with an unexpected error" not in d.log_tail(1_000_000)  # not internal
+    finally:
+        d.stop()
