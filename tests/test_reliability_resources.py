@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import msgpack
@@ -52,14 +53,16 @@ def get_frame(req_id: int, path: Path) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-@pytest.fixture()
-def daemon() -> Iterator[DaemonProcess]:
+@contextmanager
+def running_daemon(*, wide: bool) -> Iterator[DaemonProcess]:
+    """A daemon over a few notes and (with ``wide``) a file whose ``get`` answer is ~4 MB."""
     home = Path(tempfile.mkdtemp(prefix="rcd-res-", dir="/tmp"))
     (home / "config.toml").write_text(
         '[embedding]\nprovider = "none"\n[sessions]\npaths = []\n[sync]\ndebounce_s = 0.3\n'
     )
-    row = ("the harbour ferry leaves at dawn with supplies " * 20)[:WIDE_CHARS]
-    write(home / "memory" / "wide.md", "".join(f"w{i} {row}\n" for i in range(WIDE_LINES)))
+    if wide:
+        row = ("the harbour ferry leaves at dawn with supplies " * 20)[:WIDE_CHARS]
+        write(home / "memory" / "wide.md", "".join(f"w{i} {row}\n" for i in range(WIDE_LINES)))
     for i in range(5):
         write(home / "memory" / f"n{i}.md", f"# Note {i}\n\nThe ferry {i} leaves at dawn.\n")
     d = DaemonProcess(home).start()
@@ -69,6 +72,18 @@ def daemon() -> Iterator[DaemonProcess]:
     finally:
         d.stop()
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture()
+def daemon() -> Iterator[DaemonProcess]:
+    with running_daemon(wide=True) as d:
+        yield d
+
+
+@pytest.fixture()
+def small_daemon() -> Iterator[DaemonProcess]:
+    with running_daemon(wide=False) as d:
+        yield d
 
 
 class NonReader:
@@ -158,8 +173,9 @@ def test_a_client_that_never_reads_keeps_the_daemon_bounded(daemon: DaemonProces
 
 
 def test_idle_connections_beyond_the_cap_get_too_many_connections(
-    daemon: DaemonProcess,
+    small_daemon: DaemonProcess,
 ) -> None:
+    daemon = small_daemon
     idle: list[socket.socket] = []
     try:
         for _ in range(300):
@@ -190,6 +206,7 @@ def test_idle_connections_beyond_the_cap_get_too_many_connections(
         assert c.status()["daemon"]["pid"] == daemon.proc.pid  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_sigterm_with_busy_clients_exits_in_seconds(daemon: DaemonProcess) -> None:
     assert daemon.proc is not None
     wide = daemon.home / "memory" / "wide.md"
