@@ -7,16 +7,16 @@ a bounded thread pool, never on the event loop) and async ``StreamHandler`` gene
     server = Server(engine.handlers, engine.streams, paths.socket_path())
     asyncio.run(server.serve_forever())       # returns after request_shutdown()
 
-One daemon per home: an exclusive lock on ``<runtime dir>/recalld.lock`` held for the daemon's
-life (it also holds the pid). The runtime dir is 0700, the socket 0600, and on Linux the peer's
-uid is checked with ``SO_PEERCRED``.
+One daemon per home (:mod:`recalld.instance`): an exclusive lock on ``recalld.lock`` held for
+the daemon's life (it also holds the pid). The runtime dir is 0700, the socket 0600, and on
+Linux the peer's uid is checked with ``SO_PEERCRED``. Back-pressure per connection lives in
+:mod:`recalld.connection`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
 import socket
@@ -31,7 +31,9 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from recalld import __version__
+from recalld.connection import MAX_INFLIGHT, MAX_UNSENT, Connection
 from recalld.errors import ConfigError, RecalldError, Unavailable
+from recalld.instance import LOCK_NAME, AlreadyRunning, answers, private_dir, take_lock
 from recalld_client.errors import FrameTooLarge, ProtocolError
 from recalld_client.protocol import (
     ERROR_CODES,
@@ -43,15 +45,11 @@ from recalld_client.protocol import (
     error_response,
 )
 
-if sys.platform != "win32":
-    import fcntl
-
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 StreamHandler = Callable[[dict[str, Any]], AsyncIterator[dict[str, Any]]]
 
-LOCK_NAME = "recalld.lock"
 _CHUNK = 1 << 16
 _MAX_MESSAGE = 16 * 1024  # error messages are cut here so an error frame always fits
 _MAX_LOGGED = 500  # client-supplied text (method names, messages echoing params) in log lines
@@ -68,28 +66,8 @@ MAX_CONNECTIONS = 200
 # Connections the kernel queues before accept(): above MAX_CONNECTIONS, so that a burst of
 # clients is answered (if only with a refusal) rather than left in a full queue.
 LISTEN_BACKLOG = 1024
-# Requests of one connection answered at once; with a client that does not read, each may hold
-# one answer (a ``get`` is up to 4 MB) until its turn to be written.
-MAX_INFLIGHT = 8
-# Answers one connection builds at once (in worker threads); further requests wait their turn.
-MAX_BUILDING = 2
-# Answer bytes a client may leave unread before the server stops reading its requests.
-MAX_UNSENT = 4 << 20
 # AF_UNIX paths: 108 bytes with the NUL on Linux, 104 on the BSDs and macOS.
 _MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
-
-
-class AlreadyRunning(Unavailable):
-    """Another daemon holds this home's lock."""
-
-    def __init__(self, pid: int | None, socket_path: Path) -> None:
-        who = f"pid {pid}" if pid else "pid unknown"
-        super().__init__(
-            f"a recalld daemon is already running for this home ({who}, socket {socket_path}): "
-            "use `recalld status` or stop it first"
-        )
-        self.pid = pid
-        self.socket_path = socket_path
 
 
 class _Listener(Protocol):
@@ -115,79 +93,6 @@ class _RequestDecoder(FrameDecoder):
         if self._error is None and self.buffered >= HEADER.size:
             (self.declared,) = HEADER.unpack_from(self._buf, self._pos)
         return super().next_frame()
-
-
-class _Conn:
-    """One client connection: its writer, its running request and stream tasks, and what it has
-    not yet taken of our answers (``unsent``), which bounds how much more we read from it."""
-
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
-        self.requests: set[asyncio.Task[None]] = set()
-        self.streams: set[asyncio.Task[None]] = set()
-        # Frames hand over to the transport one at a time, each only once the previous one has
-        # drained: a client that does not read holds one frame in the transport, not all of
-        # them. Frames waiting for their turn are counted in ``_waiting``.
-        self._write_lock = asyncio.Lock()
-        self.building = asyncio.Semaphore(MAX_BUILDING)
-        self._waiting = 0
-        self._sent = asyncio.Event()
-
-    @property
-    def unsent(self) -> int:
-        """Bytes of answers the client has not taken: waiting frames plus the write buffer."""
-        transport = self.writer.transport
-        buffered = 0 if transport.is_closing() else transport.get_write_buffer_size()
-        return self._waiting + buffered
-
-    async def room(self, limit: int) -> None:
-        """Wait until at most ``limit`` bytes of answers are unsent (or the peer is gone)."""
-        while self.unsent > limit and not self.writer.is_closing():
-            self._sent.clear()
-            await self._sent.wait()
-
-    async def send(self, frame: bytes) -> bool:
-        """Write one whole frame; False once the peer is gone."""
-        size, counted = len(frame), True
-        self._waiting += size
-        try:
-            async with self._write_lock:
-                self._waiting, counted = self._waiting - size, False
-                if self.writer.is_closing():
-                    return False
-                # One write() per frame, so concurrent responses never interleave.
-                self.writer.write(frame)
-                try:
-                    await self.writer.drain()
-                except (ConnectionError, OSError):
-                    return False
-                return True
-        finally:
-            if counted:  # cancelled while waiting for its turn
-                self._waiting -= size
-            self._sent.set()
-
-    async def abort_if_stalled(self, window: float) -> None:
-        """At shutdown: give the client ``window`` seconds to take its answers, then hang up
-        (a client that does not read must not hold the daemon's exit)."""
-        deadline = asyncio.get_running_loop().time() + window
-        while self.unsent and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.05)
-        if self.unsent:
-            logger.warning("closing a client that left %d bytes of answers unread", self.unsent)
-            self.writer.transport.abort()
-            self._sent.set()
-
-    async def close(self) -> None:
-        for task in self.streams:
-            task.cancel()
-        if not self.writer.is_closing():
-            self.writer.close()
-        self._sent.set()  # a reader waiting for room sees the connection closing
-        try:
-            await asyncio.wait_for(self.writer.wait_closed(), 2.0)
-        except (TimeoutError, ConnectionError, OSError):
-            self.writer.transport.abort()  # a peer that does not read must not hold us
 
 
 class Server:
@@ -253,7 +158,7 @@ class Server:
         # a successor never writes the index beside it.
         self.keep_lock = keep_lock
         self._socket_id: tuple[int, int] | None = None
-        self._conns: dict[_Conn, asyncio.Task[Any] | None] = {}
+        self._conns: dict[Connection, asyncio.Task[Any] | None] = {}
         self._requests: set[asyncio.Task[None]] = set()
         self._closing = False
         self._last_refusal_log = -1e9
@@ -271,8 +176,8 @@ class Server:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         runtime = self.socket_path.parent
-        _private_dir(runtime)
-        self._lock_fd = _lock(runtime / LOCK_NAME, self.socket_path)
+        private_dir(runtime)
+        self._lock_fd = take_lock(runtime / LOCK_NAME, self.socket_path)
         try:
             if sys.platform == "win32":
                 self._listeners = await self._listen_pipe()
@@ -373,7 +278,7 @@ class Server:
         else:
             if not stat.S_ISSOCK(st.st_mode):
                 raise ConfigError(f"{path} exists and is not a socket: move it away")
-            if _answers(path):  # the lock is ours, yet something listens: don't steal it
+            if answers(path):  # the lock is ours, yet something listens: don't steal it
                 raise AlreadyRunning(None, path)
             logger.info("removing stale socket %s", path)
             path.unlink()
@@ -436,7 +341,7 @@ class Server:
     async def _on_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        conn = _Conn(writer)
+        conn = Connection(writer)
         refusal: tuple[str, str] | None = None
         if self._closing:
             refusal = ("unavailable", "the daemon is shutting down: retry in a moment")
@@ -465,7 +370,9 @@ class Server:
             del self._conns[conn]
             await conn.close()
 
-    async def _refuse(self, reader: asyncio.StreamReader, conn: _Conn, code: str, why: str) -> None:
+    async def _refuse(
+        self, reader: asyncio.StreamReader, conn: Connection, code: str, why: str
+    ) -> None:
         """Answer a refused connection with one error frame, then hang up.
 
         The write side is shut first and what the client sends is read (up to a second) before
@@ -486,7 +393,7 @@ class Server:
                     pass
         await conn.close()
 
-    async def _read_requests(self, reader: asyncio.StreamReader, conn: _Conn) -> None:
+    async def _read_requests(self, reader: asyncio.StreamReader, conn: Connection) -> None:
         decoder = _RequestDecoder(self.max_request)
         slots = asyncio.Semaphore(self.max_inflight)
         while True:
@@ -545,7 +452,7 @@ class Server:
                     return
                 count -= len(data)
 
-    def _spawn(self, conn: _Conn, msg: dict[str, Any], slots: asyncio.Semaphore) -> None:
+    def _spawn(self, conn: Connection, msg: dict[str, Any], slots: asyncio.Semaphore) -> None:
         task = asyncio.create_task(self._dispatch(conn, msg))
         method = msg.get("method")
         owner = (
@@ -564,7 +471,7 @@ class Server:
 
     # -- dispatch ----------------------------------------------------------------------------
 
-    async def _dispatch(self, conn: _Conn, msg: dict[str, Any]) -> None:
+    async def _dispatch(self, conn: Connection, msg: dict[str, Any]) -> None:
         req_id = msg.get("id")
         method = msg.get("method")
         try:
@@ -573,7 +480,9 @@ class Server:
             frame = self._error_frame(req_id, method, exc)
         await conn.send(frame)
 
-    async def _answer(self, conn: _Conn, req_id: Any, method: Any, msg: dict[str, Any]) -> bytes:
+    async def _answer(
+        self, conn: Connection, req_id: Any, method: Any, msg: dict[str, Any]
+    ) -> bytes:
         version = msg.get("v", PROTOCOL_VERSION)
         params = msg.get("params")
         params = {} if params is None else params
@@ -628,7 +537,7 @@ class Server:
             ) from exc
 
     async def _stream(
-        self, conn: _Conn, req_id: int, handler: StreamHandler, params: dict[str, Any]
+        self, conn: Connection, req_id: int, handler: StreamHandler, params: dict[str, Any]
     ) -> bytes:
         events = handler(params)
         sent = 0
@@ -757,59 +666,3 @@ def _clip(text: str, limit: int = _MAX_LOGGED) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... [{len(text) - limit} more characters]"
-
-
-def _private_dir(path: Path) -> None:
-    """Create the runtime dir 0700, tighten it if looser, refuse one owned by someone else."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if sys.platform == "win32":
-        return  # per-user folders are private by their ACL
-    st = os.stat(path)
-    if st.st_uid != os.getuid():
-        raise ConfigError(
-            f"runtime folder {path} belongs to uid {st.st_uid}, not to you: "
-            "remove it or set RECALLD_HOME"
-        )
-    if stat.S_IMODE(st.st_mode) != 0o700:
-        os.chmod(path, 0o700)
-
-
-def _lock(path: Path, socket_path: Path) -> int:
-    """Take the exclusive single-instance lock and write our pid in it; the fd holds the lock."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        if sys.platform == "win32":
-            import msvcrt
-
-            os.lseek(fd, 1 << 20, os.SEEK_SET)  # lock a byte past the pid, which stays readable
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        else:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        pid = _read_pid(fd)
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES, errno.EDEADLK):
-            raise AlreadyRunning(pid, socket_path) from None
-        raise
-    os.ftruncate(fd, 0)
-    os.lseek(fd, 0, os.SEEK_SET)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    return fd
-
-
-def _read_pid(fd: int) -> int | None:
-    with contextlib.suppress(OSError, ValueError):
-        os.lseek(fd, 0, os.SEEK_SET)
-        return int(os.read(fd, 32).decode().strip())
-    return None
-
-
-def _answers(path: Path) -> bool:
-    """Whether something accepts connections on the socket at ``path``."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True
