@@ -243,3 +243,12 @@ def test_sigterm_with_busy_clients_exits_in_seconds(daemon: DaemonProcess) -> No
     assert daemon.proc.returncode == 0
     assert not daemon.socket.exists(), "the socket file was left behind"
     assert "Traceback" not in daemon.log_tail(100_000)
+
+
+def test_the_tray_says_full_not_offline_when_refused() -> None:
+    from recalld.tray import view_for
+
+    full = view_for(None, offline_reason="too many connections: the daemon (pid 7) runs but ...")
+    assert "too many connections" in full.title and "not running" not in full.title
+    gone = view_for(None, offline_reason="no recalld daemon is listening at /x")
+    assert "not running" in gone.title
