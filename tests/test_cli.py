@@ -53,5 +53,5 @@ def test_errors_have_exit_codes(home: Path) -> None:
     assert empty.returncode == 2 and "empty" in empty.stderr
     (home / "config.toml").write_text("[search]\nbogus = 1\n")
     bad = run(home, "status", check=False)
-    assert bad.returncode == 1 and "unknown setting 'search.bogus'" in bad.stderr
+    assert bad.returncode == 5 and "unknown setting 'search.bogus'" in bad.stderr
     assert "Traceback" not in bad.stderr

@@ -134,6 +134,7 @@ def test_public_api_is_pinned() -> None:
             "StatusResponse",
             "Timeout",
             "TooLarge",
+            "TooManyConnections",
             "Unavailable",
             "VersionMismatch",
             "is_running",

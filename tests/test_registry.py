@@ -15,7 +15,7 @@ from recalld.embedding.ollama import OllamaEmbedder
 from recalld.embedding.openai import OpenAIEmbedder
 from recalld.embedding.registry import ProviderChoice, resolve_embedder
 from recalld.embedding.voyage import VoyageEmbedder
-from recalld.errors import ProviderError
+from recalld.errors import ConfigError, ProviderError
 
 SECRET = "sk-registry-SECRET-42"
 
@@ -144,8 +144,8 @@ def test_ollama_needs_no_key() -> None:
 
 def test_none_and_unknown_and_broken_local() -> None:
     assert resolve("none").embedder is None
-    unknown = resolve("cohere")
-    assert unknown.embedder is None and "unknown embedding.provider 'cohere'" in unknown.reason
+    with pytest.raises(ConfigError, match=r"embedding\.provider must be one of"):
+        resolve("cohere")  # refused when the config is loaded (issue 14)
     local = resolve("local")
     assert local.embedder is None and "model.onnx not found" in local.reason
 

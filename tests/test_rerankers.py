@@ -29,7 +29,7 @@ from fake_services import (
     serving,
 )
 from recalld.config import Config
-from recalld.errors import ProviderError
+from recalld.errors import ConfigError, ProviderError
 from recalld.rerank import Reranker, rerank_options, resolve_reranker, resolve_reranker_choice
 from recalld.rerank.apply import rerank_shortlist
 from recalld.rerank.ollama import OllamaReranker, parse_grade
@@ -347,7 +347,8 @@ def test_resolve_reranker(tmp_path: Path) -> None:
     assert no_model.reranker is None and "rerank.model" in no_model.reason
     ollama = resolve_reranker(Config({"rerank.provider": "ollama", "rerank.model": "qwen2.5:3b"}))
     assert isinstance(ollama, OllamaReranker)
-    assert resolve_reranker_choice(Config({"rerank.provider": "magic"})).reranker is None
+    with pytest.raises(ConfigError, match=r"rerank\.provider must be one of"):
+        Config({"rerank.provider": "magic"})
     assert isinstance(
         resolve_reranker(Config({"rerank.provider": "voyage"}), env=lambda n: KEY), VoyageReranker
     )

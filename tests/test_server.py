@@ -262,7 +262,8 @@ def test_connection_cap(tmp: Path) -> None:
             assert _rpc(b, 1, "hello")["result"]
             with _connect(path) as c:
                 msg = read_frame(c)
-                assert msg["error"]["code"] == "unavailable"
+                assert msg["error"]["code"] == "too_many_connections"
+                assert "too many connections" in msg["error"]["message"]
         with _connect(path) as d:  # slots are given back
             assert _rpc(d, 1, "hello")["result"]
 

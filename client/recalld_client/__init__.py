@@ -25,6 +25,7 @@ from recalld_client.errors import (
     RecalldClientError,
     Timeout,
     TooLarge,
+    TooManyConnections,
     Unavailable,
     VersionMismatch,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "StatusResponse",
     "Timeout",
     "TooLarge",
+    "TooManyConnections",
     "Unavailable",
     "VersionMismatch",
     "is_running",

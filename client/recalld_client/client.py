@@ -17,6 +17,7 @@ from recalld_client.errors import (
     ProtocolError,
     RecalldClientError,
     Timeout,
+    TooManyConnections,
     error_from_wire,
 )
 from recalld_client.protocol import (
@@ -286,6 +287,8 @@ def is_running(socket_path: str | Path | None = None, *, timeout: float = 1.0) -
     try:
         with Client(socket_path, connect_timeout=timeout, timeout=timeout, reconnect=False) as c:
             c.hello()
+    except TooManyConnections:
+        return True  # it runs, and said so: it is only full
     except RecalldClientError:
         return False
     return True

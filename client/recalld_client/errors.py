@@ -15,6 +15,7 @@
     ├── IndexUnavailable      "index"        the index cannot be used as it is
     ├── ProviderError         "provider"     the embedding provider failed
     ├── Unavailable           "unavailable"  the daemon cannot serve now (busy, shutting down)
+    │   └── TooManyConnections "too_many_connections"  the daemon is at its connection cap
     └── InternalError         "internal"     a bug in the daemon (and any unknown code)
 
 Foreign errors (``OSError``, ``socket.timeout``, msgpack's) are translated at the transport
@@ -114,6 +115,12 @@ class Unavailable(RecalldClientError):
     code = "unavailable"
 
 
+class TooManyConnections(Unavailable):
+    """The daemon runs but refused this connection: it serves its maximum number of clients."""
+
+    code = "too_many_connections"
+
+
 class InternalError(RecalldClientError):
     """The daemon hit a bug; its log has the traceback."""
 
@@ -128,6 +135,7 @@ _BY_CODE: dict[str, type[RecalldClientError]] = {
     "index": IndexUnavailable,
     "provider": ProviderError,
     "unavailable": Unavailable,
+    "too_many_connections": TooManyConnections,
     "internal": InternalError,
     "too_large": TooLarge,
     "protocol": ProtocolError,

@@ -34,6 +34,7 @@ ERROR_CODES: Final = frozenset(
         "index",
         "provider",
         "unavailable",
+        "too_many_connections",
         "internal",
         "too_large",
         "protocol",

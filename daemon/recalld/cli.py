@@ -21,6 +21,19 @@ from recalld.config import Config
 from recalld.errors import BadRequest, RecalldError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE = 0, 1, 2, 3, 4
+# The configuration is invalid (a value out of range, an unknown key): fix config.toml.
+EXIT_CONFIG = 5
+# The index cannot be opened or written (a read-only home, a folder of another user).
+EXIT_INDEX = 6
+_EXIT_BY_CODE = {
+    "bad_request": EXIT_USAGE,
+    "not_found": EXIT_NOT_FOUND,
+    "forbidden": EXIT_USAGE,
+    "unavailable": EXIT_UNAVAILABLE,
+    "too_many_connections": EXIT_UNAVAILABLE,
+    "config": EXIT_CONFIG,
+    "index": EXIT_INDEX,
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -114,18 +127,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except RecalldError as exc:
         print(f"recalld: {exc}", file=sys.stderr)
-        return {
-            "bad_request": EXIT_USAGE,
-            "not_found": EXIT_NOT_FOUND,
-            "forbidden": EXIT_USAGE,
-            "unavailable": EXIT_UNAVAILABLE,
-        }.get(exc.code, EXIT_ERROR)
+        return _EXIT_BY_CODE.get(exc.code, EXIT_ERROR)
     except Exception as exc:  # the client's exceptions, translated at this boundary
+        if _damaged_index(exc):
+            return EXIT_INDEX
         code = getattr(exc, "code", None)
         if code is not None or type(exc).__module__.startswith("recalld_client"):
             print(f"recalld: {exc}", file=sys.stderr)
-            return EXIT_USAGE if code in ("bad_request", "forbidden") else EXIT_ERROR
+            return _EXIT_BY_CODE.get(code, EXIT_ERROR) if isinstance(code, str) else EXIT_ERROR
         raise
+
+
+def _damaged_index(exc: Exception) -> bool:
+    """Say so (and what to do) when an in-process command met a damaged index file."""
+    from recalld.index_health import is_corruption
+
+    if not is_corruption(exc):
+        return False
+    print(
+        f"recalld: the index is damaged ({exc}): start the daemon (`recalld serve` or the "
+        "service), which moves it aside and rebuilds it from your files",
+        file=sys.stderr,
+    )
+    return True
 
 
 def _load_config(args: argparse.Namespace) -> Config:

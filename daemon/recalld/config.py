@@ -21,11 +21,31 @@ Value = str | int | float | bool | list[str]
 
 @dataclass(frozen=True)
 class Setting:
-    """One config key: its default and a one-line description."""
+    """One config key: its default, a one-line description, and the values it accepts.
+
+    Numbers must lie in ``[low, high]`` (both inclusive); strings with ``choices`` must be one
+    of them (case and surrounding spaces are ignored, as the readers of those keys do).
+    """
 
     key: str
     default: Value
     help: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+
+    def refusal(self, value: Value) -> str | None:
+        """Why ``value`` is out of this key's range or choices, or None when it is fine."""
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if (
+                self.low is not None
+                and self.high is not None
+                and not (self.low <= value <= self.high)
+            ):
+                return f"{self.key} must be between {_num(self.low)} and {_num(self.high)}"
+        elif isinstance(value, str) and self.choices and value.strip().lower() not in self.choices:
+            return f"{self.key} must be one of {', '.join(self.choices)}"
+        return None
 
 
 DEFAULT_SESSION_GLOBS = [
@@ -37,66 +57,143 @@ DEFAULT_SESSION_GLOBS = [
 SETTINGS: tuple[Setting, ...] = (
     Setting("memory.paths", [], "Markdown folders to index; empty means the data dir's memory/."),
     Setting("memory.extensions", [".md", ".markdown", ".txt"], "File name endings indexed."),
-    Setting("memory.max_file_bytes", 10_000_000, "Larger files are skipped with a log line."),
+    Setting(
+        "memory.max_file_bytes", 10_000_000, "Larger files are skipped with a log line.", 1, 1 << 40
+    ),
     Setting("sessions.paths", DEFAULT_SESSION_GLOBS, "Globs of agent transcript JSONL files."),
-    Setting("sessions.delta_bytes", 100_000, "New transcript bytes that trigger indexing."),
-    Setting("sessions.delta_messages", 50, "New transcript messages that trigger indexing."),
-    Setting("sessions.quiet_s", 5.0, "Index a grown transcript after this many quiet seconds."),
+    Setting(
+        "sessions.delta_bytes", 100_000, "New transcript bytes that trigger indexing.", 1, 1 << 40
+    ),
+    Setting(
+        "sessions.delta_messages",
+        50,
+        "New transcript messages that trigger indexing.",
+        1,
+        1_000_000_000,
+    ),
+    Setting(
+        "sessions.quiet_s",
+        5.0,
+        "Index a grown transcript after this many quiet seconds.",
+        0,
+        86_400,
+    ),
     Setting("sessions.include_thinking", False, "Index the agent's thinking blocks."),
-    Setting("sessions.tool_result_chars", 400, "Head of a tool result that is kept."),
-    Setting("embedding.provider", "auto", "auto|local|ollama|openai|gemini|voyage|none."),
+    Setting(
+        "sessions.tool_result_chars", 400, "Head of a tool result that is kept.", 0, 10_000_000
+    ),
+    Setting(
+        "embedding.provider",
+        "auto",
+        "auto|local|ollama|openai|gemini|voyage|none.",
+        choices=("auto", "local", "ollama", "openai", "gemini", "voyage", "none"),
+    ),
     Setting("embedding.model", "", "Model name; empty means the provider's default."),
     Setting("embedding.base_url", "", "Service URL; empty means the provider's default."),
-    Setting("embedding.dims", 0, "Output dimensions where the service allows; 0 = model default."),
+    Setting(
+        "embedding.dims",
+        0,
+        "Output dimensions where the service allows; 0 = model default.",
+        0,
+        65_536,
+    ),
     Setting(
         "embedding.api_key_env", "", "Environment variable holding the key (default per provider)."
     ),
     Setting("embedding.api_key", "", "The key itself; only if you insist (prefer api_key_env)."),
-    Setting("embedding.batch_size", 16, "Chunks per embedding call."),
-    Setting("embedding.max_batch_tokens", 8000, "Input-token budget of one remote request."),
-    Setting("embedding.max_concurrency", 2, "Embedding requests in flight at once."),
-    Setting("embedding.timeout_s", 30.0, "Timeout of one remote embedding request."),
-    Setting("embedding.max_retries", 4, "Retries on 429/5xx/timeouts (exponential backoff)."),
-    Setting("embedding.threads", 0, "ONNX intra-op threads for the local model; 0 = all cores."),
-    Setting("search.max_results", 6, "Results returned by default."),
-    Setting("search.min_score", 0.35, "Fused results under this score are dropped."),
-    Setting("search.vector_weight", 0.2, "Weight of the vector channel in weighted fusion."),
-    Setting("search.text_weight", 0.8, "Weight of the keyword channel in weighted fusion."),
-    Setting("search.score_norm", "minmax", "minmax|none: rescale each channel before fusing."),
-    Setting("search.candidate_multiplier", 4, "Each channel fetches max_results times this."),
-    Setting("search.snippet_chars", 700, "Maximum characters of a result's snippet."),
-    Setting("search.fusion", "weighted", "weighted|rrf."),
-    Setting("search.rrf_k", 60, "The k of reciprocal rank fusion."),
-    Setting("search.context_weight", 1.5, "BM25 weight of a title/heading match vs the text."),
-    Setting("search.max_query_chars", 4000, "Longer queries are cut to this many characters."),
+    Setting("embedding.batch_size", 16, "Chunks per embedding call.", 1, 4096),
+    Setting(
+        "embedding.max_batch_tokens",
+        8000,
+        "Input-token budget of one remote request.",
+        1,
+        100_000_000,
+    ),
+    Setting("embedding.max_concurrency", 2, "Embedding requests in flight at once.", 1, 64),
+    Setting("embedding.timeout_s", 30.0, "Timeout of one remote embedding request.", 0.01, 3600),
+    Setting(
+        "embedding.max_retries", 4, "Retries on 429/5xx/timeouts (exponential backoff).", 0, 100
+    ),
+    Setting(
+        "embedding.threads", 0, "ONNX intra-op threads for the local model; 0 = all cores.", 0, 1024
+    ),
+    Setting("search.max_results", 6, "Results returned by default.", 1, 50),
+    Setting("search.min_score", 0.35, "Fused results under this score are dropped.", 0, 1),
+    Setting("search.vector_weight", 0.2, "Weight of the vector channel in weighted fusion.", 0, 1),
+    Setting("search.text_weight", 0.8, "Weight of the keyword channel in weighted fusion.", 0, 1),
+    Setting(
+        "search.score_norm",
+        "minmax",
+        "minmax|none: rescale each channel before fusing.",
+        choices=("minmax", "none"),
+    ),
+    Setting(
+        "search.candidate_multiplier", 4, "Each channel fetches max_results times this.", 1, 100
+    ),
+    Setting("search.snippet_chars", 700, "Maximum characters of a result's snippet.", 1, 700),
+    Setting("search.fusion", "weighted", "weighted|rrf.", choices=("weighted", "rrf")),
+    Setting("search.rrf_k", 60, "The k of reciprocal rank fusion.", 1, 100_000),
+    Setting(
+        "search.context_weight", 1.5, "BM25 weight of a title/heading match vs the text.", 0, 100
+    ),
+    Setting(
+        "search.max_query_chars",
+        4000,
+        "Longer queries are cut to this many characters.",
+        1,
+        100_000,
+    ),
     Setting("search.query_shape", True, "Weigh channels by query kind (recalld.query_shape)."),
-    Setting("search.identifier_vector_weight", 0.1, "Vector weight for identifier queries."),
-    Setting("search.question_vector_weight", 0.2, "Vector weight for questions."),
-    Setting("search.statement_vector_weight", 0.5, "Vector weight for prose statements."),
-    Setting("search.literal_boost", 0.3, "Score raise for chunks holding the query's literals."),
-    Setting("search.name_boost", 1.0, "Score raise for a file whose name or title is the query."),
+    Setting("search.identifier_vector_weight", 0.1, "Vector weight for identifier queries.", 0, 1),
+    Setting("search.question_vector_weight", 0.2, "Vector weight for questions.", 0, 1),
+    Setting("search.statement_vector_weight", 0.5, "Vector weight for prose statements.", 0, 1),
+    Setting(
+        "search.literal_boost", 0.3, "Score raise for chunks holding the query's literals.", 0, 10
+    ),
+    Setting(
+        "search.name_boost", 1.0, "Score raise for a file whose name or title is the query.", 0, 10
+    ),
     Setting("search.partial_identifiers", True, "Match identifier parts and CJK bigrams."),
-    Setting("search.ident_weight", 1.0, "BM25 weight of a derived identifier/CJK token match."),
+    Setting(
+        "search.ident_weight", 1.0, "BM25 weight of a derived identifier/CJK token match.", 0, 100
+    ),
     Setting("search.dedupe", True, "Collapse near-duplicate passages into one result."),
-    Setting("search.dedupe_similarity", 0.8, "Shingle Jaccard at which two passages are one."),
-    Setting("search.mmr_lambda", 1.0, "MMR relevance/diversity balance (1 = no diversity pass)."),
-    Setting("search.recency_half_life_days", 0.0, "Half-life of recency decay (0 = off)."),
+    Setting(
+        "search.dedupe_similarity", 0.8, "Shingle Jaccard at which two passages are one.", 0, 1
+    ),
+    Setting(
+        "search.mmr_lambda", 1.0, "MMR relevance/diversity balance (1 = no diversity pass).", 0, 1
+    ),
+    Setting(
+        "search.recency_half_life_days", 0.0, "Half-life of recency decay (0 = off).", 0, 36_500
+    ),
     Setting("search.evergreen", ["MEMORY.md"], "Globs of files that never decay."),
-    Setting("search.max_tokens", 0, "Default token budget of a search answer (0 = none)."),
-    Setting("chunking.max_tokens", 256, "Chunk size cap in model tokens (MiniLM reads 256)."),
+    Setting(
+        "search.max_tokens", 0, "Default token budget of a search answer (0 = none).", 0, 1_000_000
+    ),
+    Setting(
+        "chunking.max_tokens", 256, "Chunk size cap in model tokens (MiniLM reads 256).", 2, 8192
+    ),
     Setting(
         "chunking.target_tokens",
         240,
         "Chunk size bound for packing (content-defined cuts keep chunks under it).",
+        1,
+        8192,
     ),
-    Setting("sync.debounce_s", 1.5, "Quiet time before a changed file is re-indexed."),
+    Setting("sync.debounce_s", 1.5, "Quiet time before a changed file is re-indexed.", 0, 3600),
     Setting("sync.watch", True, "Watch memory folders for changes."),
-    Setting("rerank.provider", "none", "none|cohere|voyage|jina|ollama|onnx."),
+    Setting(
+        "rerank.provider",
+        "none",
+        "none|cohere|voyage|jina|ollama|onnx.",
+        choices=("none", "cohere", "voyage", "jina", "ollama", "onnx"),
+    ),
     Setting("rerank.model", "", "Reranker model name (or ONNX folder for onnx)."),
     Setting("rerank.base_url", "", "Reranker service URL; empty means the provider's default."),
     Setting("rerank.api_key_env", "", "Environment variable holding the reranker key."),
-    Setting("rerank.top_n", 20, "Fused results that the reranker rescores."),
-    Setting("rerank.timeout_s", 3.0, "Time budget of one rerank call."),
+    Setting("rerank.top_n", 20, "Fused results that the reranker rescores.", 1, 1000),
+    Setting("rerank.timeout_s", 3.0, "Time budget of one rerank call.", 0.01, 600),
 )
 
 _BY_KEY = {s.key: s for s in SETTINGS}
@@ -212,7 +309,10 @@ def _flatten(data: Mapping[str, Any], path: Path) -> dict[str, Value]:
             key = f"{section}.{name}"
             if key not in _BY_KEY:
                 raise ConfigError(f"{path}: unknown setting '{key}' (see `recalld status --json`)")
-            flat[key] = _check(key, value)
+            try:
+                flat[key] = _check(key, value)
+            except ConfigError as exc:
+                raise ConfigError(f"{path}: {exc}") from None
     return flat
 
 
@@ -238,4 +338,12 @@ def _check(key: str, value: Any) -> Value:
         raise ConfigError(
             f"setting '{key}' must be {type(default).__name__}, got {value!r}: {setting.help}"
         )
+    why = setting.refusal(value)
+    if why is not None:
+        raise ConfigError(f"{why}, got {value!r:.80}: {setting.help}")
     return value  # type: ignore[no-any-return]
+
+
+def _num(bound: float) -> str:
+    """A bound as people write it: 50, 0.5, 1099511627776."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recalld import paths, security
+from recalld import index_health, paths, security
 from recalld.config import Config
 from recalld.engine import Engine
-from recalld.errors import BadRequest, Unavailable
+from recalld.errors import BadRequest, IndexError_, Unavailable
 from recalld.filters import make_filter
 from recalld.index_files import describe_write_error
 from recalld.indexer import Progress
@@ -33,13 +33,17 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 RETRY_DELAYS_S = (2.0, 4.0, 8.0, 16.0, 30.0)  # full sync after a failed or incomplete one
+# How long a stop waits for the writer's current batch. Every batch is one transaction per
+# file, so a batch cut short by the exit is rolled back and redone at the next start; waiting
+# longer would let a big sync hold SIGTERM for minutes.
+STOP_WAIT_S = 2.0
 
 
 @dataclass
 class Job:
     """One unit of work for the writer thread."""
 
-    kind: str  # "paths" | "full" | "reindex" | "sessions"
+    kind: str  # "paths" | "full" | "reindex" | "sessions" | "recover"
     paths: set[Path] = field(default_factory=set)
     done: threading.Event = field(default_factory=threading.Event)
     result: dict[str, Any] | None = None
@@ -69,6 +73,9 @@ class Daemon:
         self._retry_timer: threading.Timer | None = None
         self._retry_at: float | None = None
         self._retry_failures = 0
+        # Set when a damaged index was moved aside (at start or later): kept in status warnings.
+        self.health_note: str | None = None
+        self._recover_asked = threading.Event()
 
     # lifecycle ----------------------------------------------------------------------------------
 
@@ -118,8 +125,12 @@ class Daemon:
         self.sessions = SessionWatcher(self.config, self._on_sessions_due)
         self.sessions.start()
 
-    def stop(self) -> None:
-        """Stop watching, finish the current job, close the index."""
+    def stop(self) -> bool:
+        """Stop watching, let the current job finish for a moment, close the index.
+
+        Returns False when the writer was still busy: its connection is then left open (closing
+        it under the running batch would only raise there) and the process should exit now.
+        """
         self._stop.set()
         with self._retry_lock:
             if self._retry_timer is not None:
@@ -130,8 +141,16 @@ class Daemon:
             self.sessions.stop()
         if self._writer.is_alive():
             self.jobs.put(None)
-            self._writer.join(timeout=30)
+            self._writer.join(timeout=STOP_WAIT_S)
+        if self._writer.is_alive():
+            log.warning(
+                "the writer is still indexing after %g s; exiting anyway (the unfinished batch "
+                "is rolled back and redone at the next start)",
+                STOP_WAIT_S,
+            )
+            return False
         self.engine.close()
+        return True
 
     # writer -------------------------------------------------------------------------------------
 
@@ -177,6 +196,9 @@ class Daemon:
             kinds = {j.kind for j in batch}
             try:
                 report: dict[str, Any] = {}
+                if "recover" in kinds:
+                    self._recover("a search or status read hit a damaged page")
+                    kinds.add("full")
                 if "reindex" in kinds:
                     report = self.engine.reindex().as_dict()
                 elif "full" in kinds:
@@ -193,11 +215,52 @@ class Daemon:
             except Exception as exc:
                 log.exception("sync failed")
                 report, error = {}, describe_write_error(exc, self.engine.index_path)
+                if index_health.is_corruption(exc):
+                    self._recover(str(exc))
+                    self.submit(Job("full"))  # rebuild from the files, progress in status
             self._after_batch(kinds, report, error)
             for job in batch:
                 job.result, job.error = report, error
                 job.done.set()
             self._emit(self.status_event())
+
+    def _recover(self, why: str) -> None:
+        """The index is damaged: move it aside and start an empty one (the writer thread)."""
+        self._recover_asked.clear()
+        problem = index_health.quick_check(self.engine.index_path) or why
+        aside = self.engine.start_over(index_health.move_aside)
+        self.note_damaged(problem, aside)
+
+    def note_damaged(self, problem: str, aside: Path) -> None:
+        """Say in status that a damaged index was moved aside and is being rebuilt."""
+        problem = " ".join(problem.split())  # quick_check reports one line per problem
+        self.health_note = (
+            f"the index was damaged ({problem[:200]}); it was moved aside to {aside} and is "
+            "rebuilt from the files (searches answer from what is indexed so far)"
+        )
+        self.engine.last_error = self.health_note
+        log.warning("%s", self.health_note)
+
+    def _index_guard(self, handler: Handler) -> Handler:
+        """``handler``, but a damaged index met while reading starts its recovery and gives a
+        clear error (not an internal one)."""
+
+        def guarded(params: dict[str, Any]) -> dict[str, Any]:
+            try:
+                return handler(params)
+            except Exception as exc:
+                if not index_health.is_corruption(exc):
+                    raise
+                if not self._recover_asked.is_set():
+                    self._recover_asked.set()
+                    with contextlib.suppress(Unavailable):
+                        self.submit(Job("recover"))
+                raise IndexError_(
+                    f"the index is damaged ({exc}): it is being moved aside and rebuilt from the "
+                    "files; retry in a moment (`recalld status` shows the progress)"
+                ) from exc
+
+        return guarded
 
     def _after_batch(self, kinds: set[str], report: dict[str, Any], error: str | None) -> None:
         """Schedule a full sync later when this one failed (a full disk, a broken index write)
@@ -283,9 +346,9 @@ class Daemon:
     def handlers(self) -> dict[str, Handler]:
         """The dispatch table of plain methods."""
         return {
-            "search": self.engine.search,
-            "get": self.engine.get,
-            "status": self.h_status,
+            "search": self._index_guard(self.engine.search),
+            "get": self._index_guard(self.engine.get),
+            "status": self._index_guard(self.h_status),
             "sync": self.h_sync,
             "reindex": self.h_reindex,
             "pause": self.h_pause,
@@ -305,6 +368,8 @@ class Daemon:
         if self.sessions is not None:
             status["sessions"] = self.sessions.stats()
         status["warnings"] = security.config_warnings(self.config)
+        if self.health_note:
+            status["warnings"].append(self.health_note)
         return status
 
     def _run_job(self, job: Job, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -381,16 +446,25 @@ def serve(config: Config) -> int:
     socket_path: Path = paths.socket_path()
     # The index holds every note and transcript: private files, whatever the login umask.
     os.umask(os.umask(security.PRIVATE_UMASK) | security.PRIVATE_UMASK)
+    index = paths.index_path(config.base_dir)
+    index_health.ensure_writable(index.parent, "index")
+    index_health.ensure_writable(socket_path.parent, "socket")
     for loose in security.tighten(security.index_files(paths.index_path(config.base_dir))):
         log.warning("%s was readable by other users; it is now private (0600)", loose)
     for warning in security.config_warnings(config):
         log.warning("%s", warning)
-    daemon = Daemon(config)
+    daemon = _open_daemon(config, index)
+    servers: list[Server] = []
 
     async def main() -> None:
         server = Server(
-            daemon.handlers(), {"watch": daemon.watch}, socket_path, quick={"status", "get"}
+            daemon.handlers(),
+            {"watch": daemon.watch},
+            socket_path,
+            quick={"status", "get"},
+            keep_lock=True,
         )
+        servers.append(server)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -407,5 +481,46 @@ def serve(config: Config) -> int:
     try:
         asyncio.run(main())
     finally:
-        daemon.stop()
+        clean = daemon.stop()
+        if clean:  # otherwise the exit below releases it, once nothing writes any more
+            for server in servers:
+                server.release_lock()
+    busy = _busy_handlers()
+    if not clean or busy:
+        # Handler threads still inside a long search or get, or the writer inside a batch:
+        # the interpreter would join them at exit. Nothing they do needs finishing (reads, or
+        # a transaction SQLite rolls back), so exit now rather than hold SIGTERM for minutes.
+        log.info("exiting with busy threads: %s", ", ".join(busy) or "recalld-writer")
+        logging.shutdown()
+        os._exit(0)
     return 0
+
+
+def _open_daemon(config: Config, index: Path) -> Daemon:
+    """The daemon over a checked index: one that fails ``quick_check`` (or cannot even be
+    opened as a database) is moved aside first, and the start's full sync rebuilds it."""
+    problem = index_health.quick_check(index)
+    aside = index_health.move_aside(index) if problem else None
+    try:
+        daemon = Daemon(config)
+    except Exception as exc:  # a raw apsw error too: the engine reads the index at once
+        if aside is not None or not index_health.is_corruption(exc):
+            raise
+        problem, aside = str(exc), index_health.move_aside(index)
+        daemon = Daemon(config)
+    if problem and aside is not None:
+        daemon.note_damaged(problem, aside)
+    return daemon
+
+
+def _busy_handlers(wait_s: float = 0.5) -> list[str]:
+    """Names of the server's handler threads still running after ``wait_s`` (idle ones have
+    ended by then: their pools were shut down)."""
+    deadline = time.monotonic() + wait_s
+    busy = []
+    for thread in threading.enumerate():
+        if thread.name.startswith(("recalld-handler", "recalld-quick")):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                busy.append(thread.name)
+    return busy

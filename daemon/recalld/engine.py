@@ -9,6 +9,7 @@ The rebuild's phases call :func:`recalld.index_files.test_phase` (a no-op outsid
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -479,6 +480,24 @@ class Engine:
         out = report.as_dict()
         out["indexed_sizes"] = report.indexed_sizes
         return out
+
+    def start_over(self, move_aside: Callable[[Path], Path]) -> Path:
+        """Replace a damaged index with an empty one (``move_aside`` keeps the old file); the
+        caller then syncs from the files. Searches wait for the swap, then see the new index."""
+        if self.writer is None:
+            raise IndexError_("this engine is read-only")
+        with self.swap.exclusive():
+            self._close_readers()
+            with contextlib.suppress(Exception):  # a damaged file may fail even to close
+                self.writer.close()
+            moved = move_aside(self.index_path)
+            self.writer = Store(self.index_path)
+            self.writer.set_identity(identity_for(self.config, self.embedder))
+            with self._vectors_lock:
+                self._vectors = None
+            self.needs_reindex = None
+        self._invalidate_counts()
+        return moved
 
     def _after_write(self, report: SyncReport) -> None:
         self._invalidate_counts()

@@ -7,16 +7,16 @@ a bounded thread pool, never on the event loop) and async ``StreamHandler`` gene
     server = Server(engine.handlers, engine.streams, paths.socket_path())
     asyncio.run(server.serve_forever())       # returns after request_shutdown()
 
-One daemon per home: an exclusive lock on ``<runtime dir>/recalld.lock`` held for the daemon's
-life (it also holds the pid). The runtime dir is 0700, the socket 0600, and on Linux the peer's
-uid is checked with ``SO_PEERCRED``.
+One daemon per home (:mod:`recalld.instance`): an exclusive lock on ``recalld.lock`` held for
+the daemon's life (it also holds the pid). The runtime dir is 0700, the socket 0600, and on
+Linux the peer's uid is checked with ``SO_PEERCRED``. Back-pressure per connection lives in
+:mod:`recalld.connection`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
 import socket
@@ -31,7 +31,9 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from recalld import __version__
+from recalld.connection import MAX_INFLIGHT, MAX_UNSENT, Connection
 from recalld.errors import ConfigError, RecalldError, Unavailable
+from recalld.instance import LOCK_NAME, AlreadyRunning, answers, private_dir, take_lock
 from recalld_client.errors import FrameTooLarge, ProtocolError
 from recalld_client.protocol import (
     ERROR_CODES,
@@ -43,15 +45,11 @@ from recalld_client.protocol import (
     error_response,
 )
 
-if sys.platform != "win32":
-    import fcntl
-
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 StreamHandler = Callable[[dict[str, Any]], AsyncIterator[dict[str, Any]]]
 
-LOCK_NAME = "recalld.lock"
 _CHUNK = 1 << 16
 _MAX_MESSAGE = 16 * 1024  # error messages are cut here so an error frame always fits
 _MAX_LOGGED = 500  # client-supplied text (method names, messages echoing params) in log lines
@@ -61,21 +59,15 @@ MAX_REQUEST = 1 << 20
 # A client that stops in the middle of a frame is dropped after this long without a byte;
 # idle connections *between* frames (the tray's watch, an MCP shim) are never timed out.
 FRAME_TIMEOUT = 30.0
+# Clients at once. Each costs a file descriptor (the soft limit is often 1024, which the index,
+# the model and the watcher share) and some memory; further clients get a "too many
+# connections" frame, so that they say the daemon is full, not that it is not running.
+MAX_CONNECTIONS = 200
+# Connections the kernel queues before accept(): above MAX_CONNECTIONS, so that a burst of
+# clients is answered (if only with a refusal) rather than left in a full queue.
+LISTEN_BACKLOG = 1024
 # AF_UNIX paths: 108 bytes with the NUL on Linux, 104 on the BSDs and macOS.
 _MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
-
-
-class AlreadyRunning(Unavailable):
-    """Another daemon holds this home's lock."""
-
-    def __init__(self, pid: int | None, socket_path: Path) -> None:
-        who = f"pid {pid}" if pid else "pid unknown"
-        super().__init__(
-            f"a recalld daemon is already running for this home ({who}, socket {socket_path}): "
-            "use `recalld status` or stop it first"
-        )
-        self.pid = pid
-        self.socket_path = socket_path
 
 
 class _Listener(Protocol):
@@ -103,44 +95,16 @@ class _RequestDecoder(FrameDecoder):
         return super().next_frame()
 
 
-class _Conn:
-    """One client connection: its writer and its running request and stream tasks."""
-
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
-        self.requests: set[asyncio.Task[None]] = set()
-        self.streams: set[asyncio.Task[None]] = set()
-
-    async def send(self, frame: bytes) -> bool:
-        """Write one whole frame; False once the peer is gone."""
-        if self.writer.is_closing():
-            return False
-        # One write() per frame, so concurrent responses never interleave.
-        self.writer.write(frame)
-        try:
-            await self.writer.drain()
-        except (ConnectionError, OSError):
-            return False
-        return True
-
-    async def close(self) -> None:
-        for task in self.streams:
-            task.cancel()
-        if not self.writer.is_closing():
-            self.writer.close()
-        try:
-            await asyncio.wait_for(self.writer.wait_closed(), 2.0)
-        except (TimeoutError, ConnectionError, OSError):
-            self.writer.transport.abort()  # a peer that does not read must not hold us
-
-
 class Server:
     """Serves a handler table on a Unix socket (a named pipe on Windows).
 
     ``max_connections`` caps clients at once; ``max_inflight`` caps concurrent requests per
-    connection (the server stops reading from a connection at the cap); ``workers`` sizes the
+    connection and ``max_unsent`` the answer bytes it has not read (the server stops reading
+    from a connection at either cap, so a client that never reads costs at most
+    ``max_inflight`` answers plus ``max_unsent`` bytes); ``workers`` sizes the
     thread pool of blocking handlers; ``shutdown_grace`` is how long :meth:`close` lets
-    in-flight requests finish. ``max_request`` caps an incoming frame (answers may be up to
+    in-flight requests finish, and ``unread_grace`` how long it lets a client take the answers
+    it has not read. ``max_request`` caps an incoming frame (answers may be up to
     ``max_frame``) and ``frame_timeout`` drops a client stalled in the middle of a frame, so a
     connection holds at most ``max_request`` bytes of partial input, and not forever.
     """
@@ -152,13 +116,16 @@ class Server:
         socket_path: Path,
         *,
         max_frame: int = MAX_FRAME,
-        max_connections: int = 256,
-        max_inflight: int = 64,
+        max_connections: int = MAX_CONNECTIONS,
+        max_inflight: int = MAX_INFLIGHT,
+        max_unsent: int = MAX_UNSENT,
         workers: int | None = None,
-        shutdown_grace: float = 10.0,
+        shutdown_grace: float = 3.0,
+        unread_grace: float = 1.0,
         max_request: int = MAX_REQUEST,
         frame_timeout: float = FRAME_TIMEOUT,
         quick: Collection[str] = (),
+        keep_lock: bool = False,
     ) -> None:
         bad = (set(handlers) & set(streams)) | ({"hello"} & {*handlers, *streams})
         if bad:
@@ -171,8 +138,10 @@ class Server:
         self.frame_timeout = frame_timeout
         self.max_connections = max_connections
         self.max_inflight = max_inflight
+        self.max_unsent = max_unsent
         self.workers = workers or min(32, (os.cpu_count() or 1) + 4)
         self.shutdown_grace = shutdown_grace
+        self.unread_grace = min(unread_grace, shutdown_grace)
         self._uid: int | None = None
         if sys.platform != "win32":
             self._uid = os.getuid()
@@ -185,10 +154,14 @@ class Server:
         self.quick = frozenset(quick)
         self._quick_executor: ThreadPoolExecutor | None = None
         self._lock_fd: int | None = None
+        # The daemon keeps the home's lock past close() until its writer has stopped, so that
+        # a successor never writes the index beside it.
+        self.keep_lock = keep_lock
         self._socket_id: tuple[int, int] | None = None
-        self._conns: dict[_Conn, asyncio.Task[Any] | None] = {}
+        self._conns: dict[Connection, asyncio.Task[Any] | None] = {}
         self._requests: set[asyncio.Task[None]] = set()
         self._closing = False
+        self._last_refusal_log = -1e9
         self._closed: asyncio.Future[None] | None = None
 
     @property
@@ -203,15 +176,17 @@ class Server:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         runtime = self.socket_path.parent
-        _private_dir(runtime)
-        self._lock_fd = _lock(runtime / LOCK_NAME, self.socket_path)
+        private_dir(runtime)
+        self._lock_fd = take_lock(runtime / LOCK_NAME, self.socket_path)
         try:
             if sys.platform == "win32":
                 self._listeners = await self._listen_pipe()
             else:
                 sock = self._bind()
                 self._listeners = [
-                    await asyncio.start_unix_server(self._on_connection, sock=sock, backlog=128)
+                    await asyncio.start_unix_server(
+                        self._on_connection, sock=sock, backlog=LISTEN_BACKLOG
+                    )
                 ]
         except BaseException:
             os.close(self._lock_fd)
@@ -254,12 +229,15 @@ class Server:
         for listener in self._listeners:
             listener.close()
         me = asyncio.current_task()
+        stalls = [asyncio.ensure_future(c.abort_if_stalled(self.unread_grace)) for c in self._conns]
         pending = {t for t in self._requests if t is not me}
         if pending:
             _, late = await asyncio.wait(pending, timeout=self.shutdown_grace)
             for task in late:
                 logger.warning("request still running after %.0f s: cancelled", self.shutdown_grace)
                 task.cancel()
+        if stalls:
+            await asyncio.wait(stalls)
         await asyncio.gather(*(conn.close() for conn in list(self._conns)))
         tasks = [t for t in self._conns.values() if t is not None and t is not me]
         if tasks:
@@ -272,12 +250,17 @@ class Server:
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
         self._remove_socket()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # releases the lock
-            self._lock_fd = None
+        if not self.keep_lock:
+            self.release_lock()
         if self._stop is not None:
             self._stop.set()
         logger.info("recalld stopped")
+
+    def release_lock(self) -> None:
+        """Let another daemon start for this home (close() does it unless ``keep_lock``)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     # -- listening ---------------------------------------------------------------------------
 
@@ -295,7 +278,7 @@ class Server:
         else:
             if not stat.S_ISSOCK(st.st_mode):
                 raise ConfigError(f"{path} exists and is not a socket: move it away")
-            if _answers(path):  # the lock is ours, yet something listens: don't steal it
+            if answers(path):  # the lock is ours, yet something listens: don't steal it
                 raise AlreadyRunning(None, path)
             logger.info("removing stale socket %s", path)
             path.unlink()
@@ -358,18 +341,20 @@ class Server:
     async def _on_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        conn = _Conn(writer)
+        conn = Connection(writer)
         refusal: tuple[str, str] | None = None
         if self._closing:
             refusal = ("unavailable", "the daemon is shutting down: retry in a moment")
         elif len(self._conns) >= self.max_connections:
-            refusal = ("unavailable", f"too many connections ({self.max_connections}): retry")
+            refusal = (
+                "too_many_connections",
+                f"too many connections: the daemon (pid {os.getpid()}) runs but already "
+                f"serves its maximum of {self.max_connections}: close idle clients or retry",
+            )
         elif why := self._peer_refusal(writer):
             refusal = ("forbidden", why)
         if refusal is not None:
-            logger.warning("connection refused: %s", refusal[1])
-            await conn.send(encode_frame(error_response(None, *refusal)))
-            await conn.close()
+            await self._refuse(reader, conn, *refusal)
             return
         self._conns[conn] = asyncio.current_task()
         try:
@@ -385,7 +370,30 @@ class Server:
             del self._conns[conn]
             await conn.close()
 
-    async def _read_requests(self, reader: asyncio.StreamReader, conn: _Conn) -> None:
+    async def _refuse(
+        self, reader: asyncio.StreamReader, conn: Connection, code: str, why: str
+    ) -> None:
+        """Answer a refused connection with one error frame, then hang up.
+
+        The write side is shut first and what the client sends is read (up to a second) before
+        closing: closing at once could make the client's first request fail with a broken pipe
+        before it reads why it was refused.
+        """
+        now = asyncio.get_running_loop().time()
+        if now - self._last_refusal_log >= 10.0:  # a flood of clients must not flood the log
+            self._last_refusal_log = now
+            logger.warning("connection refused: %s", why)
+        await conn.send(encode_frame(error_response(None, code, why)))
+        with contextlib.suppress(OSError, RuntimeError):
+            if conn.writer.can_write_eof():
+                conn.writer.write_eof()
+        with contextlib.suppress(TimeoutError, ConnectionError, OSError):
+            async with asyncio.timeout(1.0):
+                while await reader.read(_CHUNK):
+                    pass
+        await conn.close()
+
+    async def _read_requests(self, reader: asyncio.StreamReader, conn: Connection) -> None:
         decoder = _RequestDecoder(self.max_request)
         slots = asyncio.Semaphore(self.max_inflight)
         while True:
@@ -409,7 +417,12 @@ class Server:
             decoder.feed(data)
             try:
                 for msg in decoder:
-                    await slots.acquire()  # at the cap, stop reading: back-pressure
+                    if self._closing:  # shutting down: read no more requests
+                        return
+                    # Back-pressure: at the cap of requests in flight, or while the client has
+                    # not taken max_unsent bytes of answers, stop reading its requests.
+                    await slots.acquire()
+                    await conn.room(self.max_unsent)
                     self._spawn(conn, msg, slots)
             except ProtocolError as exc:  # FrameTooLarge included: its body is never stored
                 code, why = "protocol", str(exc)[:_MAX_MESSAGE]
@@ -439,7 +452,7 @@ class Server:
                     return
                 count -= len(data)
 
-    def _spawn(self, conn: _Conn, msg: dict[str, Any], slots: asyncio.Semaphore) -> None:
+    def _spawn(self, conn: Connection, msg: dict[str, Any], slots: asyncio.Semaphore) -> None:
         task = asyncio.create_task(self._dispatch(conn, msg))
         method = msg.get("method")
         owner = (
@@ -458,7 +471,7 @@ class Server:
 
     # -- dispatch ----------------------------------------------------------------------------
 
-    async def _dispatch(self, conn: _Conn, msg: dict[str, Any]) -> None:
+    async def _dispatch(self, conn: Connection, msg: dict[str, Any]) -> None:
         req_id = msg.get("id")
         method = msg.get("method")
         try:
@@ -467,7 +480,9 @@ class Server:
             frame = self._error_frame(req_id, method, exc)
         await conn.send(frame)
 
-    async def _answer(self, conn: _Conn, req_id: Any, method: Any, msg: dict[str, Any]) -> bytes:
+    async def _answer(
+        self, conn: Connection, req_id: Any, method: Any, msg: dict[str, Any]
+    ) -> bytes:
         version = msg.get("v", PROTOCOL_VERSION)
         params = msg.get("params")
         params = {} if params is None else params
@@ -499,10 +514,15 @@ class Server:
                 f"unknown method {method!r}: this daemon serves {', '.join(self.capabilities)}",
             )
         assert self._loop is not None and self._executor is not None
-        pool = self._quick_executor if method in self.quick else None
-        return await self._loop.run_in_executor(
-            pool or self._executor, self._call, handler, req_id, method, params
-        )
+        # A connection builds at most MAX_BUILDING answers at once, each only while it has
+        # room: requests read before the client stopped reading do not all build (and hold) a
+        # multi-megabyte answer at once.
+        async with conn.building:
+            await conn.room(self.max_unsent)
+            pool = self._quick_executor if method in self.quick else None
+            return await self._loop.run_in_executor(
+                pool or self._executor, self._call, handler, req_id, method, params
+            )
 
     def _call(self, handler: Handler, req_id: int, method: str, params: dict[str, Any]) -> bytes:
         """Run a handler and encode its answer, both in a worker thread."""
@@ -517,7 +537,7 @@ class Server:
             ) from exc
 
     async def _stream(
-        self, conn: _Conn, req_id: int, handler: StreamHandler, params: dict[str, Any]
+        self, conn: Connection, req_id: int, handler: StreamHandler, params: dict[str, Any]
     ) -> bytes:
         events = handler(params)
         sent = 0
@@ -646,59 +666,3 @@ def _clip(text: str, limit: int = _MAX_LOGGED) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... [{len(text) - limit} more characters]"
-
-
-def _private_dir(path: Path) -> None:
-    """Create the runtime dir 0700, tighten it if looser, refuse one owned by someone else."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if sys.platform == "win32":
-        return  # per-user folders are private by their ACL
-    st = os.stat(path)
-    if st.st_uid != os.getuid():
-        raise ConfigError(
-            f"runtime folder {path} belongs to uid {st.st_uid}, not to you: "
-            "remove it or set RECALLD_HOME"
-        )
-    if stat.S_IMODE(st.st_mode) != 0o700:
-        os.chmod(path, 0o700)
-
-
-def _lock(path: Path, socket_path: Path) -> int:
-    """Take the exclusive single-instance lock and write our pid in it; the fd holds the lock."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        if sys.platform == "win32":
-            import msvcrt
-
-            os.lseek(fd, 1 << 20, os.SEEK_SET)  # lock a byte past the pid, which stays readable
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        else:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        pid = _read_pid(fd)
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES, errno.EDEADLK):
-            raise AlreadyRunning(pid, socket_path) from None
-        raise
-    os.ftruncate(fd, 0)
-    os.lseek(fd, 0, os.SEEK_SET)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    return fd
-
-
-def _read_pid(fd: int) -> int | None:
-    with contextlib.suppress(OSError, ValueError):
-        os.lseek(fd, 0, os.SEEK_SET)
-        return int(os.read(fd, 32).decode().strip())
-    return None
-
-
-def _answers(path: Path) -> bool:
-    """Whether something accepts connections on the socket at ``path``."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True

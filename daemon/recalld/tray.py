@@ -70,6 +70,8 @@ def view_for(
     """The view of one ``watch`` event (None: no daemon answers)."""
     if event is None:
         lines = ["recalld: offline", "the daemon is not running"]
+        if offline_reason and offline_reason.startswith("too many connections"):
+            lines = ["recalld: busy", "the daemon runs but serves too many connections"]
         if offline_reason:
             lines.append(_clip(offline_reason))
         lines.append("retrying in the background")
