@@ -433,7 +433,11 @@ class Engine:
             indexer.unavailable_roots = problems  # their indexed files are kept, not removed
             report = indexer.sync(dirty)
             if dirty is None and self.config.session_globs():
-                sessions = self._session_indexer(self.writer, indexer, self._on_change).sync()
+                session_indexer = self._session_indexer(self.writer, indexer, self._on_change)
+                sessions = session_indexer.sync()
+                report.skipped += [
+                    {"path": p, "reason": r} for p, r in session_indexer.skipped.items()
+                ]
                 report.sessions = sessions.as_dict()
                 self.last_session_sizes = sessions.indexed_sizes
             if dirty is None:
@@ -464,7 +468,9 @@ class Engine:
         if self.needs_reindex:
             return self.reindex().as_dict()
         indexer = self._indexer(self.writer, self._on_change)
-        report = self._session_indexer(self.writer, indexer, self._on_change).sync(paths_)
+        session_indexer = self._session_indexer(self.writer, indexer, self._on_change)
+        report = session_indexer.sync(paths_)
+        self.skipped.update(session_indexer.skipped)
         self.last_session_sizes = report.indexed_sizes
         self.last_sync = time.time()
         out = report.as_dict()
@@ -498,7 +504,11 @@ class Engine:
                 indexer = self._indexer(new, None)
                 report = indexer.sync()
                 if self.config.session_globs():
-                    sessions = self._session_indexer(new, indexer, None).sync()
+                    session_indexer = self._session_indexer(new, indexer, None)
+                    sessions = session_indexer.sync()
+                    report.skipped += [
+                        {"path": p, "reason": r} for p, r in session_indexer.skipped.items()
+                    ]
                     report.sessions = sessions.as_dict()
                     self.last_session_sizes = sessions.indexed_sizes
             except BaseException:
