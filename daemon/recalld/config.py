@@ -91,6 +91,11 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("sync.debounce_s", 1.5, "Quiet time before a changed file is re-indexed."),
     Setting("sync.watch", True, "Watch memory folders for changes."),
+    Setting(
+        "sync.scan_interval_s",
+        30.0,
+        "How often folders that inotify cannot watch (its limits reached) are scanned.",
+    ),
     Setting("rerank.provider", "none", "none|cohere|voyage|jina|ollama|onnx."),
     Setting("rerank.model", "", "Reranker model name (or ONNX folder for onnx)."),
     Setting("rerank.base_url", "", "Reranker service URL; empty means the provider's default."),
