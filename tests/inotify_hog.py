@@ -15,6 +15,7 @@ import ctypes
 import os
 import sys
 import time
+from pathlib import Path
 
 libc = ctypes.CDLL(None, use_errno=True)
 IN_MODIFY = 0x2
@@ -22,8 +23,9 @@ IN_MODIFY = 0x2
 
 def main() -> None:
     folder, leave_watches, leave_instances = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    max_watches = int(open("/proc/sys/fs/inotify/max_user_watches").read())
-    max_instances = int(open("/proc/sys/fs/inotify/max_user_instances").read())
+    limits = Path("/proc/sys/fs/inotify")
+    max_watches = int((limits / "max_user_watches").read_text())
+    max_instances = int((limits / "max_user_instances").read_text())
     names = [os.path.join(folder, n).encode() for n in sorted(os.listdir(folder))]
     fds: list[int] = []
     watches = 0

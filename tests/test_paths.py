@@ -178,9 +178,7 @@ def test_undecodable_transcript_names(home: Path) -> None:
 
 
 @pytest.mark.parametrize("change", ["binary", "oversize"])
-def test_a_note_that_turns_binary_or_too_big_loses_its_old_text(
-    home: Path, change: str
-) -> None:
+def test_a_note_that_turns_binary_or_too_big_loses_its_old_text(home: Path, change: str) -> None:
     mem = home / "memory"
     note = write(mem / "note.md", f"# Note\n\n{SECRET} old text\n")
     eng = engine_for(home, memory__max_file_bytes=2000)

@@ -115,7 +115,7 @@ class UidDaemon:
 @pytest.fixture
 def uid_home(home: Path) -> Iterator[tuple[Path, int]]:
     (home / "config.toml").write_text(
-        "[embedding]\nprovider = \"none\"\n[sessions]\npaths = []\n"
+        '[embedding]\nprovider = "none"\n[sessions]\npaths = []\n'
         "[sync]\ndebounce_s = 0.3\nscan_interval_s = 1.0\n"
     )
     for name in FOLDERS:
