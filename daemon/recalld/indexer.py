@@ -183,6 +183,7 @@ class Indexer:
         self.roots = config.memory_roots()
         self.filter: PathFilter = make_filter(config.list("memory.extensions"))
         self.rule = PathRule(self.roots, self.filter)
+        self._verdicts: dict[str, Verdict] = {}  # admitted by this sync's listing
         self.max_bytes = config.int("memory.max_file_bytes")
         self.max_tokens = config.int("chunking.max_tokens")
         if embedder is not None:
@@ -201,9 +202,10 @@ class Indexer:
         seen: dict[str, Path] = {}
         for root in self.roots:
             for path, is_link in self.filter.walk(root):
-                verdict = self.rule.check(path, linked=is_link)
+                verdict = self.rule.check_walked(path, root, is_link)
                 if verdict.ok:
                     seen.setdefault(str(path), path)
+                    self._verdicts[str(path)] = verdict  # _prepare uses it: one lstat per file
                 elif report is not None and verdict.reported and verdict.reason != "gone":
                     self._skip(report, path, verdict.reason)
         return list(seen.values())
@@ -287,6 +289,7 @@ class Indexer:
         if pending:
             self._flush(pending, report)
         self._known = None
+        self._verdicts.clear()
         self.backfill_vectors(report)
         report.embed_error = self.embed_error
         report.seconds = round(time.monotonic() - started, 3)
@@ -308,6 +311,7 @@ class Indexer:
             verdict = self.rule.check(p)
             if verdict.ok:
                 files.setdefault(str(p), p)
+                self._verdicts[str(p)] = verdict
             elif name_problem(p):
                 self._skip(report, p, verdict.reason)  # never stored, nothing to remove
             else:
@@ -324,9 +328,10 @@ class Indexer:
         if _is_dir(p) and self.filter.dir_ok(p.name):
             if inside(os.path.realpath(p), self.rule.real_roots):
                 for path, _ in self.filter.walk(p):
-                    found = self.rule.check(path, linked=True)
+                    found = self.rule.check(path)  # p may be reached through a link
                     if found.ok:
                         files.setdefault(str(path), path)
+                        self._verdicts[str(path)] = found
                     elif found.reported and found.reason != "gone":
                         self._skip(report, path, found.reason)
             else:
@@ -355,7 +360,7 @@ class Indexer:
 
     def _prepare(self, path: Path, report: SyncReport) -> Prepared | None:
         key = str(path)
-        verdict = self.rule.check(path)
+        verdict = self._verdicts.pop(key, None) or self.rule.check(path)
         known = self._known.get(key) if self._known is not None else self.store.file(key)
         if not verdict.ok:
             if verdict.reason == "gone":

@@ -73,6 +73,9 @@ class PathRule:
     def __init__(self, roots: Sequence[Path], filter_: PathFilter) -> None:
         self.roots = list(roots)
         self.real_roots = [os.path.realpath(r) for r in self.roots]
+        self._real_of = {
+            r: (len(str(r)), real) for r, real in zip(self.roots, self.real_roots, strict=True)
+        }
         self.filter = filter_
 
     def root_of(self, path: Path) -> Path | None:
@@ -82,10 +85,8 @@ class PathRule:
                 return root
         return None
 
-    def check(self, path: Path, *, linked: bool = True) -> Verdict:
-        """Apply the rule to ``path``. ``linked=False`` is the walker's promise that no part
-        of the path below its root is a link (it never follows them), which saves a realpath
-        per file on a full sync."""
+    def check(self, path: Path) -> Verdict:
+        """Apply the rule to ``path`` (any path: a watcher's, a sync request's, an old row's)."""
         problem = name_problem(path)
         if problem:
             return Verdict(False, problem)
@@ -94,11 +95,21 @@ class PathRule:
             return Verdict(False, OUTSIDE)
         if not self.filter.file_ok(path, root):
             return Verdict(False, EXCLUDED)
-        if linked:
-            real = os.path.realpath(path)
-        else:
-            real_root = self.real_roots[self.roots.index(root)]
-            real = os.path.join(real_root, os.path.relpath(path, root))
+        return self._check_resolved(os.path.realpath(path))
+
+    def check_walked(self, path: Path, root: Path, is_link: bool) -> Verdict:
+        """The rule for a file the walker found under ``root``. The walker never follows links
+        and prunes folders by name, so unless the file itself is a link its real path is the
+        root's plus the rest: no realpath per file (a no-op resync of 10k files is all this)."""
+        problem = name_problem(path)
+        if problem:
+            return Verdict(False, problem)
+        if is_link:
+            return self._check_resolved(os.path.realpath(path))
+        cut, real_root = self._real_of[root]
+        return self.check_real(real_root + str(path)[cut:])
+
+    def _check_resolved(self, real: str) -> Verdict:
         if not inside(real, self.real_roots):
             return Verdict(False, f"a link out of the memory folders (to {shown(real)})")
         return self.check_real(real)
