@@ -198,3 +198,44 @@ def test_a_note_that_turns_binary_or_too_big_loses_its_old_text(home: Path, chan
             assert ("binary" if change == "binary" else "max_file_bytes") in reason
     finally:
         eng.close()
+
+
+@pytest.mark.slow
+def test_swapping_a_note_and_a_link_out_never_indexes_the_target(
+    engine: Engine, home: Path
+) -> None:
+    """The indexer's read (item 1's neighbour): a thread swaps note.md between a note and a
+    link to a secret while the indexer re-reads it; the secret must never be indexed."""
+    import threading
+
+    mem = home / "memory"
+    secret, _ = outside_files(home)
+    note = write(mem / "note.md", "# Note\n\nordinary text\n")
+    stop = threading.Event()
+    swaps = 0
+
+    def swap() -> None:
+        nonlocal swaps
+        while not stop.is_set():
+            tmp = mem / ".swap.tmp"
+            tmp.unlink(missing_ok=True)
+            if swaps % 2:
+                tmp.write_text(f"# Note\n\nordinary text {swaps}\n")
+            else:
+                tmp.symlink_to(secret)
+            os.replace(tmp, note)
+            swaps += 1
+
+    thread = threading.Thread(target=swap)
+    thread.start()
+    leaks = indexed = 0
+    try:
+        for _ in range(2000):
+            report = engine.sync([note])
+            indexed += report.files_changed
+            leaks += bool(hits(engine, SECRET))
+    finally:
+        stop.set()
+        thread.join()
+    print(f"2,000 syncs, {swaps} swaps, {indexed} re-indexed, {leaks} leaks")
+    assert leaks == 0 and indexed > 0 and swaps > 100

@@ -326,9 +326,10 @@ class Indexer:
         gone = [key] if self.store.file(key) is not None else []
         under = key + os.sep
         if _is_dir(p) and self.filter.dir_ok(p.name):
-            if inside(os.path.realpath(p), self.rule.real_roots):
-                for path, _ in self.filter.walk(p):
-                    found = self.rule.check(path)  # p may be reached through a link
+            real = _realpath(p)
+            if real and inside(real, self.rule.real_roots):
+                for path, is_link in self.filter.walk(p):
+                    found = self.rule.check_walked(path, p, is_link, real)
                     if found.ok:
                         files.setdefault(str(path), path)
                         self._verdicts[str(path)] = found
@@ -524,3 +525,11 @@ def _is_dir(path: Path) -> bool:
         return path.is_dir()
     except OSError:
         return False
+
+
+def _realpath(path: Path) -> str:
+    """The real path, or '' when a link changed while it was resolved (checked next time)."""
+    try:
+        return os.path.realpath(path)
+    except OSError:
+        return ""

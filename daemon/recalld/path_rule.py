@@ -95,21 +95,31 @@ class PathRule:
             return Verdict(False, OUTSIDE)
         if not self.filter.file_ok(path, root):
             return Verdict(False, EXCLUDED)
-        return self._check_resolved(os.path.realpath(path))
+        return self._check_resolved(path)
 
-    def check_walked(self, path: Path, root: Path, is_link: bool) -> Verdict:
-        """The rule for a file the walker found under ``root``. The walker never follows links
+    def check_walked(
+        self, path: Path, root: Path, is_link: bool, real_base: str | None = None
+    ) -> Verdict:
+        """The rule for a file the walker found under ``root`` (a memory root, or a folder
+        whose real path ``real_base`` was checked). The walker never follows links
         and prunes folders by name, so unless the file itself is a link its real path is the
         root's plus the rest: no realpath per file (a no-op resync of 10k files is all this)."""
         problem = name_problem(path)
         if problem:
             return Verdict(False, problem)
         if is_link:
-            return self._check_resolved(os.path.realpath(path))
-        cut, real_root = self._real_of[root]
-        return self.check_real(real_root + str(path)[cut:])
+            return self._check_resolved(path)
+        if real_base is None:
+            cut, real_base = self._real_of[root]
+        else:
+            cut = len(str(root))
+        return self.check_real(real_base + str(path)[cut:])
 
-    def _check_resolved(self, real: str) -> Verdict:
+    def _check_resolved(self, path: Path) -> Verdict:
+        try:
+            real = os.path.realpath(path)
+        except OSError as exc:  # a link swapped for a file while it was resolved (EINVAL)
+            return Verdict(False, f"it changed while being checked ({exc})", transient=True)
         if not inside(real, self.real_roots):
             return Verdict(False, f"a link out of the memory folders (to {shown(real)})")
         return self.check_real(real)

@@ -46,7 +46,10 @@ def transcript_files(globs: Iterable[str], skipped: dict[str, str] | None = None
         for name in glob.glob(expanded, recursive=True):
             path = Path(name).absolute()
             reason = name_problem(path)
-            real = os.path.realpath(path)
+            try:
+                real = os.path.realpath(path)
+            except OSError:  # a link swapped while it was resolved: the next scan sees it
+                continue
             if reason is None and base not in ("/", ".") and not inside(real, [base]):
                 reason = f"a link out of {base}"
             if reason is None:
