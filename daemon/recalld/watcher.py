@@ -154,6 +154,7 @@ class Watcher:
         self.coverage = Coverage()
         self._extra: dict[Path, list[Any]] = {}  # per root: watches of folders added later
         self._scan_thread: threading.Thread | None = None
+        self._suspects: dict[Path, set[Path]] = {}  # unwatched at the last periodic check
 
     def start(self) -> None:
         """Start watching. A missing root is not created (it may be an unmounted drive): the
@@ -209,15 +210,24 @@ class Watcher:
             return
         self.check_coverage(root)
 
-    def check_coverage(self, root: Path) -> None:
+    def check_coverage(self, root: Path, *, settled: bool = True) -> None:
         """Find the folders under ``root`` that inotify does not watch (watchdog skips a
-        folder silently when the watch limit is reached) and remember them for scanning."""
+        folder silently when the watch limit is reached) and remember them for scanning.
+
+        ``settled=False`` (the periodic check) counts a folder only when the previous check
+        missed it too: watchdog adds the watch of a folder created a moment ago on its own
+        thread, and that moment is not a reason to warn.
+        """
         missing = unwatched_folders(root, self.filter)
         if missing is None:
             return  # this system cannot tell (no /proc): trust the watcher
+        if not settled:
+            suspects, self._suspects[root] = self._suspects.get(root, set()), set(missing)
+            missing = [m for m in missing if m in suspects or m in self.coverage.folders(root)]
         problem = watch_problem(OSError(errno.ENOSPC, "")) if missing else ""
+        before = self.coverage.folders(root)
         self.coverage.set(root, missing, problem)
-        if missing:
+        if missing and missing != before:
             log.warning(
                 "%d folders under %s are not watched (%s); scanning them every %g s",
                 len(missing),
@@ -225,6 +235,8 @@ class Watcher:
                 problem,
                 self.scan_interval_s,
             )
+        elif before and not missing:
+            log.info("every folder under %s is watched again", root)
 
     def _scan(self) -> None:
         """While some folders are not watched: try to watch them (the limit may have been
@@ -234,7 +246,7 @@ class Watcher:
             for root in self.roots:
                 if self._observer is not None and root in self._watches:
                     # Folders created since are watched by watchdog only while the limit allows.
-                    self.check_coverage(root)
+                    self.check_coverage(root, settled=False)
                 missing = self.coverage.folders(root)
                 if not missing:
                     continue
