@@ -28,6 +28,7 @@ from recalld.embedding.base import Embedder, provider_key
 from recalld.embedding.registry import ProviderChoice, resolve_embedder
 from recalld.errors import BadRequest, IndexError_, NotFound, RecalldError
 from recalld.indexer import Indexer, Progress, SyncReport, identity_for
+from recalld.path_rule import shown
 from recalld.provider_guard import PROBE_DEADLINE_S, ProviderGuard
 from recalld.search import SearchContext, parse_request, run_search
 from recalld.session_sync import SessionIndexer
@@ -457,7 +458,7 @@ class Engine:
             self.skipped = {}
         else:
             for path in dirty:
-                self.skipped.pop(str(path), None)
+                self.skipped.pop(shown(path), None)  # the name as reported
         for item in report.skipped:
             self.skipped[item["path"]] = item["reason"]
 
