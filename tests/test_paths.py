@@ -84,6 +84,8 @@ def test_explicit_sync_paths_follow_the_same_rule(engine: Engine, home: Path) ->
     (mem / "dirlink.md").symlink_to(folder, target_is_directory=True)
     write(mem / "inner" / "real.md", "# Real\n\nharbour master log\n")
     (mem / "inner" / "alias.md").symlink_to(mem / "inner" / "real.md")  # inside -> inside
+    write(mem / ".env", f"TOKEN={SECRET}\n")
+    (mem / "inner" / "env.md").symlink_to(mem / ".env")  # inside, but not a file we index
     batch = [
         mem / "passwd.txt",
         mem / "dirlink.md",
@@ -100,6 +102,7 @@ def test_explicit_sync_paths_follow_the_same_rule(engine: Engine, home: Path) ->
     reasons = skipped(engine)
     assert str(mem / "passwd.txt") in reasons
     assert "folder link out" in reasons[str(mem / "dirlink.md")]
+    assert "not indexed" in reasons[str(mem / "inner" / "env.md")]
 
 
 def test_a_link_swapped_in_after_the_check_is_not_read(home: Path) -> None:

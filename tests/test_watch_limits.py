@@ -124,7 +124,10 @@ def uid_home(home: Path) -> Iterator[tuple[Path, int]]:
 
 
 def found(client: Client, word: str) -> list[str]:
-    return [Path(r["path"]).parent.name for r in client.search(word, mode="keyword", max_results=20)["results"]]
+    return [
+        Path(r["path"]).parent.name
+        for r in client.search(word, mode="keyword", max_results=20)["results"]
+    ]
 
 
 def limits() -> tuple[int, int]:

@@ -6,7 +6,8 @@ the transcript globs all ask :meth:`PathRule.check`. A path is admitted when:
 * its name is valid UTF-8 (SQLite TEXT and msgpack cannot hold the lone surrogates that
   Python uses for other bytes; such a file is skipped and named with ``\\xNN`` escapes),
 * it lies under a root and the name filter accepts it (extension, no dot folders, no litter),
-* its real path (every link resolved) lies under the real path of a root, and
+* its real path (every link resolved) lies under the real path of a root, and passes the
+  name filter there too (a link ``notes.md -> .env`` is refused), and
 * what it resolves to is a regular file (not a folder, pipe, socket or device).
 
 A link inside a root that points to a file inside a root is admitted and indexed under the
@@ -122,7 +123,17 @@ class PathRule:
             return Verdict(False, f"it changed while being checked ({exc})", transient=True)
         if not inside(real, self.real_roots):
             return Verdict(False, f"a link out of the memory folders (to {shown(real)})")
+        if real != str(path) and not self._target_ok(real):
+            # notes.md -> .env or -> .git/config: inside the root, but not a file we index
+            return Verdict(False, f"a link to a file that is not indexed ({shown(real)})")
         return self.check_real(real)
+
+    def _target_ok(self, real: str) -> bool:
+        """Whether a link's resolved target passes the name filter under its real root."""
+        target = Path(real)
+        return any(
+            inside(real, [r]) and self.filter.file_ok(target, Path(r)) for r in self.real_roots
+        )
 
     def check_real(self, real: str) -> Verdict:
         """The resolved file must be a regular file we can look at."""
