@@ -276,12 +276,18 @@ class Indexer:
                         self._skip(report, path, found.reason)
             else:
                 self._skip(report, p, "a folder link out of the memory folders: not followed")
-            gone.extend(k for k in self.store.files("memory") if k.startswith(under))
+            gone.extend(k for k in self._indexed() if k.startswith(under))
         elif not os.path.lexists(p):  # a folder that vanished: its indexed files are gone
-            gone.extend(k for k in self.store.files("memory") if k.startswith(under))
+            gone.extend(k for k in self._indexed() if k.startswith(under))
         elif verdict.reported and verdict.reason != "gone":
             self._skip(report, p, verdict.reason)
         return gone
+
+    def _indexed(self) -> dict[str, FileRow]:
+        """The memory rows, loaded once per sync (a scan may name hundreds of folders)."""
+        if self._known is None:
+            self._known = self.store.files("memory")
+        return self._known
 
     def _remove(self, key: str, report: SyncReport) -> None:
         try:
