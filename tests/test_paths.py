@@ -7,18 +7,21 @@ daemon-with-watcher side is in test_paths_daemon.py.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import make_config, write
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
 from recalld.filters import PathFilter
-from recalld.path_rule import PathRule, Swapped, read_checked
+from recalld.path_rule import PathRule, Swapped, name_problem, read_checked
 from recalld.store import FileRow, NewChunk
 
 SECRET = "zanzibarsecret"
@@ -242,3 +245,37 @@ def test_swapping_a_note_and_a_link_out_never_indexes_the_target(
         thread.join()
     print(f"2,000 syncs, {swaps} swaps, {indexed} re-indexed, {leaks} leaks")
     assert leaks == 0 and indexed > 0 and swaps > 100
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    names=st.lists(
+        st.binary(min_size=1, max_size=40).filter(lambda b: b"/" not in b and b"\x00" not in b),
+        min_size=1,
+        max_size=8,
+        unique=True,
+    )
+)
+def test_any_bytes_in_a_name_index_or_are_named(home: Path, names: list[bytes]) -> None:
+    """Every file name is either indexed or reported, and never stops the sync."""
+    mem = os.fsencode(home / "memory" / "fuzz")
+    shutil.rmtree(mem, ignore_errors=True)
+    os.makedirs(mem)
+    for raw in names:
+        with open(os.path.join(mem, raw.lstrip(b".") + b".md"), "w") as fh:
+            fh.write("# Fuzz\n\nfuzzed name\n")
+    made = set(os.listdir(mem))  # names can collide after stripping dots
+    eng = engine_for(home)
+    try:
+        report = eng.sync()
+        named = [p for p in eng.status()["skipped_files"] if "/fuzz/" in p["path"]]
+        assert eng.writer is not None
+        rows = [k for k in eng.writer.files("memory") if "/fuzz/" in k]
+        bad = {n for n in made if name_problem(os.fsdecode(n))}
+        wanted = {n for n in made - bad if PathFilter().name_ok(os.fsdecode(n))}  # not ".md"
+        assert len(rows) == len(wanted), report.as_dict()
+        assert len(named) == len(bad)
+    finally:
+        eng.close()
