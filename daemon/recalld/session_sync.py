@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import apsw
+
 from recalld.access import glob_base
 from recalld.config import Config
 from recalld.embedding.base import Embedder
@@ -144,6 +146,8 @@ class SessionIndexer:
                 self._sync_file(path, report)
             except FileNotFoundError:
                 continue  # vanished mid-read; the next sync removes it
+            except (apsw.FullError, apsw.IOError):
+                raise  # the disk, not the file: the whole sync fails and is retried
             except Exception as exc:  # one bad transcript never stops the others
                 log.warning("skipping transcript %s: %s", path, exc, exc_info=True)
                 self.skipped[str(path)] = f"indexing failed: {exc}"

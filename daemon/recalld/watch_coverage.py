@@ -24,14 +24,11 @@ LIMIT_HELP = (
 
 
 def watch_problem(exc: OSError) -> str:
-    """A sentence for a failed watch: which limit, and what to do."""
+    """Which limit a failed watch ran into (the first words of the warning)."""
     if exc.errno == errno.ENOSPC:
-        return f"the inotify watch limit is reached (fs.inotify.max_user_watches); {LIMIT_HELP}"
+        return "inotify watch limit reached (fs.inotify.max_user_watches)"
     if exc.errno == errno.EMFILE:
-        return (
-            "the inotify instance limit or the open-file limit is reached "
-            f"(fs.inotify.max_user_instances); {LIMIT_HELP}"
-        )
+        return "inotify instance limit reached (fs.inotify.max_user_instances or open files)"
     return f"cannot watch: {exc.strerror or exc}"
 
 
@@ -137,7 +134,7 @@ class Coverage:
         for root, (folders, problem) in items:
             what = "not watched" if folders == [root] else f"{len(folders)} folders not watched"
             out.append(
-                f"{root}: {what}, so changes there are found by a scan every "
-                f"{scan_interval_s:g} s instead of at once: {problem}"
+                f"{problem}: {root}: {what}, so changes there are found by a scan every "
+                f"{scan_interval_s:g} s instead of at once; {LIMIT_HELP}"
             )
         return out
