@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import make_config, write
+from conftest import make_config, make_engine, write
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
 from recalld.filters import PathFilter
@@ -184,22 +184,28 @@ def test_undecodable_transcript_names(home: Path) -> None:
 
 
 @pytest.mark.parametrize("change", ["binary", "oversize"])
-def test_a_note_that_turns_binary_or_too_big_loses_its_old_text(home: Path, change: str) -> None:
+def test_a_note_that_turns_binary_or_too_big_loses_its_old_text(
+    home: Path, change: str, local_embedder: Any
+) -> None:
     mem = home / "memory"
     note = write(mem / "note.md", f"# Note\n\n{SECRET} old text\n")
-    eng = engine_for(home, memory__max_file_bytes=2000)
+    eng = make_engine(home, local_embedder, memory__max_file_bytes=2000)  # vectors too
     try:
         for via_full_sync in (True, False):
             write(note, f"# Note\n\n{SECRET} old text\n")
             eng.sync()
             assert hits(eng, SECRET) == [str(note)]
+            assert eng.status()["counts"]["vectors"] > 0
             if change == "binary":
                 note.write_bytes(b"\x00\x01binary" * 10)
             else:
                 note.write_text("# Note\n\n" + "grown past the limit " * 200)
             eng.sync() if via_full_sync else eng.sync([note])
             assert hits(eng, SECRET) == [], via_full_sync
-            assert eng.status()["counts"]["files"] == 0
+            counts = eng.status()["counts"]
+            assert (counts["files"], counts["chunks"], counts["fts_rows"]) == (0, 0, 0)
+            assert counts["vectors"] == 0
+            assert eng.search({"query": "old text", "mode": "vector"})["results"] == []
             reason = skipped(eng)[str(note)]
             assert ("binary" if change == "binary" else "max_file_bytes") in reason
     finally:
