@@ -184,6 +184,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sync.debounce_s", 1.5, "Quiet time before a changed file is re-indexed.", 0, 3600),
     Setting("sync.watch", True, "Watch memory folders for changes."),
     Setting(
+        "sync.scan_interval_s",
+        30.0,
+        "How often folders that inotify cannot watch (its limits reached) are scanned.",
+        1,
+        86400,
+    ),
+    Setting(
         "rerank.provider",
         "none",
         "none|cohere|voyage|jina|ollama|onnx.",

@@ -90,6 +90,7 @@ class Daemon:
                 self.config.float("sync.debounce_s"),
                 self._on_batch,
                 self._on_roots_changed,
+                scan_interval_s=self.config.float("sync.scan_interval_s"),
             )
             # Watching starts before the reconcile so that no edit made during it is missed.
             self.watcher.start()
@@ -334,7 +335,12 @@ class Daemon:
             "pending": self.pending(),
             "paused": self.paused,
             "time": time.time(),
+            "watch_warnings": self._watch_warnings(),
         }
+
+    def _watch_warnings(self) -> list[str]:
+        """Folders the watcher cannot watch (inotify limits) and that are scanned instead."""
+        return self.watcher.warnings() if self.watcher is not None else []
 
     def pending(self) -> int:
         """Paths and jobs waiting."""
@@ -367,7 +373,7 @@ class Daemon:
         }
         if self.sessions is not None:
             status["sessions"] = self.sessions.stats()
-        status["warnings"] = security.config_warnings(self.config)
+        status["warnings"] = security.config_warnings(self.config) + self._watch_warnings()
         if self.health_note:
             status["warnings"].append(self.health_note)
         return status

@@ -30,6 +30,7 @@ from recalld.embedding.registry import ProviderChoice, resolve_embedder
 from recalld.errors import BadRequest, IndexError_, NotFound, RecalldError
 from recalld.filters import PathFilter
 from recalld.indexer import Indexer, Progress, SyncReport, identity_for
+from recalld.path_rule import shown
 from recalld.provider_guard import PROBE_DEADLINE_S, ProviderGuard
 from recalld.search import SearchContext, parse_request, run_search
 from recalld.session_sync import SessionIndexer
@@ -443,7 +444,11 @@ class Engine:
             indexer.unavailable_roots = problems  # their indexed files are kept, not removed
             report = indexer.sync(dirty)
             if dirty is None and self.config.session_globs():
-                sessions = self._session_indexer(self.writer, indexer, self._on_change).sync()
+                session_indexer = self._session_indexer(self.writer, indexer, self._on_change)
+                sessions = session_indexer.sync()
+                report.skipped += [
+                    {"path": p, "reason": r} for p, r in session_indexer.skipped.items()
+                ]
                 report.sessions = sessions.as_dict()
                 self.last_session_sizes = sessions.indexed_sizes
             if dirty is None:
@@ -463,7 +468,7 @@ class Engine:
             self.skipped = {}
         else:
             for path in dirty:
-                self.skipped.pop(str(path), None)
+                self.skipped.pop(shown(path), None)  # the name as reported
         for item in report.skipped:
             self.skipped[item["path"]] = item["reason"]
 
@@ -474,7 +479,9 @@ class Engine:
         if self.needs_reindex:
             return self.reindex().as_dict()
         indexer = self._indexer(self.writer, self._on_change)
-        report = self._session_indexer(self.writer, indexer, self._on_change).sync(paths_)
+        session_indexer = self._session_indexer(self.writer, indexer, self._on_change)
+        report = session_indexer.sync(paths_)
+        self.skipped.update(session_indexer.skipped)
         self.last_session_sizes = report.indexed_sizes
         self.last_sync = time.time()
         out = report.as_dict()
@@ -526,7 +533,11 @@ class Engine:
                 indexer = self._indexer(new, None)
                 report = indexer.sync()
                 if self.config.session_globs():
-                    sessions = self._session_indexer(new, indexer, None).sync()
+                    session_indexer = self._session_indexer(new, indexer, None)
+                    sessions = session_indexer.sync()
+                    report.skipped += [
+                        {"path": p, "reason": r} for p, r in session_indexer.skipped.items()
+                    ]
                     report.sessions = sessions.as_dict()
                     self.last_session_sizes = sessions.indexed_sizes
             except BaseException:

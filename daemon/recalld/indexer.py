@@ -12,13 +12,12 @@ import hashlib
 import json
 import logging
 import os
-import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import apsw
 import numpy as np
 import numpy.typing as npt
 
@@ -26,7 +25,19 @@ from recalld.chunking import chunk_markdown
 from recalld.config import Config
 from recalld.embedding.base import Embedder
 from recalld.filters import PathFilter, make_filter
+from recalld.path_rule import (
+    PathRule,
+    Swapped,
+    Verdict,
+    inside,
+    name_problem,
+    read_checked,
+    shown,
+)
 from recalld.store import FileChange, FileRow, Identity, NewChunk, Store
+from recalld.sync_report import Prepared as Prepared  # re-exported: engine, daemon, tests
+from recalld.sync_report import Progress as Progress
+from recalld.sync_report import SyncReport as SyncReport
 
 log = logging.getLogger(__name__)
 
@@ -85,69 +96,6 @@ def identity_for(config: Config, embedder: Embedder | None) -> Identity:
     )
 
 
-@dataclass
-class Progress:
-    """Progress of one sync, shown by ``status``, ``watch`` and the CLI's bar."""
-
-    phase: str = "idle"
-    files_total: int = 0
-    files_done: int = 0
-    files_changed: int = 0
-    files_removed: int = 0
-    chunks_done: int = 0
-    chunks_embedded: int = 0
-    started: float = field(default_factory=time.monotonic)
-
-    def as_dict(self) -> dict[str, Any]:
-        """Wire form with rate and ETA."""
-        elapsed = max(time.monotonic() - self.started, 1e-6)
-        rate = self.files_done / elapsed
-        left = max(self.files_total - self.files_done, 0)
-        return {
-            "phase": self.phase,
-            "files_total": self.files_total,
-            "files_done": self.files_done,
-            "files_changed": self.files_changed,
-            "files_removed": self.files_removed,
-            "chunks_done": self.chunks_done,
-            "chunks_embedded": self.chunks_embedded,
-            "files_per_s": round(rate, 2),
-            "chunks_per_s": round(self.chunks_done / elapsed, 2),
-            "elapsed_s": round(elapsed, 3),
-            "eta_s": round(left / rate, 1) if rate > 0 and left else 0.0,
-        }
-
-
-@dataclass
-class Prepared:
-    """A changed file, read and chunked, waiting for its vectors."""
-
-    row: FileRow
-    chunks: list[NewChunk]
-
-
-@dataclass
-class SyncReport:
-    """What a sync did."""
-
-    files_seen: int = 0
-    files_changed: int = 0
-    files_unchanged: int = 0
-    files_removed: int = 0
-    files_skipped: int = 0
-    files_kept: int = 0  # gone from a listing but kept: root missing/unmounted, folder unreadable
-    chunks_written: int = 0
-    chunks_embedded: int = 0
-    embed_error: str | None = None
-    seconds: float = 0.0
-    sessions: dict[str, Any] | None = None
-    skipped: list[dict[str, str]] = field(default_factory=list)  # {path, reason}, capped
-
-    def as_dict(self) -> dict[str, Any]:
-        """Wire form."""
-        return dict(self.__dict__)
-
-
 ChangeHook = Callable[[FileChange], None]
 ProgressHook = Callable[[Progress], None]
 
@@ -173,6 +121,8 @@ class Indexer:
         self.on_progress = on_progress
         self.roots = config.memory_roots()
         self.filter: PathFilter = make_filter(config.list("memory.extensions"))
+        self.rule = PathRule(self.roots, self.filter)
+        self._verdicts: dict[str, Verdict] = {}  # admitted by this sync's listing
         self.max_bytes = config.int("memory.max_file_bytes")
         self.max_tokens = config.int("chunking.max_tokens")
         if embedder is not None:
@@ -186,57 +136,53 @@ class Indexer:
 
     # discovery --------------------------------------------------------------------------------
 
-    def memory_files(self) -> list[Path]:
-        """Every indexable file under the memory roots."""
+    def memory_files(self, report: SyncReport | None = None) -> list[Path]:
+        """Every file under the memory roots that the path rule admits."""
         seen: dict[str, Path] = {}
         for root in self.roots:
             for path, is_link in self.filter.walk(root):
-                if is_link and not self._inside_roots(Path(os.path.realpath(path))):
-                    continue  # a link leading out of the roots is not ours to read
-                seen.setdefault(str(path), path)
+                verdict = self.rule.check_walked(path, root, is_link)
+                if verdict.ok:
+                    seen.setdefault(str(path), path)
+                    self._verdicts[str(path)] = verdict  # _prepare uses it: one lstat per file
+                elif report is not None and verdict.reported and verdict.reason != "gone":
+                    self._skip(report, path, verdict.reason)
         return list(seen.values())
 
-    def _inside_roots(self, path: Path) -> bool:
-        return any(path == r or r in path.parents for r in self.roots)
-
     def _skip(self, report: SyncReport, path: Path | str, reason: str) -> None:
-        log.warning("skipping %s: %s", path, reason)
+        name = shown(path)
+        log.warning("skipping %s: %s", name, reason)
         report.files_skipped += 1
         if len(report.skipped) < MAX_REPORTED_SKIPS:
-            report.skipped.append({"path": str(path), "reason": reason})
+            report.skipped.append({"path": name, "reason": reason})
 
     def _really_gone(self, key: str, report: SyncReport) -> bool:
         """Whether an indexed file that a sync did not find is really gone (else keep its rows).
 
         Rows are kept while the file's root is unavailable (missing, unmounted) and while the
-        file exists but could not be listed or looked at (a folder without read permission, an
-        I/O error): a transient problem must not wipe what is indexed.
+        file exists but could not be looked at (a folder without read permission, an I/O
+        error): a transient problem must not wipe what is indexed. A file the path rule refuses
+        now (a link out, a folder link on its way, no longer a regular file) is gone.
         """
         path = Path(key)
         root = self.root_of(path)
         if root is not None and root in self.unavailable_roots:
             report.files_kept += 1
             return False
-        try:
-            st = os.lstat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            return True
-        except OSError as exc:
+        verdict = self.rule.check(path)
+        if verdict.transient:
             report.files_kept += 1
-            self._skip(report, path, f"kept as indexed: {exc.strerror or exc}")
+            self._skip(report, path, f"kept as indexed: {verdict.reason}")
             return False
-        if root is not None and stat.S_ISREG(st.st_mode) and self.filter.file_ok(path, root):
+        if verdict.ok:
             report.files_kept += 1
             self._skip(report, path, "kept as indexed: its folder could not be listed")
             return False
-        return True  # excluded now (filter, folder rules) or no longer a regular file
+        return True
 
     def root_of(self, path: Path) -> Path | None:
         """The memory root that holds ``path``."""
-        for root in self.roots:
-            if path == root or root in path.parents:
-                return root
-        return None
+        return self.rule.root_of(path)
 
     # sync ---------------------------------------------------------------------------------------
 
@@ -247,39 +193,28 @@ class Indexer:
         self.progress = Progress(phase="scanning")
         self._emit()
         if paths is None:
-            files = self.memory_files()
+            files = self.memory_files(report)
             indexed = self.store.files("memory")
             self._known = indexed  # one query instead of one per file (no-op resyncs)
             present = {str(f) for f in files}
             gone = [p for p in indexed if p not in present]
         else:
-            files, gone = [], []
-            for p in paths:
-                p = Path(p)
-                root = self.root_of(p)
-                ok = root is not None and p.is_file() and self.filter.file_ok(p, root)
-                if ok:
-                    files.append(p)
-                elif self.store.file(str(p)) is not None:
-                    gone.append(str(p))
-                elif root is not None and p.is_dir():
-                    files.extend(path for path, _ in self.filter.walk(p))  # a folder moved in
-                elif root is not None:
-                    # A folder that vanished: every indexed file under it is gone.
-                    prefix = str(p) + os.sep
-                    gone.extend(k for k in self.store.files("memory") if k.startswith(prefix))
+            files, gone = self._expand(paths, report)
         gone = [g for g in gone if self._really_gone(g, report)]
         report.files_seen = len(files)
         self.progress.phase = "indexing"
         self.progress.files_total = len(files)
         for gone_path in gone:
-            self._apply(self.store.remove_file(gone_path))
-            report.files_removed += 1
-            self.progress.files_removed += 1
+            self._remove(gone_path, report)
         pending: list[Prepared] = []
         pending_chunks = 0
         for path in files:
-            prepared = self._prepare(path, report)
+            try:
+                prepared = self._prepare(path, report)
+            except Exception as exc:  # one bad file never stops the others
+                log.exception("indexing %s failed", shown(path))
+                self._skip(report, path, f"indexing failed: {exc}")
+                prepared = None
             self.progress.files_done += 1
             if prepared is None:
                 self._emit_throttled()
@@ -293,6 +228,7 @@ class Indexer:
         if pending:
             self._flush(pending, report)
         self._known = None
+        self._verdicts.clear()
         self.backfill_vectors(report)
         report.embed_error = self.embed_error
         report.seconds = round(time.monotonic() - started, 3)
@@ -300,34 +236,110 @@ class Indexer:
         self._emit()
         return report
 
+    def _expand(self, paths: Iterable[Path], report: SyncReport) -> tuple[list[Path], list[str]]:
+        """Dirty paths (watcher batches, explicit sync paths) into files to read and rows to drop.
+
+        A folder is walked (moved in, or scanned because it is not watched), and rows under it
+        that the walk did not find are candidates for removal, as in a full sync.
+        """
+        files: dict[str, Path] = {}
+        gone: list[str] = []
+        for p in map(Path, paths):
+            if self.root_of(p) is None:
+                continue
+            verdict = self.rule.check(p)
+            if verdict.ok:
+                files.setdefault(str(p), p)
+                self._verdicts[str(p)] = verdict
+            elif name_problem(p):
+                self._skip(report, p, verdict.reason)  # never stored, nothing to remove
+            else:
+                gone.extend(self._expand_one(p, verdict, files, report))
+        return list(files.values()), sorted({g for g in gone if g not in files})
+
+    def _expand_one(
+        self, p: Path, verdict: Verdict, files: dict[str, Path], report: SyncReport
+    ) -> list[str]:
+        """Rows to check for removal for a refused dirty path; files found under a folder."""
+        key = str(p)
+        gone = [key] if self.store.file(key) is not None else []
+        under = key + os.sep
+        if _is_dir(p) and self.filter.dir_ok(p.name):
+            real = _realpath(p)
+            if real and inside(real, self.rule.real_roots):
+                for path, is_link in self.filter.walk(p):
+                    found = self.rule.check_walked(path, p, is_link, real)
+                    if found.ok:
+                        files.setdefault(str(path), path)
+                        self._verdicts[str(path)] = found
+                    elif found.reported and found.reason != "gone":
+                        self._skip(report, path, found.reason)
+            else:
+                self._skip(report, p, "a folder link out of the memory folders: not followed")
+            gone.extend(k for k in self._indexed() if k.startswith(under))
+        elif not os.path.lexists(p):  # a folder that vanished: its indexed files are gone
+            gone.extend(k for k in self._indexed() if k.startswith(under))
+        elif verdict.reported and verdict.reason != "gone":
+            self._skip(report, p, verdict.reason)
+        return gone
+
+    def _indexed(self) -> dict[str, FileRow]:
+        """The memory rows, loaded once per sync (a scan may name hundreds of folders)."""
+        if self._known is None:
+            self._known = self.store.files("memory")
+        return self._known
+
+    def _remove(self, key: str, report: SyncReport) -> None:
+        try:
+            self._apply(self.store.remove_file(key))
+        except Exception:  # one bad row never stops the others
+            log.exception("removing %s from the index failed", key)
+            return
+        report.files_removed += 1
+        self.progress.files_removed += 1
+
+    def _drop_stale(self, key: str, known: FileRow | None, report: SyncReport) -> None:
+        """A file that can no longer be indexed loses its old rows: its old text must not stay
+        searchable while ``get`` shows what the file is now."""
+        if known is not None:
+            self._remove(key, report)
+
     def _prepare(self, path: Path, report: SyncReport) -> Prepared | None:
         key = str(path)
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            if self.store.file(key) is not None:
-                self._apply(self.store.remove_file(key))
-                report.files_removed += 1
-            return None
-        except OSError as exc:
-            self._skip(report, path, f"cannot stat: {exc.strerror or exc}")
-            return None
-        if not stat.S_ISREG(st.st_mode):  # a FIFO named notes.md would block the read forever
-            self._skip(report, path, "not a regular file (a pipe, socket or device)")
-            return None
+        verdict = self._verdicts.pop(key, None) or self.rule.check(path)
         known = self._known.get(key) if self._known is not None else self.store.file(key)
+        if not verdict.ok:
+            if verdict.reason == "gone":
+                self._drop_stale(key, known, report)
+            elif not verdict.transient:
+                self._drop_stale(key, known, report)
+                if verdict.reported:
+                    self._skip(report, path, verdict.reason)
+            else:
+                self._skip(report, path, verdict.reason)
+            return None
+        st = verdict.st
+        assert st is not None
         if known and known.size == st.st_size and known.mtime_ns == st.st_mtime_ns:
             report.files_unchanged += 1
             return None
         if st.st_size > self.max_bytes:
+            self._drop_stale(key, known, report)
             self._skip(report, path, f"{st.st_size} bytes is over memory.max_file_bytes")
             return None
         try:
-            data = path.read_bytes()
+            data = read_checked(verdict, self.rule.real_roots, self.max_bytes)
         except FileNotFoundError:
             return None  # deleted between listing and reading; the next sync removes it
+        except Swapped as exc:
+            self._skip(report, path, f"not read: {exc.strerror}")
+            return None
         except OSError as exc:
             self._skip(report, path, f"cannot read: {exc.strerror or exc}")
+            return None
+        if len(data) > self.max_bytes:  # grew between the stat and the read
+            self._drop_stale(key, known, report)
+            self._skip(report, path, f"over memory.max_file_bytes ({self.max_bytes} bytes)")
             return None
         digest = content_hash(data)
         if known and known.hash == digest:
@@ -335,8 +347,14 @@ class Indexer:
             report.files_unchanged += 1
             return None
         if b"\x00" in data[:8192]:
+            self._drop_stale(key, known, report)
             self._skip(report, path, "looks binary (NUL bytes)")
             return None
+        return self._chunk(path, data, st, digest, report)
+
+    def _chunk(
+        self, path: Path, data: bytes, st: os.stat_result, digest: str, report: SyncReport
+    ) -> Prepared:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
@@ -355,7 +373,7 @@ class Indexer:
             for c in pieces
         ]
         lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-        row = FileRow(key, "memory", st.st_size, st.st_mtime_ns, digest, lines)
+        row = FileRow(str(path), "memory", st.st_size, st.st_mtime_ns, digest, lines)
         report.files_changed += 1
         self.progress.files_changed += 1
         return Prepared(row, chunks)
@@ -364,7 +382,14 @@ class Indexer:
         hashes = {c.hash: c.text for p in batch for c in p.chunks}
         vectors = self.vectors_for(hashes, report)
         for prepared in batch:
-            change = self.store.replace_file(prepared.row, prepared.chunks, vectors)
+            try:
+                change = self.store.replace_file(prepared.row, prepared.chunks, vectors)
+            except Exception as exc:  # one bad file never stops the others
+                if isinstance(exc, apsw.FullError | apsw.IOError):
+                    raise  # the disk, not the file: the whole sync fails and is retried
+                log.exception("writing %s to the index failed", shown(prepared.row.path))
+                self._skip(report, prepared.row.path, f"indexing failed: {exc}")
+                continue
             self._apply(change)
             report.chunks_written += len(prepared.chunks)
             self.progress.chunks_done += len(prepared.chunks)
@@ -438,3 +463,18 @@ class Indexer:
         if now - self._last_emit >= 0.1:
             self._last_emit = now
             self._emit()
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _realpath(path: Path) -> str:
+    """The real path, or '' when a link changed while it was resolved (checked next time)."""
+    try:
+        return os.path.realpath(path)
+    except OSError:
+        return ""

@@ -19,9 +19,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import apsw
+
 from recalld.access import glob_base
 from recalld.config import Config
 from recalld.embedding.base import Embedder
+from recalld.path_rule import inside, name_problem, shown
 from recalld.sessions import SessionChunker, TailState, TranscriptParser, read_delta
 from recalld.store import FileChange, FileRow, NewChunk, Store
 
@@ -30,24 +33,34 @@ log = logging.getLogger(__name__)
 MAX_DELTA_BYTES = 64 * 1024 * 1024  # per call; a bigger backlog is read in several steps
 
 
-def transcript_files(globs: Iterable[str]) -> list[Path]:
-    """Files matching the transcript globs (``**`` recursive).
+def transcript_files(globs: Iterable[str], skipped: dict[str, str] | None = None) -> list[Path]:
+    """Files matching the transcript globs (``**`` recursive) that pass the path rule.
 
-    A match whose real path lies outside the glob's fixed folder (a symlink out) is left out,
-    as on the memory side: ``get`` refuses it, so it must not be searchable either.
+    As on the memory side (:mod:`recalld.path_rule`): a match whose real path lies outside the
+    glob's fixed folder (a link out) is left out, since ``get`` refuses it; so is a name that
+    is not valid UTF-8 (it cannot be stored) and anything but a regular file. Refusals worth
+    telling the user go into ``skipped`` (shown path -> reason).
     """
     found: dict[str, Path] = {}
     for pattern in globs:
         expanded = os.path.expanduser(pattern)
         base = os.path.realpath(glob_base(expanded))
         for name in glob.glob(expanded, recursive=True):
-            path = Path(name)
-            real = os.path.realpath(path)
-            if base not in ("/", ".") and not real.startswith(base.rstrip("/") + "/"):
-                log.info("skipping %s: a link out of %s", path, base)
+            path = Path(name).absolute()
+            reason = name_problem(path)
+            try:
+                real = os.path.realpath(path)
+            except OSError:  # a link swapped while it was resolved: the next scan sees it
                 continue
-            if path.is_file():
-                found.setdefault(str(path.absolute()), path.absolute())
+            if reason is None and base not in ("/", ".") and not inside(real, [base]):
+                reason = f"a link out of {base}"
+            if reason is None:
+                if os.path.isfile(real):
+                    found.setdefault(str(path), path)
+                continue
+            log.info("skipping transcript %s: %s", shown(path), reason)
+            if skipped is not None:
+                skipped[shown(path)] = reason
     return sorted(found.values())
 
 
@@ -94,6 +107,7 @@ class SessionIndexer:
         if embedder is not None:
             self.max_tokens = min(self.max_tokens, embedder.max_input_tokens)
         self.target_tokens = min(config.int("chunking.target_tokens"), self.max_tokens)
+        self.skipped: dict[str, str] = {}  # transcripts not indexed (shown path -> why)
 
     def _parser(self, fmt: str | None) -> TranscriptParser:
         return TranscriptParser(
@@ -112,7 +126,7 @@ class SessionIndexer:
         report = SessionReport()
         globs = self.config.session_globs()
         if paths is None:
-            files = transcript_files(globs)
+            files = transcript_files(globs, self.skipped)
             known = self.store.files("sessions")
             present = {str(p) for p in files}
             for gone in [p for p in known if p not in present]:
@@ -132,8 +146,11 @@ class SessionIndexer:
                 self._sync_file(path, report)
             except FileNotFoundError:
                 continue  # vanished mid-read; the next sync removes it
-            except OSError as exc:
-                log.warning("skipping transcript %s: %s", path, exc)
+            except (apsw.FullError, apsw.IOError):
+                raise  # the disk, not the file: the whole sync fails and is retried
+            except Exception as exc:  # one bad transcript never stops the others
+                log.warning("skipping transcript %s: %s", path, exc, exc_info=True)
+                self.skipped[str(path)] = f"indexing failed: {exc}"
         return report
 
     def _sync_file(self, path: Path, report: SessionReport) -> None:

@@ -97,6 +97,8 @@ def view_for(
         state, head = "error", "recalld: error"
     elif degraded:
         state, head = "degraded", "recalld: degraded (keyword-only)"
+    elif event.get("watch_warnings"):  # inotify limits: changes are found by periodic scans
+        state, head = "degraded", "recalld: not watching every folder (scanning)"
     elif paused:
         state, head = "paused", "recalld: paused, not watching for changes"
     else:
@@ -107,6 +109,7 @@ def view_for(
         lines.append(_clip(f"degraded: {degraded}"))
     if error:
         lines.append(_clip(f"error: {error}"))
+    lines.extend(_clip(f"warning: {w}") for w in event.get("watch_warnings") or [])
     files, chunks = event.get("files"), event.get("chunks")
     if files is not None or chunks is not None:
         lines.append(f"{_count(files, 'file')}, {_count(chunks, 'chunk')}")

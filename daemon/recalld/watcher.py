@@ -9,6 +9,7 @@ disk what happened. Folder moves and deletes mark the folder, which the indexer 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import stat
@@ -33,6 +34,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 
 from recalld.filters import PathFilter
+from recalld.watch_coverage import Coverage, unwatched_folders, watch_problem
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +101,7 @@ class _Handler(FileSystemEventHandler):
         self.dirty = dirty
 
     def _consider(self, raw: str | bytes, is_dir: bool) -> None:
-        path = Path(raw.decode() if isinstance(raw, bytes) else raw)
+        path = Path(os.fsdecode(raw))  # any bytes: the indexer's path rule decides
         try:
             rel = path.relative_to(self.root)
         except ValueError:
@@ -134,8 +136,10 @@ class Watcher:
         debounce_s: float,
         on_batch: BatchHandler,
         on_roots_changed: RootsHandler | None = None,
+        scan_interval_s: float = 30.0,
     ) -> None:
         self.roots = list(roots)
+        self.scan_interval_s = max(scan_interval_s, 0.5)  # 0 would spin
         self.filter = filter_
         self.dirty = DirtySet(debounce_s)
         self.on_batch = on_batch
@@ -147,14 +151,15 @@ class Watcher:
         self._roots_thread: threading.Thread | None = None
         self._watches: dict[Path, Any] = {}
         self._signatures: dict[Path, tuple[Any, ...]] = {}
+        self.coverage = Coverage()
+        self._extra: dict[Path, list[Any]] = {}  # per root: watches of folders added later
+        self._scan_thread: threading.Thread | None = None
+        self._suspects: dict[Path, set[Path]] = {}  # unwatched at the last periodic check
 
     def start(self) -> None:
         """Start watching. A missing root is not created (it may be an unmounted drive): the
         root monitor starts watching it when it appears."""
-        observer = Observer()
-        observer.daemon = True
-        observer.start()
-        self._observer = observer
+        self._observer = self._new_observer()
         for root in self.roots:
             self._signatures[root] = root_signature(root)
             self._schedule(root)
@@ -164,24 +169,121 @@ class Watcher:
             target=self._watch_roots, name="recalld-roots", daemon=True
         )
         self._roots_thread.start()
+        self._scan_thread = threading.Thread(target=self._scan, name="recalld-scan", daemon=True)
+        self._scan_thread.start()
+
+    def _new_observer(self) -> Any:
+        """A started observer, or None when the system has no inotify instance left for us."""
+        try:
+            observer = Observer()
+            observer.daemon = True
+            observer.start()
+        except OSError as exc:
+            self.coverage.set_all(self.roots, watch_problem(exc))
+            log.warning("cannot watch memory folders: %s", watch_problem(exc))
+            return None
+        return observer
 
     def _schedule(self, root: Path) -> None:
-        old = self._watches.pop(root, None)
-        if old is not None and self._observer is not None:
-            with contextlib.suppress(Exception):  # its emitter may have stopped by itself
-                self._observer.unschedule(old)
+        old = [self._watches.pop(root, None), *self._extra.pop(root, [])]
+        for watch in old:
+            if watch is not None and self._observer is not None:
+                with contextlib.suppress(Exception):  # its emitter may have stopped by itself
+                    self._observer.unschedule(watch)
         if not root.is_dir():
+            self.coverage.clear(root)
             log.warning("memory folder %s is missing; watching it again when it is back", root)
             return
+        if self._observer is None:
+            self.coverage.set(root, [root], self.coverage.problem_of(root) or "not watched")
+            return
         try:
-            self._watches[root] = self._observer.schedule(  # type: ignore[union-attr]
+            self._watches[root] = self._observer.schedule(
                 _Handler(root, self.filter, self.dirty),
                 str(root),
                 recursive=True,
                 event_filter=EVENTS,
             )
         except OSError as exc:
-            log.warning("cannot watch %s: %s", root, exc)
+            self.coverage.set(root, [root], watch_problem(exc))
+            log.warning("cannot watch %s: %s", root, watch_problem(exc))
+            return
+        self.check_coverage(root)
+
+    def check_coverage(self, root: Path, *, settled: bool = True) -> None:
+        """Find the folders under ``root`` that inotify does not watch (watchdog skips a
+        folder silently when the watch limit is reached) and remember them for scanning.
+
+        ``settled=False`` (the periodic check) counts a folder only when the previous check
+        missed it too: watchdog adds the watch of a folder created a moment ago on its own
+        thread, and that moment is not a reason to warn.
+        """
+        missing = unwatched_folders(root, self.filter)
+        if missing is None:
+            return  # this system cannot tell (no /proc): trust the watcher
+        if not settled:
+            suspects, self._suspects[root] = self._suspects.get(root, set()), set(missing)
+            missing = [m for m in missing if m in suspects or m in self.coverage.folders(root)]
+        problem = watch_problem(OSError(errno.ENOSPC, "")) if missing else ""
+        before = self.coverage.folders(root)
+        self.coverage.set(root, missing, problem)
+        if missing and missing != before:
+            log.warning(
+                "%d folders under %s are not watched (%s); scanning them every %g s",
+                len(missing),
+                root,
+                problem,
+                self.scan_interval_s,
+            )
+        elif before and not missing:
+            log.info("every folder under %s is watched again", root)
+
+    def _scan(self) -> None:
+        """While some folders are not watched: try to watch them (the limit may have been
+        raised, other programs may have let go of watches), and mark them dirty so that the
+        indexer reconciles them (new, changed and deleted files) like a moved-in folder."""
+        while not self._stop.wait(self.scan_interval_s):
+            for root in self.roots:
+                if self._observer is not None and root in self._watches:
+                    # Folders created since are watched by watchdog only while the limit allows.
+                    self.check_coverage(root, settled=False)
+                missing = self.coverage.folders(root)
+                if not missing:
+                    continue
+                try:
+                    self._watch_more(root, missing)
+                except Exception:  # keep scanning whatever happens
+                    log.warning("cannot watch %s again", root, exc_info=True)
+                for folder in missing:  # also the ones watched just now: changes meanwhile
+                    self.dirty.mark(folder)
+
+    def _watch_more(self, root: Path, missing: list[Path]) -> None:
+        """Add watches for unwatched folders without dropping the ones that work."""
+        if self._observer is None:
+            self._observer = self._new_observer()
+            if self._observer is not None:
+                self._schedule(root)
+            return
+        if missing == [root] and root not in self._watches:
+            self._schedule(root)
+            return
+        for folder in missing:
+            try:
+                self._extra.setdefault(root, []).append(
+                    self._observer.schedule(
+                        _Handler(root, self.filter, self.dirty),
+                        str(folder),
+                        recursive=True,
+                        event_filter=EVENTS,
+                    )
+                )
+            except OSError:
+                break  # still at the limit: scanning goes on
+        self.check_coverage(root)
+
+    def warnings(self) -> list[str]:
+        """Lines for ``status.warnings`` (empty while every folder is watched)."""
+        return self.coverage.warnings(self.scan_interval_s)
 
     def _watch_roots(self) -> None:
         """Notice roots that vanish, come back or get (un)mounted; re-watch them.
@@ -233,6 +335,8 @@ class Watcher:
             self._thread.join(timeout=5)
         if self._roots_thread is not None:
             self._roots_thread.join(timeout=5)
+        if self._scan_thread is not None:
+            self._scan_thread.join(timeout=5)
 
 
 def root_signature(root: Path) -> tuple[Any, ...]:
