@@ -44,6 +44,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sessions.quiet_s", 5.0, "Index a grown transcript after this many quiet seconds."),
     Setting("sessions.include_thinking", False, "Index the agent's thinking blocks."),
     Setting("sessions.tool_result_chars", 400, "Head of a tool result that is kept."),
+    Setting(
+        "sessions.max_line_bytes", 5_242_880, "Longer transcript lines are skipped and counted."
+    ),
     Setting("embedding.provider", "auto", "auto|local|ollama|openai|gemini|voyage|none."),
     Setting("embedding.model", "", "Model name; empty means the provider's default."),
     Setting("embedding.base_url", "", "Service URL; empty means the provider's default."),
