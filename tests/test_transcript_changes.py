@@ -147,9 +147,34 @@ def test_daemon_reads_an_endless_line_once_with_bounded_memory(home: Path) -> No
             took = wait_for(lambda: bool(c.search("breakwater", mode="keyword")["results"]), 60)
             assert took < 10
             peak_kb = _proc(pid, "status", "VmHWM:")
-            print(f"reread={reread} took={took:.2f} peak_kb={peak_kb}")
             assert peak_kb < 150 * 1024, f"daemon peak RSS {peak_kb} kB"
             st = c.status()
             assert st["transcripts"]["long_lines"] == 1
+    finally:
+        d.stop()
+
+
+def test_daemon_watcher_sees_a_same_size_scrub(home: Path) -> None:
+    tdir = home / "sessions"
+    tdir.mkdir()
+    t = tdir / "chat.jsonl"
+    t.write_text(conversation(400, special=200))
+    (home / "config.toml").write_text(
+        f'[sessions]\npaths = ["{tdir}/*.jsonl"]\nquiet_s = 1.0\n'
+        '[embedding]\nprovider = "none"\n[sync]\ndebounce_s = 0.3\n'
+    )
+    d = DaemonProcess(home).start()
+    try:
+        with d.client() as c:
+
+            def found(query: str) -> int:
+                return len(c.search(query, mode="keyword", min_score=0)["results"])
+
+            wait_for(lambda: found(WORD) == 1, 60)
+            d.wait_idle()
+            scrub(t, WORD)
+            took = wait_for(lambda: found(WORD) == 0, 30)
+            assert took < 5
+            assert found("harbour survey") > 0
     finally:
         d.stop()

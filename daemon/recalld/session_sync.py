@@ -346,11 +346,11 @@ class SessionWatcher:
                 if old_sig is not None and old_sig[0] == size and old_sig != sig:
                     self._touched.add(path)
                 indexed = self._indexed.get(path)
-                if indexed is None or path in self._requested:
-                    if indexed is None and path not in self._requested:
-                        due.add(path)  # unknown to this run: let the writer look at it once
+                if path in self._requested:
                     continue
-                if path in self._touched:
+                if indexed is None or old_sig is None or path in self._touched:
+                    # New to this run (it may have changed since it was indexed: the writer
+                    # compares with what it saw then), or changed in place since.
                     self._touched.discard(path)
                     due.add(path)
                     continue
