@@ -37,7 +37,7 @@ import hashlib
 import itertools
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 __all__ = ["Chunk", "chunk_markdown"]
@@ -64,6 +64,10 @@ _QUOTE = re.compile(r" {0,3}>")
 _WORD = re.compile(r"\S+\s*")
 _CUT_CHAR = re.compile(r"[\W_]")
 _SEGMENT = 48  # longest segment of an over-long word, in chars
+# Words of an over-long line are grouped into atoms: a group ends after about 1 word in
+# _GROUP_WORDS (by content) and holds at most limit / _GROUP_DIV tokens.
+_GROUP_WORDS, _GROUP_DIV = 8, 8
+_MEMO_WORDS = 200_000  # distinct words whose counts a chunker remembers
 # An atom's key hashes only its first chars: editing the rest of a paragraph then changes its
 # token count but not the priority of the boundary before it, which keeps re-chunking local.
 _KEY_CHARS = 32
@@ -80,7 +84,7 @@ _WALL = 1 << 128  # priority of a wall: above every (class, key)
 _WALL_RATE_NUM, _WALL_RATE_DEN = 3, 2
 
 
-@dataclass
+@dataclass(slots=True)
 class _Block:
     start: int  # 0-based line index, inclusive
     end: int
@@ -89,7 +93,7 @@ class _Block:
     title: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Atom:
     line0: int
     line1: int
@@ -145,6 +149,11 @@ def _priorities(atoms: list[_Atom], limit: int) -> list[int]:
         else:
             prio.append((a.cls << 64) | key)
     return prio
+
+
+def _more_words_than(line: str, n: int) -> bool:
+    """Whether ``line`` has more than ``n`` whitespace-separated words (stops early)."""
+    return next(itertools.islice(_WORD.finditer(line), n, None), None) is not None
 
 
 def _is_blank(line: str) -> bool:
@@ -287,12 +296,35 @@ class _Chunker:
         if lines and lines[-1] == "":
             lines.pop()  # the final newline ends the last line, it does not start one
         self.lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
-        self.ltok = [0 if _is_blank(ln) else count(ln) for ln in self.lines]
+        self._words: dict[str, tuple[int, bool]] = {}  # word -> (tokens, ends a group)
+        self.ltok = [0 if _is_blank(ln) else self._line_tokens(ln) for ln in self.lines]
         self.paths: list[str] = []  # heading path per block
         self.out: list[Chunk] = []
 
     def fits(self, s: str) -> bool:
         return self.count(s) <= self.cap
+
+    def _line_tokens(self, line: str) -> int:
+        """Tokens of a line, or just ``cap + 1`` for a line of more than ``cap`` words.
+
+        Every word is at least one token, so such a line is over the cap whatever its exact
+        count; it is cut into pieces that are counted one by one anyway. Not counting it whole
+        saves a pass of the tokenizer over a multi-megabyte line.
+        """
+        if len(line) > 2 * self.cap and _more_words_than(line, self.cap):
+            return self.cap + 1
+        return self.count(line)
+
+    def _word(self, word: str) -> tuple[int, bool]:
+        """Token count of a word and whether a group of words ends after it (memoised: a long
+        line repeats its words, and each tokenizer call has a fixed cost)."""
+        known = self._words.get(word)
+        if known is None:
+            crc = zlib.crc32(word.rstrip().encode("utf-8", "surrogatepass"))
+            known = (self.count(word), crc % _GROUP_WORDS == 0)
+            if len(self._words) < _MEMO_WORDS:
+                self._words[word] = known
+        return known
 
     def run(self) -> list[Chunk]:
         if self.cap < 1 or not self.lines:
@@ -347,25 +379,56 @@ class _Chunker:
         return "\n".join(parts)
 
     def _line_pieces(self, line: str, total: int) -> list[tuple[int, int, int]]:
-        """Pieces of an over-long line with their counts: words, or segments of long words."""
+        """Pieces of an over-long line with their counts: groups of words, or segments of
+        long words.
+
+        Words are grouped by content (a group ends after a word whose hash is 0 mod
+        ``_GROUP_WORDS``, or before it would pass ``limit / _GROUP_DIV`` tokens), so a
+        multi-megabyte line makes a few atoms per chunk rather than one per word, and an edit
+        still moves only the groups around it.
+        """
         pieces: list[tuple[int, int, int]] = []
-        starts = [m.start() for m in _WORD.finditer(line)]
-        if not starts:
+        words = _WORD.finditer(line)
+        first = next(words, None)
+        if first is None:
             return pieces
-        starts[0] = 0  # leading indentation rides with the first word
-        starts.append(len(line))
-        for a, b in itertools.pairwise(starts):
-            t = total if len(starts) == 2 else self.count(line[a:b])
-            if t <= self.cap:
-                pieces.append((a, b, t))
+        if first.end() == len(line):  # a single word: its count is the line's
+            spans: Iterable[tuple[int, int]] = [(0, len(line))]
+        else:
+            # Leading indentation rides with the first word.
+            spans = itertools.chain([(0, first.end())], (m.span() for m in words))
+        group_cap = max(1, min(self.cap, self.limit // _GROUP_DIV))
+        g0 = g1 = gtok = 0
+        for a, b in spans:
+            t, ends = (total, True) if b - a == len(line) else self._word(line[a:b])
+            if t > self.cap:
+                if g1 > g0:
+                    pieces.append((g0, g1, gtok))
+                pieces.extend(self._word_segments(line, a, b))
+                g0 = g1 = b
+                gtok = 0
                 continue
-            for s0, s1 in itertools.pairwise([a, *_segment_cuts(line, a, b), b]):
-                t = self.count(line[s0:s1])
-                if t <= self.cap:
-                    pieces.append((s0, s1, t))
-                else:  # only with a tiny cap: a segment is at most _SEGMENT chars
-                    for c0, c1 in _char_runs(line, s0, s1, self.fits):
-                        pieces.append((c0, c1, self.count(line[c0:c1])))
+            if g1 > g0 and gtok + t > group_cap:
+                pieces.append((g0, g1, gtok))
+                g0, gtok = a, 0
+            g1, gtok = b, gtok + t
+            if ends:
+                pieces.append((g0, g1, gtok))
+                g0, gtok = b, 0
+        if g1 > g0:
+            pieces.append((g0, g1, gtok))
+        return pieces
+
+    def _word_segments(self, line: str, a: int, b: int) -> list[tuple[int, int, int]]:
+        """Pieces of one word over the cap: content-defined segments, chars as a last resort."""
+        pieces: list[tuple[int, int, int]] = []
+        for s0, s1 in itertools.pairwise([a, *_segment_cuts(line, a, b), b]):
+            t = self.count(line[s0:s1])
+            if t <= self.cap:
+                pieces.append((s0, s1, t))
+            else:  # only with a tiny cap: a segment is at most _SEGMENT chars
+                for c0, c1 in _char_runs(line, s0, s1, self.fits):
+                    pieces.append((c0, c1, self.count(line[c0:c1])))
         return pieces
 
     def _glue_headings(self, atoms: list[_Atom]) -> list[_Atom]:
