@@ -147,6 +147,7 @@ def test_daemon_reads_an_endless_line_once_with_bounded_memory(home: Path) -> No
             took = wait_for(lambda: bool(c.search("breakwater", mode="keyword")["results"]), 60)
             assert took < 10
             peak_kb = _proc(pid, "status", "VmHWM:")
+            print(f"idle re-read {reread} B; next line after {took:.2f} s; peak {peak_kb} kB")
             assert peak_kb < 150 * 1024, f"daemon peak RSS {peak_kb} kB"
             st = c.status()
             assert st["transcripts"]["long_lines"] == 1
@@ -174,6 +175,7 @@ def test_daemon_watcher_sees_a_same_size_scrub(home: Path) -> None:
             d.wait_idle()
             scrub(t, WORD)
             took = wait_for(lambda: found(WORD) == 0, 30)
+            print(f"scrubbed word gone from search after {took:.2f} s")
             assert took < 5
             assert found("harbour survey") > 0
     finally:

@@ -5,7 +5,8 @@ The writer (:class:`~recalld.indexer.Indexer`) hands a note over :data:`BIG_FILE
 of its own chunks it and then asks for that path to be synced again (``on_ready``); that sync
 finds the chunks with :meth:`BackgroundChunker.take` (when the file's content hash still
 matches: an edit made meanwhile simply asks again) and only writes them. Its vectors are
-back-filled later in slices (``Indexer.backfill_slice``), between other jobs.
+back-filled later in steps of about a second (``Indexer.backfill_slice`` chunks per call),
+between other jobs.
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
 
-__all__ = ["BACKFILL_SLICE", "BIG_FILE_BYTES", "BackgroundChunker"]
+__all__ = ["BACKFILL_BUDGET_S", "BACKFILL_SLICE", "BIG_FILE_BYTES", "BackgroundChunker"]
 
 log = logging.getLogger(__name__)
 
 #: Notes larger than this are chunked in the background (a 256 KiB note chunks in ~0.3 s).
 BIG_FILE_BYTES = 256 * 1024
-#: Chunks embedded per back-fill step of the writer (well under a second of local embedding).
-BACKFILL_SLICE = 32
+#: Chunks per embedding call of a back-fill step (a small edit waits for at most one call).
+BACKFILL_SLICE = 8
+#: A back-fill step stops after its first call that ends past this many seconds.
+BACKFILL_BUDGET_S = 1.0
 
 T = TypeVar("T")
 

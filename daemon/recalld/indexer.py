@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recalld.big_files import BIG_FILE_BYTES, BackgroundChunker
+from recalld.big_files import BACKFILL_BUDGET_S, BIG_FILE_BYTES, BackgroundChunker
 from recalld.chunking import Chunk, chunk_markdown
 from recalld.config import Config
 from recalld.embedding.base import Embedder
@@ -37,9 +37,9 @@ EMBED_GROUP_CHUNKS = 256  # chunks embedded per call across files
 MAX_REPORTED_SKIPS = 100  # skipped files listed by name in a sync report
 
 
-def _big(prepared: Prepared, limit: int | None) -> bool:
-    """A file with more chunks than one back-fill slice (only when slicing is on)."""
-    return limit is not None and len(prepared.chunks) > limit
+def _big(prepared: Prepared, sliced: bool) -> bool:
+    """A file with more chunks than one embedding group (only when back-fill is sliced)."""
+    return sliced and len(prepared.chunks) > EMBED_GROUP_CHUNKS
 
 
 def _title(pieces: Sequence[Any], path: Path) -> str:
@@ -192,7 +192,7 @@ class Indexer:
         # Roots whose files must not be removed now (missing, unmounted), set by the engine.
         self.unavailable_roots: dict[Path, str] = {}
         # Set by the daemon: big notes are chunked off the writer, their vectors back-filled
-        # at most backfill_slice at a time (see recalld.big_files).
+        # in steps of about a second, backfill_slice chunks per call (see recalld.big_files).
         self.background: BackgroundChunker[list[Chunk]] | None = None
         self.backfill_slice: int | None = None
 
@@ -392,10 +392,10 @@ class Indexer:
         return done
 
     def _flush(self, batch: Sequence[Prepared], report: SyncReport) -> None:
-        limit = self.backfill_slice
-        hashes = {c.hash: c.text for p in batch if not _big(p, limit) for c in p.chunks}
+        sliced = self.backfill_slice is not None
+        hashes = {c.hash: c.text for p in batch if not _big(p, sliced) for c in p.chunks}
         vectors = self.vectors_for(hashes, report)
-        later = {c.hash: c.text for p in batch if _big(p, limit) for c in p.chunks}
+        later = {c.hash: c.text for p in batch if _big(p, sliced) for c in p.chunks}
         if later:  # a big file goes in keyword-first; its vectors are back-filled in slices
             cached = self.vectors_for(later, report, embed=False)
             vectors = {**(vectors or {}), **(cached or {})} if vectors or cached else None
@@ -442,8 +442,10 @@ class Indexer:
         if self.embedder is None:
             return 0
         done = 0
+        started = time.monotonic()
         while True:
-            if self.backfill_slice is not None and done >= self.backfill_slice:
+            sliced = self.backfill_slice is not None
+            if sliced and done and time.monotonic() - started >= BACKFILL_BUDGET_S:
                 if report is not None:  # the rest in a later step, after other jobs
                     report.vectors_pending = True
                 return done
