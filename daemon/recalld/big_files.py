@@ -70,7 +70,7 @@ class BackgroundChunker(Generic[T]):
             self._stop = True
             self._wanted.clear()
             self._cond.notify()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=1)  # a daemon thread: a long chunking job does not block exit
 
     def _run(self) -> None:
         while True:
