@@ -6,6 +6,7 @@ import base64
 import random
 import re
 import time
+import tracemalloc
 from collections import Counter
 from collections.abc import Callable
 
@@ -399,3 +400,28 @@ def test_real_wordpiece_counter_within_model_window() -> None:
         chunks = chunk_markdown(text, real)
         assert chunks
         check_invariants(text, chunks, real, 256)
+
+
+def test_huge_single_line_is_chunked_in_linear_time_and_bounded_memory() -> None:
+    # A 1 MB note without a line break: the words are counted once per distinct word (no
+    # tokenizer pass over the whole line, no call per repeated word) and atoms are word
+    # groups, not single words. Before: ~3 chars counted per char and ~120 MB per MB.
+    r = random.Random(11)
+    text = " ".join(r.choice(WORDS) + str(r.randrange(50)) for _ in range(150_000))
+    counted = 0
+
+    def counter(s: str) -> int:
+        nonlocal counted
+        counted += len(s)
+        return count(s)
+
+    tracemalloc.start()
+    try:
+        chunks = chunk_markdown(text, counter)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    check_invariants(text, chunks)
+    assert len(chunks) > 1000
+    assert counted <= 1.3 * len(text), counted / len(text)
+    assert peak < 40 * len(text), peak / len(text)

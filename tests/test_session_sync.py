@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +200,35 @@ def test_transcript_linked_from_outside_is_not_indexed(home: Path, local_embedde
         assert [Path(r["path"]).name for r in res["results"]] == ["ok.jsonl"]
     finally:
         eng.close()
+
+
+def test_watcher_asks_for_a_same_size_edit(home: Path, tmp_path: Path) -> None:
+    t = tmp_path / "a.jsonl"
+    t.write_text(msg("user", "hello there"))
+    cfg = make_config(home, sessions__paths=[str(tmp_path / "*.jsonl")], sessions__quiet_s=5.0)
+    w = SessionWatcher(cfg, lambda due: None)
+    w._files = [t]
+    assert w.poll_once(0.0) == {t}
+    w.mark_indexed({str(t): t.stat().st_size})
+    assert w.poll_once(0.5) == set()
+    time.sleep(0.02)  # a later tick of the mtime clock
+    with open(t, "r+b") as f:  # same size, other bytes
+        f.seek(t.read_bytes().index(b"hello"))
+        f.write(b"HELLO")
+    assert w.poll_once(1.0) == {t}
+    w.mark_indexed({str(t): t.stat().st_size})
+    assert w.poll_once(1.5) == set()
+
+
+def test_watcher_asks_once_for_files_indexed_before_it_started(home: Path, tmp_path: Path) -> None:
+    t = tmp_path / "a.jsonl"
+    t.write_text(msg("user", "hello there"))
+    cfg = make_config(home, sessions__paths=[str(tmp_path / "*.jsonl")])
+    w = SessionWatcher(cfg, lambda due: None)
+    w._files = [t]
+    # The startup full sync reports its sizes before the first poll; the file may have been
+    # edited in place in between, which only the writer (holding the old mtime) can tell.
+    w.mark_indexed({str(t): t.stat().st_size})
+    assert w.poll_once(0.0) == {t}
+    w.mark_indexed({str(t): t.stat().st_size})
+    assert w.poll_once(0.5) == set()

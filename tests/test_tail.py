@@ -5,13 +5,21 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from recalld.sessions.formats import TranscriptParser, parse_file
-from recalld.sessions.tail import HASH_WINDOW, Delta, TailState, read_delta, split_lines
+from recalld.sessions.tail import (
+    CHAIN_BLOCK,
+    HASH_WINDOW,
+    Delta,
+    TailState,
+    read_delta,
+    split_lines,
+)
 
 SPOTTER = Path(__file__).parents[1] / ".." / "shared" / "bench" / "transcripts" / "spotter"
 
@@ -169,8 +177,9 @@ def test_big_file_append_reads_only_the_delta(tmp_path: Path) -> None:
     CountingFile.total = 0
     delta = read_delta(path, first.state, opener=CountingFile)
     assert [n for n, _ in delta.lines] == [first.state.line_count + i for i in (1, 2, 3)]
-    # The new bytes plus the two bounded windows of the rewrite check, nothing else.
-    assert CountingFile.total == delta.bytes_read <= len(appended) + 4 * HASH_WINDOW
+    # The new bytes, the two bounded windows of the rewrite check and less than one block of
+    # the chained hash, nothing else.
+    assert CountingFile.total == delta.bytes_read <= len(appended) + 4 * HASH_WINDOW + CHAIN_BLOCK
 
     CountingFile.total = 0
     idle = read_delta(path, delta.state, opener=CountingFile)
@@ -236,3 +245,156 @@ def test_growing_transcript_parses_like_the_whole(tmp_path: Path) -> None:
         state = replace(delta.state, messages=delta.state.messages + len(messages))
     whole, _, fmt = parse_file(SPOTTER / "subagent.jsonl")
     assert messages == whole and parser.fmt == fmt
+
+
+# -- in-place edits (issue 14 item 7) ------------------------------------------------------------
+
+
+def _numbered(n: int) -> bytes:
+    return b"".join(b'{"n":%06d,"text":"line %06d"}\n' % (i, i) for i in range(n))
+
+
+def _edit_in_place(path: Path, at: int, data: bytes) -> None:
+    time.sleep(0.02)  # mtime/ctime come from a coarse clock: make the edit visibly later
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(data)
+
+
+def test_same_size_edit_in_the_middle_resets(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    body = _numbered(5000)
+    path.write_bytes(body)
+    state = read_delta(path, None).state
+    at = body.index(b"line 002500")
+    _edit_in_place(path, at, b"XXXX XXXXXX")  # far from both hashed windows
+    assert path.stat().st_size == len(body)
+    delta = read_delta(path, state)
+    assert delta.reset and len(delta.lines) == 5000
+    assert b"XXXX XXXXXX" in delta.lines[2500][1]
+    assert not read_delta(path, delta.state).reset
+
+
+def test_same_size_edit_in_the_last_partial_block_resets(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    body = _numbered(2100)  # 71,400 bytes: 5,864 after the last whole block
+    path.write_bytes(body)
+    state = read_delta(path, None).state
+    assert state.chain_end < len(body) - HASH_WINDOW - 10  # the edit below is in the rest
+    _edit_in_place(path, state.chain_end + 2, b"@")
+    assert read_delta(path, state).reset
+
+
+def test_touch_without_change_does_not_reset(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(_numbered(3000))
+    state = read_delta(path, None).state
+    time.sleep(0.02)
+    os.utime(path)  # new mtime and ctime, same bytes
+    CountingFile.total = 0
+    delta = read_delta(path, state, opener=CountingFile)
+    assert not delta.reset and delta.lines == []
+    assert CountingFile.total >= path.stat().st_size  # verified once by re-hashing...
+    CountingFile.total = 0
+    again = read_delta(path, delta.state, opener=CountingFile)
+    assert not again.reset and CountingFile.total <= 2 * HASH_WINDOW  # ...and not again
+
+
+def test_truncate_and_regrow_to_the_same_size_resets(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    body = _numbered(3000)
+    path.write_bytes(body)
+    state = read_delta(path, None).state
+    time.sleep(0.02)
+    other = body.replace(b"line 001500", b"gone 001500")
+    with open(path, "r+b") as f:  # same inode: truncate, then write it all again
+        f.truncate(0)
+        f.write(other)
+    assert path.stat().st_size == len(body) and path.stat().st_ino == state.inode
+    delta = read_delta(path, state)
+    assert delta.reset and delta.lines[1500][1].endswith(b'"gone 001500"}')
+
+
+def test_insert_in_the_middle_resets(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    body = _numbered(3000)
+    path.write_bytes(body)
+    state = read_delta(path, None).state
+    at = body.index(b'{"n":001500')
+    time.sleep(0.02)
+    path.write_bytes(body[:at] + b'{"n":"inserted"}\n' + body[at:])  # same inode, grown
+    delta = read_delta(path, state)
+    assert delta.reset and delta.lines[1500][1] == b'{"n":"inserted"}'
+
+
+def test_append_with_preserved_mtime_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(_numbered(100))
+    state = read_delta(path, None).state
+    before = path.stat()
+    append(path, b'{"n":"late"}\n')
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # touch -r
+    delta = read_delta(path, state)
+    assert not delta.reset and delta.lines == [(101, b'{"n":"late"}')]
+
+
+def test_state_from_an_older_version_gets_its_hash_without_reset(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(_numbered(2000))
+    full = read_delta(path, None).state
+    old_keys = ("offset", "line_count", "messages", "last_line_hash", "inode", "size")
+    legacy = TailState.from_dict({k: full.to_dict()[k] for k in old_keys})
+    assert legacy.chain_hash == ""
+    append(path, b'{"n":"new"}\n')
+    delta = read_delta(path, legacy)
+    assert not delta.reset and delta.lines == [(2001, b'{"n":"new"}')]
+    assert delta.state.chain_hash and delta.state == read_delta(path, None).state
+
+
+# -- unfinished and over-long lines (issue 14 item 11) -------------------------------------------
+
+
+def test_unfinished_line_is_scanned_once(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"a":1}\n' + b"x" * 3_000_000)
+    CountingFile.total = 0
+    first = read_delta(path, None, opener=CountingFile)
+    assert first.lines == [(1, b'{"a":1}')] and first.state.scanned == 3_000_000
+    for _ in range(3):  # polls while nothing was appended read only the check windows
+        CountingFile.total = 0
+        idle = read_delta(path, first.state, opener=CountingFile)
+        assert idle.lines == [] and CountingFile.total <= 2 * HASH_WINDOW
+    append(path, b"y" * 1000)
+    CountingFile.total = 0
+    grown = read_delta(path, first.state, opener=CountingFile)
+    assert grown.state.scanned == 3_001_000
+    assert CountingFile.total <= 1000 + 2 * HASH_WINDOW + CHAIN_BLOCK
+    append(path, b'"}\n{"b":2}\n')
+    done = read_delta(path, grown.state)
+    assert done.lines == [(2, b"x" * 3_000_000 + b"y" * 1000 + b'"}'), (3, b'{"b":2}')]
+    assert done.state == read_delta(path, None).state
+
+
+def test_line_over_the_limit_is_skipped_and_later_lines_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    limit = 100_000
+    path.write_bytes(b'{"a":1}\n' + b"z" * (limit + 1))
+    first = read_delta(path, None, max_line_bytes=limit)
+    assert first.state.skipping and first.lines == [(1, b'{"a":1}')]
+    append(path, b"z" * 500_000)
+    second = read_delta(path, first.state, max_line_bytes=limit)
+    assert second.lines == [] and second.skipped_lines == 0 and second.state.skipping
+    append(path, b'"}\n{"b":2}\n{"c":3}')
+    third = read_delta(path, second.state, max_line_bytes=limit)
+    assert third.lines == [(3, b'{"b":2}')] and third.skipped_lines == 1
+    assert not third.state.skipping and third.pending == 7
+    whole = read_delta(path, None, max_line_bytes=limit)
+    assert whole.lines == [(1, b'{"a":1}'), (3, b'{"b":2}')] and whole.skipped_lines == 1
+    assert whole.state == third.state
+
+
+def test_line_exactly_at_the_limit_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"q" * 1000 + b"\n" + b"r" * 1001 + b"\n")
+    delta = read_delta(path, None, max_line_bytes=1000)
+    assert delta.lines == [(1, b"q" * 1000)] and delta.skipped_lines == 1

@@ -21,7 +21,8 @@ cannot cascade through a chain of boundaries. Measured: changing a word, inserti
 line changes at most 3 chunks in all but ~1 in 2000 random edits (most often 1).
 
 A heading is glued to the atom after it. Blocks over the cap are exploded into lines, lines over
-the cap into words, words over the cap into content-defined segments (see ``_segment_cuts``).
+the cap into groups of words, words over the cap into content-defined segments (see
+:mod:`recalld.line_pieces`).
 Exception to the line contract: chunks cut from a single over-long line report that line as both
 ``start_line`` and ``end_line``, and their ``text`` is a (stripped) slice of that line.
 Lines are split on ``"\\n"`` only (a trailing ``"\\r"`` is dropped), as editors number them.
@@ -34,11 +35,11 @@ if a counter that is not additive says it is over the cap.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import re
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from recalld.line_pieces import LinePieces, char_runs
 
 __all__ = ["Chunk", "chunk_markdown"]
 
@@ -61,9 +62,6 @@ _SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*$")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)$")
 _LIST = re.compile(r"[ \t]*(?:[-+*]|\d{1,9}[.)])(?:[ \t]|$)")
 _QUOTE = re.compile(r" {0,3}>")
-_WORD = re.compile(r"\S+\s*")
-_CUT_CHAR = re.compile(r"[\W_]")
-_SEGMENT = 48  # longest segment of an over-long word, in chars
 # An atom's key hashes only its first chars: editing the rest of a paragraph then changes its
 # token count but not the priority of the boundary before it, which keeps re-chunking local.
 _KEY_CHARS = 32
@@ -80,7 +78,7 @@ _WALL = 1 << 128  # priority of a wall: above every (class, key)
 _WALL_RATE_NUM, _WALL_RATE_DEN = 3, 2
 
 
-@dataclass
+@dataclass(slots=True)
 class _Block:
     start: int  # 0-based line index, inclusive
     end: int
@@ -89,7 +87,7 @@ class _Block:
     title: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Atom:
     line0: int
     line1: int
@@ -230,54 +228,6 @@ def _heading_paths(blocks: list[_Block]) -> list[str]:
     return paths
 
 
-def _char_runs(s: str, start: int, end: int, fits: Callable[[str], bool]) -> list[tuple[int, int]]:
-    """Cut ``s[start:end]`` into consecutive runs that each fit, each as long as possible.
-
-    Only for pieces that are short already (a word segment, a chunk that a non-additive counter
-    rejected), so a plain binary search is fine. A char that does not fit alone is dropped.
-    """
-    runs: list[tuple[int, int]] = []
-    pos = start
-    while pos < end:
-        if fits(s[pos:end]):
-            runs.append((pos, end))
-            break
-        lo, hi = pos, end  # s[pos:lo] fits (or is empty), s[pos:hi] does not
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if fits(s[pos:mid]):
-                lo = mid
-            else:
-                hi = mid
-        if lo > pos:
-            runs.append((pos, lo))
-        pos = max(lo, pos + 1)
-    return runs
-
-
-def _segment_cuts(s: str, start: int, end: int) -> list[int]:
-    """Content-defined cut offsets inside the over-long word ``s[start:end]`` (minified code,
-    base64, a long URL): after a non-alphanumeric char whose 3-char window hashes to 0 mod 4,
-    and every ``_SEGMENT`` chars where no such cut comes. Counting segments costs one pass
-    over the word, where searching for the longest prefix that fits costs several.
-    """
-    cuts: list[int] = []
-    last = start
-    for m in _CUT_CHAR.finditer(s, start, end):
-        i = m.end()
-        while i - last > _SEGMENT:
-            last += _SEGMENT
-            cuts.append(last)
-        window = s[max(start, i - 3) : i].encode("utf-8", "surrogatepass")
-        if i > last and i < end and zlib.crc32(window) & 3 == 0:
-            cuts.append(i)
-            last = i
-    while end - last > _SEGMENT:
-        last += _SEGMENT
-        cuts.append(last)
-    return cuts
-
-
 class _Chunker:
     def __init__(self, text: str, count: Counter, max_tokens: int, target_tokens: int) -> None:
         self.count = count
@@ -287,7 +237,8 @@ class _Chunker:
         if lines and lines[-1] == "":
             lines.pop()  # the final newline ends the last line, it does not start one
         self.lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
-        self.ltok = [0 if _is_blank(ln) else count(ln) for ln in self.lines]
+        self.long_lines = LinePieces(count, self.cap, self.limit)
+        self.ltok = [0 if _is_blank(ln) else self.long_lines.line_tokens(ln) for ln in self.lines]
         self.paths: list[str] = []  # heading path per block
         self.out: list[Chunk] = []
 
@@ -330,7 +281,7 @@ class _Chunker:
             if self.ltok[k] <= self.cap:
                 atoms.append(_Atom(k, k, self.ltok[k], _hash(line[:_KEY_CHARS]), cls, bi))
             else:
-                for j, (c0, c1, t) in enumerate(self._line_pieces(line, self.ltok[k])):
+                for j, (c0, c1, t) in enumerate(self.long_lines.split(line, self.ltok[k])):
                     key = _hash(line[c0:c1])
                     atoms.append(_Atom(k, k, t, key, cls if j == 0 else _C_WORD, bi, c0, c1))
         return atoms
@@ -345,28 +296,6 @@ class _Chunker:
             if size >= _KEY_CHARS:
                 break
         return "\n".join(parts)
-
-    def _line_pieces(self, line: str, total: int) -> list[tuple[int, int, int]]:
-        """Pieces of an over-long line with their counts: words, or segments of long words."""
-        pieces: list[tuple[int, int, int]] = []
-        starts = [m.start() for m in _WORD.finditer(line)]
-        if not starts:
-            return pieces
-        starts[0] = 0  # leading indentation rides with the first word
-        starts.append(len(line))
-        for a, b in itertools.pairwise(starts):
-            t = total if len(starts) == 2 else self.count(line[a:b])
-            if t <= self.cap:
-                pieces.append((a, b, t))
-                continue
-            for s0, s1 in itertools.pairwise([a, *_segment_cuts(line, a, b), b]):
-                t = self.count(line[s0:s1])
-                if t <= self.cap:
-                    pieces.append((s0, s1, t))
-                else:  # only with a tiny cap: a segment is at most _SEGMENT chars
-                    for c0, c1 in _char_runs(line, s0, s1, self.fits):
-                        pieces.append((c0, c1, self.count(line[c0:c1])))
-        return pieces
 
     def _glue_headings(self, atoms: list[_Atom]) -> list[_Atom]:
         """Attach a heading to the atom after it, so a heading never ends up alone."""
@@ -440,7 +369,7 @@ class _Chunker:
             self.out.append(Chunk(k + 1, k + 1, text, path))
             return
         off = c0 + (len(line[c0:c1]) - len(line[c0:c1].lstrip()))
-        for a, b in _char_runs(line, off, off + len(text), self.fits):
+        for a, b in char_runs(line, off, off + len(text), self.fits):
             part = line[a:b].strip()
             if part:
                 self.out.append(Chunk(k + 1, k + 1, part, path))

@@ -83,6 +83,13 @@ SETTINGS: tuple[Setting, ...] = (
         "sessions.tool_result_chars", 400, "Head of a tool result that is kept.", 0, 10_000_000
     ),
     Setting(
+        "sessions.max_line_bytes",
+        5_242_880,
+        "Longer transcript lines are skipped and counted.",
+        1024,
+        1 << 34,
+    ),
+    Setting(
         "embedding.provider",
         "auto",
         "auto|local|ollama|openai|gemini|voyage|none.",

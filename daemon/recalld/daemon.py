@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from recalld import index_health, paths, security
+from recalld.big_files import BACKFILL_SLICE, BackgroundChunker
+from recalld.chunking import Chunk
 from recalld.config import Config
 from recalld.engine import Engine
 from recalld.errors import BadRequest, IndexError_, Unavailable
@@ -76,6 +78,9 @@ class Daemon:
         # Set when a damaged index was moved aside (at start or later): kept in status warnings.
         self.health_note: str | None = None
         self._recover_asked = threading.Event()
+        # Big notes are chunked on a thread of their own; a sync writes them when ready.
+        self.chunker: BackgroundChunker[list[Chunk]] = BackgroundChunker(self._on_chunked)
+        self.engine.background, self.engine.backfill_slice = self.chunker, BACKFILL_SLICE
 
     # lifecycle ----------------------------------------------------------------------------------
 
@@ -140,6 +145,7 @@ class Daemon:
             self.watcher.stop()
         if self.sessions is not None:
             self.sessions.stop()
+        self.chunker.close()
         if self._writer.is_alive():
             self.jobs.put(None)
             self._writer.join(timeout=STOP_WAIT_S)
@@ -161,6 +167,10 @@ class Daemon:
             raise Unavailable("the daemon is shutting down")
         self.jobs.put(job)
         return job
+
+    def _on_chunked(self, path: Path) -> None:
+        with contextlib.suppress(Unavailable):
+            self.submit(Job("paths", {path}))
 
     def _on_sessions_due(self, due: set[Path]) -> None:
         self.submit(Job("sessions", due))
@@ -212,6 +222,9 @@ class Daemon:
                     report["sessions"] = self.engine.sync_sessions(sorted(due))
                 if self.sessions is not None:
                     self.sessions.mark_indexed(self.engine.last_session_sizes)
+                if report.get("vectors_pending"):  # the next back-fill slice, after queued jobs
+                    with contextlib.suppress(Unavailable):
+                        self.submit(Job("paths"))
                 error = None
             except Exception as exc:
                 log.exception("sync failed")
@@ -345,7 +358,7 @@ class Daemon:
     def pending(self) -> int:
         """Paths and jobs waiting."""
         dirty = len(self.watcher.dirty) if self.watcher is not None else 0
-        return dirty + self.jobs.qsize()
+        return dirty + self.jobs.qsize() + self.chunker.pending()
 
     # handlers -----------------------------------------------------------------------------------
 

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from recalld import __version__, access, index_files, paths
+from recalld.big_files import BackgroundChunker
+from recalld.chunking import Chunk
 from recalld.config import Config
 from recalld.embedding.base import Embedder, provider_key
 from recalld.embedding.registry import ProviderChoice, resolve_embedder
@@ -117,6 +119,9 @@ class Engine:
         self._counts_lock = threading.Lock()
         self._guard: ProviderGuard | None = None
         self.skipped: dict[str, str] = {}  # files the last syncs could not index, with why
+        # Set by the daemon: big notes chunked off the writer, vectors back-filled in slices.
+        self.background: BackgroundChunker[list[Chunk]] | None = None
+        self.backfill_slice: int | None = None
         if writable:
             index_files.remove_stale_rebuilds(self.index_path)
             self.writer = Store(self.index_path)
@@ -401,7 +406,7 @@ class Engine:
     def _indexer(self, store: Store, on_change: Callable[[FileChange], None] | None) -> Indexer:
         from recalld.tokens import default_tokenizer
 
-        return Indexer(
+        indexer = Indexer(
             store,
             self.config,
             self.embedder,
@@ -409,6 +414,8 @@ class Engine:
             on_change=on_change,
             on_progress=self._progress,
         )
+        indexer.background, indexer.backfill_slice = self.background, self.backfill_slice
+        return indexer
 
     def _progress(self, progress: Progress) -> None:
         self.progress = progress

@@ -21,7 +21,8 @@ import apsw
 import numpy as np
 import numpy.typing as npt
 
-from recalld.chunking import chunk_markdown
+from recalld.big_files import BACKFILL_BUDGET_S, BIG_FILE_BYTES, BackgroundChunker
+from recalld.chunking import Chunk, chunk_markdown
 from recalld.config import Config
 from recalld.embedding.base import Embedder
 from recalld.filters import PathFilter, make_filter
@@ -45,6 +46,11 @@ CHUNKER_VERSION = "md-3"
 SESSION_CHUNKER_VERSION = "sessions-1"
 EMBED_GROUP_CHUNKS = 256  # chunks embedded per call across files
 MAX_REPORTED_SKIPS = 100  # skipped files listed by name in a sync report
+
+
+def _big(prepared: Prepared, sliced: bool) -> bool:
+    """A file with more chunks than one embedding group (only when back-fill is sliced)."""
+    return sliced and len(prepared.chunks) > EMBED_GROUP_CHUNKS
 
 
 def _title(pieces: Sequence[Any], path: Path) -> str:
@@ -133,6 +139,10 @@ class Indexer:
         self._known: dict[str, FileRow] | None = None
         # Roots whose files must not be removed now (missing, unmounted), set by the engine.
         self.unavailable_roots: dict[Path, str] = {}
+        # Set by the daemon: big notes are chunked off the writer, their vectors back-filled
+        # in steps of about a second, backfill_slice chunks per call (see recalld.big_files).
+        self.background: BackgroundChunker[list[Chunk]] | None = None
+        self.backfill_slice: int | None = None
 
     # discovery --------------------------------------------------------------------------------
 
@@ -354,7 +364,7 @@ class Indexer:
 
     def _chunk(
         self, path: Path, data: bytes, st: os.stat_result, digest: str, report: SyncReport
-    ) -> Prepared:
+    ) -> Prepared | None:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
@@ -362,9 +372,10 @@ class Indexer:
             text = data.decode("utf-8", errors="replace")
         if text.startswith("\ufeff"):
             text = text[1:]
-        pieces = chunk_markdown(
-            text, self.count_tokens, max_tokens=self.max_tokens, target_tokens=self.target_tokens
-        )
+        pieces = self._chunks(str(path), digest, text)
+        if pieces is None:
+            report.files_deferred += 1
+            return None
         title = _title(pieces, path)
         chunks = [
             NewChunk(
@@ -378,9 +389,33 @@ class Indexer:
         self.progress.files_changed += 1
         return Prepared(row, chunks)
 
+    def _chunks(self, key: str, digest: str, text: str) -> list[Chunk] | None:
+        """The file's chunks; None when a big file went to the background chunker."""
+
+        def chunk() -> list[Chunk]:
+            return chunk_markdown(
+                text,
+                self.count_tokens,
+                max_tokens=self.max_tokens,
+                target_tokens=self.target_tokens,
+            )
+
+        if self.background is None or len(text) <= BIG_FILE_BYTES:
+            return chunk()
+        done = self.background.take(key, digest)
+        if done is None:
+            self.background.request(key, digest, chunk)
+        return done
+
     def _flush(self, batch: Sequence[Prepared], report: SyncReport) -> None:
-        hashes = {c.hash: c.text for p in batch for c in p.chunks}
+        sliced = self.backfill_slice is not None
+        hashes = {c.hash: c.text for p in batch if not _big(p, sliced) for c in p.chunks}
         vectors = self.vectors_for(hashes, report)
+        later = {c.hash: c.text for p in batch if _big(p, sliced) for c in p.chunks}
+        if later:  # a big file goes in keyword-first; its vectors are back-filled in slices
+            cached = self.vectors_for(later, report, embed=False)
+            vectors = {**(vectors or {}), **(cached or {})} if vectors or cached else None
+            report.vectors_pending = True
         for prepared in batch:
             try:
                 change = self.store.replace_file(prepared.row, prepared.chunks, vectors)
@@ -395,7 +430,7 @@ class Indexer:
             self.progress.chunks_done += len(prepared.chunks)
 
     def vectors_for(
-        self, texts_by_hash: dict[str, str], report: SyncReport | None = None
+        self, texts_by_hash: dict[str, str], report: SyncReport | None = None, *, embed: bool = True
     ) -> dict[str, npt.NDArray[np.float32]] | None:
         """Vectors for chunk texts: from the cache, else embedded now (and cached)."""
         emb = self.embedder
@@ -403,7 +438,7 @@ class Indexer:
             return None
         found = self.store.cached(emb.key, emb.model, emb.dims, list(texts_by_hash))
         missing = [h for h in texts_by_hash if h not in found]
-        if missing:
+        if missing and embed:
             try:
                 vecs = emb.embed([texts_by_hash[h] for h in missing])
             except Exception as exc:  # noqa: BLE001 - keep indexing keyword-only, backfill later
@@ -430,8 +465,14 @@ class Indexer:
         if self.embedder is None:
             return 0
         done = 0
+        started = time.monotonic()
         while True:
-            rows = self.store.chunks_missing_vectors(EMBED_GROUP_CHUNKS)
+            sliced = self.backfill_slice is not None
+            if sliced and done and time.monotonic() - started >= BACKFILL_BUDGET_S:
+                if report is not None:  # the rest in a later step, after other jobs
+                    report.vectors_pending = True
+                return done
+            rows = self.store.chunks_missing_vectors(self.backfill_slice or EMBED_GROUP_CHUNKS)
             if not rows:
                 return done
             vectors = self.vectors_for({h: t for _, h, t in rows}, report)

@@ -76,6 +76,7 @@ class SessionReport:
     messages: int = 0
     chunks_written: int = 0
     skipped_lines: int = 0
+    long_lines: int = 0  # of skipped_lines: over sessions.max_line_bytes, never read whole
     indexed_sizes: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -108,12 +109,14 @@ class SessionIndexer:
             self.max_tokens = min(self.max_tokens, embedder.max_input_tokens)
         self.target_tokens = min(config.int("chunking.target_tokens"), self.max_tokens)
         self.skipped: dict[str, str] = {}  # transcripts not indexed (shown path -> why)
+        self.max_line_bytes = config.int("sessions.max_line_bytes")
 
     def _parser(self, fmt: str | None) -> TranscriptParser:
         return TranscriptParser(
             fmt,
             include_thinking=self.config.bool("sessions.include_thinking"),
             tool_result_chars=self.config.int("sessions.tool_result_chars"),
+            max_line_bytes=self.max_line_bytes,
         )
 
     def _chunker(self) -> SessionChunker:
@@ -156,16 +159,20 @@ class SessionIndexer:
     def _sync_file(self, path: Path, report: SessionReport) -> None:
         key = str(path)
         saved = self.store.session_state(key)
-        tail = TailState.from_dict(saved) if saved else None
         extra: dict[str, Any] = saved["state"] if saved else {}
+        # The tail fields newer than the session_state columns ride in the JSON state.
+        tail = TailState.from_dict({**saved, **extra.get("tail", {})}) if saved else None
         skipped = int(saved["skipped"]) if saved else 0
+        long_lines = int(extra.get("long_lines", 0))
         while True:
-            delta = read_delta(path, tail, max_bytes=MAX_DELTA_BYTES)
+            delta = read_delta(
+                path, tail, max_bytes=MAX_DELTA_BYTES, max_line_bytes=self.max_line_bytes
+            )
             if delta.reset or tail is None:
                 parser = self._parser(None)
                 chunker = self._chunker()
                 keep_from = 1  # replace everything indexed for this file
-                skipped = 0
+                skipped = long_lines = 0
                 if delta.reset and tail is not None:
                     report.files_reset += 1
             else:
@@ -174,8 +181,10 @@ class SessionIndexer:
                 chunker.restore(extra.get("chunker", {}))
                 open_start = extra.get("open_start")
                 keep_from = int(open_start) if open_start else (tail.line_count + 1)
+            report.indexed_sizes[key] = delta.state.scan_end
             if not delta.lines and not delta.reset and tail is not None:
-                report.indexed_sizes[key] = tail.offset
+                if delta.state != tail:  # scanned further into an unfinished line, or touched
+                    self._save_state(key, saved, extra, delta.state, long_lines)
                 return
             messages = parser.feed(delta.lines)
             final = chunker.feed(messages)
@@ -184,18 +193,18 @@ class SessionIndexer:
                 NewChunk(c.start_line, c.end_line, c.text, _hash(c.text)) for c in final + pending
             ]
             stats = parser.stats
-            skipped += stats.skipped_invalid + stats.skipped_unknown + stats.skipped_huge
+            dropped = stats.skipped_invalid + stats.skipped_unknown + stats.skipped_huge
+            skipped += dropped + delta.skipped_lines
+            long_lines += delta.skipped_lines
             new_tail = replace(delta.state, messages=delta.state.messages + len(messages))
-            state = new_tail.to_dict()
-            state.update(
-                format=parser.fmt or "unknown",
-                skipped=skipped,
-                state={
-                    "format": parser.fmt,
-                    "chunker": chunker.save(),
-                    "open_start": pending[0].start_line if pending else None,
-                },
-            )
+            state = _state_row(new_tail, parser.fmt or "unknown", skipped)
+            state["state"] = {
+                "format": parser.fmt,
+                "chunker": chunker.save(),
+                "open_start": pending[0].start_line if pending else None,
+                "tail": _tail_extra(new_tail),
+                "long_lines": long_lines,
+            }
             vectors = self.vectors_for({c.hash: c.text for c in chunks})
             row = FileRow(
                 key,
@@ -213,17 +222,45 @@ class SessionIndexer:
             report.lines += len(delta.lines)
             report.messages += len(messages)
             report.chunks_written += len(chunks)
-            report.skipped_lines += (
-                stats.skipped_invalid + stats.skipped_unknown + stats.skipped_huge
-            )
-            report.indexed_sizes[key] = new_tail.offset
+            report.skipped_lines += dropped + delta.skipped_lines
+            report.long_lines += delta.skipped_lines
             if not delta.more:
                 return
-            tail, extra = new_tail, state["state"]
+            tail, extra, saved = new_tail, state["state"], state
+
+    def _save_state(
+        self,
+        key: str,
+        saved: dict[str, Any] | None,
+        extra: dict[str, Any],
+        tail: TailState,
+        long_lines: int,
+    ) -> None:
+        """Store a new tail state for a file whose chunks did not change."""
+        state = _state_row(tail, str(saved["format"]) if saved else "unknown", 0)
+        state["skipped"] = int(saved["skipped"]) if saved else 0
+        state["state"] = {**extra, "tail": _tail_extra(tail), "long_lines": long_lines}
+        with self.store.conn:
+            self.store.set_session_state(key, state)
 
     def _change(self, change: FileChange) -> None:
         if self.on_change is not None:
             self.on_change(change)
+
+
+_COLUMNS = ("offset", "line_count", "messages", "last_line_hash", "inode", "size")
+
+
+def _state_row(tail: TailState, fmt: str, skipped: int) -> dict[str, Any]:
+    """The session_state columns for ``tail`` (its newer fields go in the JSON state)."""
+    row: dict[str, Any] = {k: getattr(tail, k) for k in _COLUMNS}
+    row.update(format=fmt, skipped=skipped)
+    return row
+
+
+def _tail_extra(tail: TailState) -> dict[str, Any]:
+    """The TailState fields that have no column of their own."""
+    return {k: v for k, v in tail.to_dict().items() if k not in _COLUMNS}
 
 
 def _hash(text: str) -> str:
@@ -259,6 +296,8 @@ class SessionWatcher:
         self.rescan_s = rescan_s
         self._indexed: dict[Path, int] = {}
         self._seen: dict[Path, tuple[int, float]] = {}  # size, time it last changed
+        self._sigs: dict[Path, tuple[int, int, int]] = {}  # size, mtime_ns, ctime_ns
+        self._touched: set[Path] = set()  # changed without changing size, not yet synced
         self._requested: set[Path] = set()
         self._files: list[Path] = []
         self._lock = threading.Lock()
@@ -310,16 +349,27 @@ class SessionWatcher:
         with self._lock:
             for path in self._files:
                 try:
-                    size = path.stat().st_size
+                    st = path.stat()
                 except OSError:
                     continue
+                size = st.st_size
                 prev = self._seen.get(path)
                 if prev is None or prev[0] != size:
                     self._seen[path] = (size, now)
+                # Same size but new mtime/ctime: maybe edited in place (the writer re-hashes).
+                sig = (size, st.st_mtime_ns, st.st_ctime_ns)
+                old_sig = self._sigs.get(path)
+                self._sigs[path] = sig
+                if old_sig is not None and old_sig[0] == size and old_sig != sig:
+                    self._touched.add(path)
                 indexed = self._indexed.get(path)
-                if indexed is None or path in self._requested:
-                    if indexed is None and path not in self._requested:
-                        due.add(path)  # unknown to this run: let the writer look at it once
+                if path in self._requested:
+                    continue
+                if indexed is None or old_sig is None or path in self._touched:
+                    # New to this run (it may have changed since it was indexed: the writer
+                    # compares with what it saw then), or changed in place since.
+                    self._touched.discard(path)
+                    due.add(path)
                     continue
                 if size == indexed:
                     continue

@@ -521,8 +521,8 @@ class Store:
     def sessions_summary(self) -> dict[str, Any]:
         """Transcripts: files, messages indexed, malformed lines skipped, formats seen."""
         row = self.conn.execute(
-            "SELECT count(*), coalesce(sum(messages), 0), coalesce(sum(skipped), 0) "
-            "FROM session_state"
+            "SELECT count(*), coalesce(sum(messages), 0), coalesce(sum(skipped), 0), "
+            "sum(json_extract(state, '$.long_lines')) FROM session_state"
         ).fetchone()
         formats = {
             str(f): int(n)
@@ -530,10 +530,20 @@ class Store:
                 "SELECT format, count(*) FROM session_state GROUP BY format"
             )
         }
+        # Per file, the worst first: which transcript lost lines, and how many were too long.
+        by_file = [
+            {"path": str(p), "skipped_lines": int(n), "long_lines": int(long or 0)}
+            for p, n, long in self.conn.execute(
+                "SELECT path, skipped, json_extract(state, '$.long_lines') FROM session_state "
+                "WHERE skipped > 0 ORDER BY skipped DESC, path LIMIT 20"
+            )
+        ]
         return {
             "files": int(row[0]) if row else 0,
             "messages": int(row[1]) if row else 0,
             "skipped_lines": int(row[2]) if row else 0,
+            "long_lines": int(row[3] or 0) if row else 0,
+            "skipped_by_file": by_file,
             "formats": formats,
         }
 

@@ -66,6 +66,8 @@ class SyncReport:
     seconds: float = 0.0
     sessions: dict[str, Any] | None = None
     skipped: list[dict[str, str]] = field(default_factory=list)  # {path, reason}, capped
+    files_deferred: int = 0  # big notes handed to the background chunker
+    vectors_pending: bool = False  # chunks still wait for vectors (the next step back-fills)
 
     def as_dict(self) -> dict[str, Any]:
         """Wire form."""

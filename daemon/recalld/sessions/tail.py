@@ -3,9 +3,18 @@
 :func:`read_delta` returns the *complete* new lines (a trailing line without ``\\n`` is still
 being written and waits for the next call) with their 1-based line numbers, and the
 :class:`TailState` to pass next time. It detects a file that was replaced (new inode),
-truncated (shrank) or rewritten in place (the bytes before the saved offset changed) and then
-starts again from line 1 with ``reset=True``. Work is proportional to the new bytes plus two
-bounded reads for the rewrite check, never to the file size.
+truncated (shrank) or rewritten in place and then starts again from line 1 with ``reset=True``.
+
+Rewrite checks: every call hashes the first and the last :data:`HASH_WINDOW` bytes before the
+saved offset (cheap, catches most rewrites). A same-size edit in the middle is invisible to
+that, so the state also carries a chained hash of every byte read so far (extended as bytes are
+read); when the size is unchanged but mtime or ctime moved, the whole read range is re-hashed
+and compared. That costs one read of the file, on a rare event.
+
+Work is proportional to the new bytes plus bounded reads (the two windows and less than one
+:data:`CHAIN_BLOCK`). An unfinished line is scanned once: the state remembers how far (no
+re-reading on every poll), and a line longer than ``max_line_bytes`` is skipped (counted in
+``Delta.skipped_lines``) without holding more than that limit in memory.
 """
 
 from __future__ import annotations
@@ -13,15 +22,28 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["HASH_WINDOW", "Delta", "TailState", "read_delta", "split_lines"]
+__all__ = [
+    "CHAIN_BLOCK",
+    "HASH_WINDOW",
+    "MAX_LINE_BYTES",
+    "Delta",
+    "TailState",
+    "read_delta",
+    "split_lines",
+]
 
-#: Bytes at each end of the consumed region that the rewrite check hashes.
+#: Bytes at each end of the consumed region that the cheap rewrite check hashes.
 HASH_WINDOW = 4096
+#: The chained hash advances in aligned blocks of this size; a call re-reads < 1 block.
+CHAIN_BLOCK = 8192
+#: Default for lines too long to index (the parser's own limit; see ``sessions.max_line_bytes``).
+MAX_LINE_BYTES = 5 * 1024 * 1024
 _BLOCK = 1 << 20
+_DIGEST = 16
 
 
 class ReadableFile(Protocol):
@@ -44,11 +66,15 @@ def _open(path: Path) -> ReadableFile:
 class TailState:
     """Where reading of one file stopped. JSON-able via :meth:`to_dict` / :meth:`from_dict`.
 
-    ``offset``: bytes consumed, always the end of a complete line. ``line_count``: lines
-    consumed (the next line is ``line_count + 1``). ``messages``: the caller's count of messages
-    parsed so far (carried along, reset to 0 with the file). ``last_line_hash``: hash of the
-    first and the last :data:`HASH_WINDOW` bytes before ``offset`` (so it covers the last line,
-    or its end when it is longer). ``inode`` and ``size``: as seen at the last read.
+    ``offset``: bytes consumed, always the end of a complete (or skipped) line. ``line_count``:
+    lines consumed (the next line is ``line_count + 1``). ``messages``: the caller's count of
+    messages parsed so far (carried along, reset to 0 with the file). ``last_line_hash``: hash
+    of the first and the last :data:`HASH_WINDOW` bytes before ``offset``. ``inode``, ``size``,
+    ``mtime_ns``, ``ctime_ns``: as seen at the last read. ``scanned``: bytes after ``offset``
+    already read and holding no newline (the unfinished line); ``skipping``: that line is over
+    the limit and will be skipped. ``chain_end``/``chain_hash``/``rest_hash``: hash of the
+    aligned blocks before ``chain_end`` and of the bytes from there to ``offset + scanned``
+    (``chain_hash == ""``: not computed yet, e.g. a state saved by an older version).
     """
 
     offset: int
@@ -57,13 +83,27 @@ class TailState:
     last_line_hash: str
     inode: int
     size: int
+    mtime_ns: int = 0
+    ctime_ns: int = 0
+    scanned: int = 0
+    skipping: bool = False
+    chain_end: int = 0
+    chain_hash: str = ""
+    rest_hash: str = ""
+
+    @property
+    def scan_end(self) -> int:
+        """Bytes looked at: the consumed lines plus the scanned part of the unfinished one."""
+        return self.offset + self.scanned
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TailState:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        """Missing newer keys take their defaults (states saved by older versions)."""
+        fields = cls.__dataclass_fields__
+        return cls(**{k: data[k] for k in fields if k in data})
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +112,10 @@ class Delta:
 
     ``lines``: ``(line_number, bytes)`` without the line ending (``\\n`` or ``\\r\\n``).
     ``reset``: the previous state no longer described the file; everything indexed for it must
-    be dropped and ``lines`` start again at 1. ``pending``: bytes read after the last complete
-    line and left for later (an unfinished line). ``more``: stopped at ``max_bytes``, call again.
-    ``bytes_read``: bytes read from the file in this call, checks included.
+    be dropped and ``lines`` start again at 1. ``pending``: bytes after the last complete line
+    (an unfinished line). ``more``: stopped at ``max_bytes``, call again. ``bytes_read``: bytes
+    read from the file in this call, checks included. ``skipped_lines``: lines over
+    ``max_line_bytes`` that ended in this call (their numbers are not in ``lines``).
     """
 
     lines: list[tuple[int, bytes]]
@@ -83,6 +124,7 @@ class Delta:
     pending: int
     more: bool
     bytes_read: int
+    skipped_lines: int = 0
 
 
 def split_lines(data: bytes, first_line: int = 1) -> list[tuple[int, bytes]]:
@@ -105,6 +147,55 @@ class _Counting:
         return data
 
 
+class _Chain:
+    """Chained hash of a file's bytes in aligned :data:`CHAIN_BLOCK` blocks, fed in order.
+
+    Only whole blocks enter the chain, so the digest does not depend on how the bytes were
+    split between calls; the unaligned rest is kept (< 1 block) and hashed on its own.
+    """
+
+    def __init__(self, end: int = 0, digest: str = "") -> None:
+        self.end = end
+        self.digest = bytes.fromhex(digest) if digest else bytes(_DIGEST)
+        self.rest = bytearray()
+
+    @property
+    def pos(self) -> int:
+        return self.end + len(self.rest)
+
+    def feed(self, data: bytes) -> None:
+        view = memoryview(data)
+        if self.rest:
+            take = CHAIN_BLOCK - len(self.rest)
+            self.rest += view[:take]
+            view = view[take:]
+            if len(self.rest) < CHAIN_BLOCK:
+                return
+            self._block(self.rest)
+            self.rest = bytearray()
+        whole = len(view) // CHAIN_BLOCK * CHAIN_BLOCK
+        for i in range(0, whole, CHAIN_BLOCK):
+            self._block(view[i : i + CHAIN_BLOCK])
+        self.rest = bytearray(view[whole:])
+
+    def _block(self, block: bytes | bytearray | memoryview) -> None:
+        h = hashlib.blake2b(self.digest, digest_size=_DIGEST)
+        h.update(block)
+        self.digest = h.digest()
+        self.end += CHAIN_BLOCK
+
+    def rest_hash(self) -> str:
+        return hashlib.blake2b(self.rest, digest_size=_DIGEST).hexdigest()
+
+    def feed_from(self, f: _Counting, end: int) -> None:
+        """Feed the file's bytes from :attr:`pos` up to ``end``, a block at a time."""
+        while self.pos < end:
+            data = f.read_at(self.pos, min(_BLOCK, end - self.pos))
+            if not data:
+                return
+            self.feed(data)
+
+
 def _hash(f: _Counting, offset: int) -> str:
     """Hash of the first and last HASH_WINDOW bytes before ``offset`` ("" at offset 0)."""
     if offset <= 0:
@@ -117,62 +208,112 @@ def _hash(f: _Counting, offset: int) -> str:
     return h.hexdigest()
 
 
+def _still_valid(f: _Counting, st: os.stat_result, state: TailState) -> bool:
+    """Whether ``state`` still describes the file's first ``state.scan_end`` bytes."""
+    if st.st_ino != state.inode or st.st_size < state.size or st.st_size < state.scan_end:
+        return False
+    if _hash(f, state.offset) != state.last_line_hash:
+        return False
+    touched = (st.st_mtime_ns, st.st_ctime_ns) != (state.mtime_ns, state.ctime_ns)
+    if not (touched and st.st_size == state.size and state.chain_hash):
+        return True  # a growing file: its old bytes are assumed untouched (appends)
+    # Same size, new mtime/ctime: an in-place edit or just a touch. Re-hash what was read.
+    chain = _Chain()
+    chain.feed_from(f, state.scan_end)
+    return chain.digest.hex() == state.chain_hash and chain.rest_hash() == state.rest_hash
+
+
 def read_delta(
     path: str | os.PathLike[str],
     state: TailState | None,
     *,
     max_bytes: int | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
     opener: Opener = _open,
 ) -> Delta:
     """Read the complete lines appended to ``path`` since ``state`` (None: from the start).
 
-    ``max_bytes`` bounds one call (a line longer than that is still returned whole); the
-    rest comes with ``more=True``. Raises ``OSError`` when the file cannot be opened or read.
+    ``max_bytes`` bounds one call once a line was completed (a single longer line is still
+    returned whole, up to ``max_line_bytes``); the rest comes with ``more=True``. Lines over
+    ``max_line_bytes`` are skipped. Raises ``OSError`` when the file cannot be opened or read.
     """
     raw = opener(Path(path))
     try:
         st = os.fstat(raw.fileno())
         f = _Counting(raw)
-        start = state
-        if state is not None and (
-            st.st_ino != state.inode
-            or st.st_size < state.size
-            or st.st_size < state.offset
-            or _hash(f, state.offset) != state.last_line_hash
-        ):
-            start = None
+        start = state if state is not None and _still_valid(f, st, state) else None
         reset = state is not None and start is None
-        offset = start.offset if start is not None else 0
-        line_count = start.line_count if start is not None else 0
-        messages = start.messages if start is not None else 0
-
-        chunks: list[bytes] = []
-        got, more = 0, False
-        while True:
-            block = f.read_at(offset + got, _BLOCK if max_bytes is None else min(_BLOCK, max_bytes))
-            if not block:
-                break
-            chunks.append(block)
-            got += len(block)
-            # Past the budget: stop at the first line end (a single longer line is read whole).
-            if max_bytes is not None and got >= max_bytes and b"\n" in block:
-                more = True
-                break
-        data = b"".join(chunks)
-        end = data.rfind(b"\n") + 1
-        lines = split_lines(data[:end], line_count + 1)
-        new_offset = offset + end
-        if more and st.st_size <= offset + got and end == len(data):
-            more = False  # the budget ran out exactly at the end of the file
-        digest = _hash(f, new_offset) if end or reset or state is None else state.last_line_hash
-        new_state = TailState(
-            offset=new_offset,
-            line_count=line_count + len(lines),
-            messages=messages,
-            last_line_hash=digest,
-            inode=st.st_ino,
-            size=max(st.st_size, offset + got),
-        )
-        return Delta(lines, new_state, reset, len(data) - end, more, f.count)
+        if start is not None and st.st_size == start.scan_end:
+            # Nothing new: keep the state (new times, so a touch is verified only once).
+            same = replace(start, mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns)
+            return Delta([], same, False, start.scanned, False, f.count)
+        return _scan(f, st, start, reset, max_bytes, max_line_bytes)
     finally:
         raw.close()
+
+
+def _scan(
+    f: _Counting,
+    st: os.stat_result,
+    start: TailState | None,
+    reset: bool,
+    max_bytes: int | None,
+    max_line_bytes: int,
+) -> Delta:
+    """Read from where ``start`` stopped scanning; collect the lines that end."""
+    s = start or TailState(0, 0, 0, "", st.st_ino, 0)
+    chain = _Chain(s.chain_end, s.chain_hash) if s.chain_hash else _Chain()
+    chain.feed_from(f, s.scan_end)  # < 1 block, or the whole prefix for an old state
+    line_start, line_count, skipping = s.offset, s.line_count, s.skipping
+    line_len = s.scanned  # bytes of the unfinished line seen so far
+    unread = 0 if skipping else s.scanned  # its bytes not in memory (re-read when it ends)
+    parts: list[bytes] = []
+    lines: list[tuple[int, bytes]] = []
+    skipped = 0
+    pos, got, more = s.scan_end, 0, False
+    block_size = _BLOCK if max_bytes is None else max(1, min(_BLOCK, max_bytes))
+    while True:
+        if max_bytes is not None and got >= max_bytes and line_count > s.line_count:
+            more = pos < st.st_size
+            break
+        block = f.read_at(pos, block_size)
+        if not block:
+            break
+        chain.feed(block)
+        got += len(block)
+        i = 0
+        while (nl := block.find(b"\n", i)) >= 0:
+            line_len += nl - i
+            if skipping or line_len > max_line_bytes:
+                skipped += 1
+            else:
+                head = f.read_at(line_start, unread) if unread else b""
+                line = b"".join((head, *parts, block[i:nl]))
+                lines.append((line_count + 1, line[:-1] if line.endswith(b"\r") else line))
+            line_count += 1
+            line_start = pos + nl + 1
+            parts, unread, line_len, skipping = [], 0, 0, False
+            i = nl + 1
+        line_len += len(block) - i
+        if not skipping and line_len > max_line_bytes:
+            parts, unread, skipping = [], 0, True  # over the limit: stop keeping its bytes
+        elif not skipping and i < len(block):
+            parts.append(block[i:])
+        pos += len(block)
+    digest = _hash(f, line_start) if line_start != s.offset or start is None else s.last_line_hash
+    new_state = TailState(
+        offset=line_start,
+        line_count=line_count,
+        messages=s.messages,
+        last_line_hash=digest,
+        inode=st.st_ino,
+        size=max(st.st_size, pos),
+        mtime_ns=st.st_mtime_ns,
+        ctime_ns=st.st_ctime_ns,
+        scanned=pos - line_start,
+        skipping=skipping,
+        chain_end=chain.end,
+        chain_hash=chain.digest.hex(),
+        rest_hash=chain.rest_hash(),
+    )
+    return Delta(lines, new_state, reset, pos - line_start, more, f.count, skipped)
