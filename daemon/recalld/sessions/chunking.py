@@ -92,7 +92,7 @@ class SessionChunker:
         target_tokens: int = 160,
         dates: bool = True,
         embed_kinds: Iterable[str] = CHUNK_KINDS,
-        tool_head_chars: int = 2000,
+        tool_head_chars: int = 300,
         keyword_part_chars: int = KEYWORD_PART_CHARS,
     ) -> None:
         if max_tokens < 16 + _SPECIALS:
