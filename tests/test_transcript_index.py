@@ -196,3 +196,18 @@ def test_a_message_split_on_the_open_chunks_line_survives_delta_sync(home: Path)
         fresh.close()
     assert sum(1 for r in grown.elements() if r[0] == 2) >= 3  # line 2 is in several chunks
     assert any("word5 " in r[5] for r in grown.elements())
+
+
+def test_the_default_claude_glob_matches_subagent_sessions(tmp_path: Path) -> None:
+    from recalld.config import DEFAULT_SESSION_GLOBS
+    from recalld.session_sync import transcript_files
+
+    projects = tmp_path / ".claude" / "projects" / "-home-me-app"
+    main = projects / "4d5611e5.jsonl"
+    sub = projects / "4d5611e5" / "subagents" / "agent-a2898e3.jsonl"
+    sub.parent.mkdir(parents=True)
+    main.write_text(_claude("user", "hi"))
+    sub.write_text(_claude("user", "sub"))
+    (claude_glob,) = [g for g in DEFAULT_SESSION_GLOBS if ".claude" in g]
+    found = transcript_files([claude_glob.replace("~", str(tmp_path), 1)])
+    assert found == sorted([main, sub])
