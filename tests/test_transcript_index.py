@@ -211,3 +211,15 @@ def test_the_default_claude_glob_matches_subagent_sessions(tmp_path: Path) -> No
     (claude_glob,) = [g for g in DEFAULT_SESSION_GLOBS if ".claude" in g]
     found = transcript_files([claude_glob.replace("~", str(tmp_path), 1)])
     assert found == sorted([main, sub])
+
+
+def test_snippet_of_one_long_line_is_centred_on_the_match() -> None:
+    from recalld.search import snippet
+
+    line = "pad " * 300 + "found_the_needle_here " + "tail " * 300  # one 2.6 KB line
+    got = snippet(line, ["found_the_needle_here"], 700)
+    assert "found_the_needle_here" in got and len(got) <= 700
+    assert got.startswith("…") and 150 < got.index("found_the_needle_here") < 350
+    assert snippet("short text", ["x"], 700) == "short text"
+    head = snippet("needle " + "a " * 800, ["needle"], 700)
+    assert head.startswith("needle") and len(head) == 700
