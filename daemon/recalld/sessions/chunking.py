@@ -53,6 +53,7 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _DATE_ROW = re.compile(r"\[\d{4}-\d{2}-\d{2}\]")
 _LINES = re.compile(r"[^\n]*\n|[^\n]+")
 _WORDS = re.compile(r"\S+\s*|\s+")
+_LAST_BREAK = re.compile(r"[^\w.\-/](?=[\w.\-/]*\Z)")  # the last char no identifier holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +231,9 @@ def _cut(text: str, size: int) -> tuple[str, str]:
     end = text.rfind("\n", size // 2, size)
     if end == -1:
         end = text.rfind(" ", size // 2, size)
+    if end == -1:  # minified JSON, a base64 blob: at least do not cut an identifier in two
+        match = _LAST_BREAK.search(text, size // 2, size)
+        end = match.start() if match else -1
     end = size if end == -1 else end + 1
     return text[:end], text[end:]
 
