@@ -2,9 +2,9 @@
 
 A chunk is a run of whole messages rendered one per line as ``role: text`` (``name: text`` when
 the message has a speaker name), preceded by a ``[YYYY-MM-DD]`` line at its start and wherever
-the date changes. ``count_tokens(chunk.text) + 2 <= max_tokens`` always holds (the 2 are the
-model's [CLS] and [SEP]). A message too long for one chunk is split at its text lines, then
-words, then characters; every part keeps the message's JSONL line.
+the date changes. ``count_tokens(chunk.text) + 2 <= max_tokens`` holds for every embedded chunk
+(the 2 are the model's [CLS] and [SEP]). A message too long for one chunk is split at its text
+lines, then words, then characters; every part keeps the message's JSONL line.
 
 Chunks do not mix kinds (:data:`CHUNK_KINDS`): user and assistant messages run together as
 above (``message``, the tool events between them do not break the run); a tool call
@@ -13,8 +13,7 @@ into parts when long, each part on the tool's JSONL line. Only ``message`` chunk
 A chunk is embedded only when its kind is in ``embed_kinds``; of a tool call or output only
 the first ``tool_head_chars`` characters are (the head says what the tool did), the rest goes to
 the keyword channel alone in parts of about ``keyword_part_chars`` characters (cut without the
-tokenizer: a 2 MB log must not cost a tokenizer pass per part). The token bound above holds for
-every embedded chunk.
+tokenizer: a 2 MB log must not cost a tokenizer pass per part).
 
 Boundaries depend only on what came before them: a chunk is closed as soon as it reaches
 ``target_tokens``, or when the next message would push it over ``max_tokens``. So appending
@@ -43,40 +42,6 @@ CHUNK_KINDS = ("message", "tool_call", "tool_output")
 _TOOL_KINDS = {"tool_call": "tool_call", "tool_result": "tool_output"}
 #: Size of a keyword-only part of a long tool call or output.
 KEYWORD_PART_CHARS = 1200
-
-
-def checked_kinds(kinds: Iterable[str]) -> list[str]:
-    """``sessions.embed_kinds``, checked (ConfigError naming the unknown kind)."""
-    from recalld.errors import ConfigError
-
-    kinds = list(kinds)
-    if bad := [k for k in kinds if k not in CHUNK_KINDS]:
-        raise ConfigError(
-            f"sessions.embed_kinds: unknown kind {bad[0]!r}; known: {', '.join(CHUNK_KINDS)}"
-        )
-    return kinds
-
-
-def to_carry(chunks: Iterable[SessionChunk], open_start: int | None) -> list[list[Any]]:
-    """Final message chunks on or after the open chunk's first line, JSON-able.
-
-    Delta sync rewrites message chunks from that line on, so these are written again with it.
-    """
-    if open_start is None:
-        return []
-    return [
-        [c.start_line, c.end_line, c.text, c.kind, c.tool, c.embed]
-        for c in chunks
-        if c.start_line >= open_start and c.kind == "message"
-    ]
-
-
-def carried(state: dict[str, Any]) -> list[SessionChunk]:
-    """:func:`to_carry` output (kept under ``"carry"`` in ``state``) back as chunks."""
-    return [
-        SessionChunk(int(a), int(b), str(t), str(k), str(tool), bool(e))
-        for a, b, t, k, tool, e in state.get("carry") or []
-    ]
 
 
 def chunk_kind(message_kind: str) -> str:
@@ -356,3 +321,37 @@ def chunk_messages(
     )
     chunks = chunker.feed(messages) + chunker.pending()
     return sorted(chunks, key=lambda c: c.start_line)  # stable: the feed order within a line
+
+
+def checked_kinds(kinds: Iterable[str]) -> list[str]:
+    """``sessions.embed_kinds``, checked (ConfigError naming the unknown kind)."""
+    from recalld.errors import ConfigError
+
+    kinds = list(kinds)
+    if bad := [k for k in kinds if k not in CHUNK_KINDS]:
+        raise ConfigError(
+            f"sessions.embed_kinds: unknown kind {bad[0]!r}; known: {', '.join(CHUNK_KINDS)}"
+        )
+    return kinds
+
+
+def to_carry(chunks: Iterable[SessionChunk], open_start: int | None) -> list[list[Any]]:
+    """Final message chunks on or after the open chunk's first line, JSON-able.
+
+    Delta sync rewrites message chunks from that line on, so these are written again with it.
+    """
+    if open_start is None:
+        return []
+    return [
+        [c.start_line, c.end_line, c.text, c.kind, c.tool, c.embed]
+        for c in chunks
+        if c.start_line >= open_start and c.kind == "message"
+    ]
+
+
+def carried(state: dict[str, Any]) -> list[SessionChunk]:
+    """:func:`to_carry` output (kept under ``"carry"`` in ``state``) back as chunks."""
+    return [
+        SessionChunk(int(a), int(b), str(t), str(k), str(tool), bool(e))
+        for a, b, t, k, tool, e in state.get("carry") or []
+    ]
