@@ -49,9 +49,10 @@ def test_search_result_contract(engine: Engine) -> None:
         "score",
         "snippet",
         "citation",
+        "kind",
         "scores",
     }
-    assert top["source"] == "memory"
+    assert top["source"] == "memory" and top["kind"] == "note"
     assert top["citation"] == f"{top['path']}#L{top['start_line']}-L{top['end_line']}"
     assert len(top["snippet"]) <= 700
     assert top["scores"]["vector"] is not None

@@ -74,11 +74,14 @@ def test_mcp_tools_over_stdio(home: Path) -> None:
                 "source",
                 "pathPrefix",
                 "maxTokens",
+                "kinds",
             }
             assert search_schema["properties"]["source"]["enum"] == ["memory", "sessions"]
+            kinds = search_schema["properties"]["kinds"]["items"]["enum"]
+            assert kinds == ["note", "message", "tool_call", "tool_output"]
             get_schema = tools["memory_get"].input_schema
             assert get_schema["required"] == ["path"]
-            assert set(get_schema["properties"]) == {"path", "from", "lines"}
+            assert set(get_schema["properties"]) == {"path", "from", "lines", "decoded"}
             assert "BEFORE" in (tools["memory_search"].description or "")
 
             # No daemon runs: the first call starts it; the index is built on start-up.
@@ -126,6 +129,19 @@ def test_mcp_tools_over_stdio(home: Path) -> None:
             assert bad.is_error and "maxResults must be an integer" in text_of(bad)
             unknown = await session.call_tool("memory_search", {"q": "x"})
             assert unknown.is_error and "unknown argument 'q'" in text_of(unknown)
+
+            # The kind filter goes through to the daemon: notes only, or no tool output at all.
+            notes = await session.call_tool(
+                "memory_search", {"query": "sqlite-vec", "kinds": ["note"]}
+            )
+            hits = json.loads(text_of(notes))["results"]
+            assert hits and {r["kind"] for r in hits} == {"note"}
+            outputs = await session.call_tool(
+                "memory_search", {"query": "sqlite-vec", "kinds": ["tool_output"]}
+            )
+            assert json.loads(text_of(outputs))["results"] == []
+            wrong = await session.call_tool("memory_search", {"query": "x", "kinds": ["logs"]})
+            assert wrong.is_error and "kinds must be a list" in text_of(wrong)
 
             # The server survived every error.
             ok = await session.call_tool(

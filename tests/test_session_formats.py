@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 from pathlib import Path
@@ -24,7 +25,9 @@ from recalld.sessions.formats import (
     tool_line,
 )
 
-BENCH = Path(__file__).parents[1] / ".." / "shared" / "bench"
+BENCH = Path(
+    os.environ.get("RECALLD_BENCH") or Path(__file__).parents[1] / ".." / "shared" / "bench"
+)
 SPOTTER = BENCH / "transcripts" / "spotter"
 SIMONW = BENCH / "transcripts" / "simonw-claude-code-transcripts"
 LOCOMO = BENCH / "locomo-transcripts" / "corpus"
@@ -42,7 +45,11 @@ def numbered(records: list[Any]) -> list[tuple[int, bytes]]:
 
 
 def texts(messages: list[Message]) -> list[tuple[int, str, str, str]]:
-    return [(m.line, m.role, m.kind, m.text) for m in messages]
+    """(line, role, kind, text); a tool call by its summary line (its arguments follow it)."""
+    return [
+        (m.line, m.role, m.kind, m.text.split("\n")[0] if m.kind == "tool_call" else m.text)
+        for m in messages
+    ]
 
 
 # --- Claude Code: real sessions ------------------------------------------------------------------
@@ -78,14 +85,13 @@ def test_spotter_sessions(path: Path) -> None:
     assert stats.dropped_thinking == blocks["thinking"]
     assert [m.line for m in messages] == sorted(m.line for m in messages)
     for m in calls:
-        assert re.fullmatch(r"tool: [A-Za-z]\w* ?.*", m.text) and "\n" not in m.text
-        assert len(m.text) < 300
-        assert m.role == "assistant"
+        summary = m.text.split("\n")[0]
+        assert re.fullmatch(r"tool: [A-Za-z]\w* ?.*", summary) and len(summary) < 300
+        assert m.role == "assistant" and m.tool == summary.split()[1]
     for m in messages:
         if m.kind == "tool_result":
             assert m.role == "tool"
-            head = m.text.split(" … (")[0]
-            assert len(head) <= 440 + len("error: ")
+            assert " more chars)" not in m.text  # whole: nothing cut
         assert m.text.strip() == m.text and m.text
         assert "<system-reminder>" not in m.text
         assert m.timestamp.startswith("2026-")
@@ -96,7 +102,7 @@ def test_spotter_sessions(path: Path) -> None:
 @needs_bench
 def test_spotter_tool_lines_look_right() -> None:
     messages, _, _ = parse_file(SPOTTER / "tool_heavy.jsonl")
-    calls = [m.text for m in messages if m.kind == "tool_call"]
+    calls = [m.text.split("\n")[0] for m in messages if m.kind == "tool_call"]
     assert calls
     for text in calls:
         name = text.split()[1]
@@ -213,7 +219,7 @@ def test_claude_inline_details() -> None:
         {"type": "user", "message": {"role": "user", "content": "<bash-input>ls -la</bash-input>"}},
         {"type": "brand-new-record-type", "x": 1},
     ]
-    messages, stats, fmt = parse_lines(numbered(records))
+    messages, stats, fmt = parse_lines(numbered(records), tool_result_chars=400)
     assert fmt == CLAUDE_CODE
     assert stats.skipped_meta == 4 and stats.skipped_unknown == 1 and stats.dropped_thinking == 1
     got = texts(messages)
@@ -379,6 +385,73 @@ def test_codex_envelope() -> None:
     assert messages[0].timestamp == "2025-12-08T00:39:54.852Z"
     with_thinking, _, _ = parse_lines(numbered(CODEX_RECORDS), include_thinking=True)
     assert (7, "assistant", "thinking", "**Looking at the test**") in texts(with_thinking)
+
+
+def test_codex_calls_whole_and_results_named() -> None:
+    messages, _, _ = parse_lines(numbered(CODEX_RECORDS))
+    by_line = {m.line: m for m in messages}
+    patch = by_line[12]
+    assert patch.tool == "apply_patch" and "-    time.sleep(0.1)" in patch.text  # the whole patch
+    assert by_line[10].text.endswith("cmd: rg -n sleep tests") or "rg -n sleep" in by_line[10].text
+    assert [(m.line, m.tool) for m in messages if m.kind == "tool_result"] == [
+        (9, "shell"),
+        (11, "exec_command"),
+        (13, "apply_patch"),
+    ]
+
+
+def test_tool_call_arguments_are_decoded_and_whole() -> None:
+    new = "def set_span_attributes(span):\n    return span  # \u00e9t\u00e9"
+    args = {"file_path": "lib/app/router.ex", "old_string": "pass", "new_string": new}
+    block = {"type": "tool_use", "id": "e1", "name": "Edit", "input": args}
+    record = {"type": "assistant", "message": {"role": "assistant", "content": [block]}}
+    raw = json.dumps(record).replace("lib/app/router.ex", "lib\\/app\\/router.ex")
+    assert "lib\\/app" in raw  # JSON's escaped slash, as some writers emit it
+    (message,), _, _ = parse_lines([(1, raw)])
+    assert message.text.split("\n")[0] == "tool: Edit lib/app/router.ex"
+    assert "new_string: def set_span_attributes(span):\n    return span  # \u00e9t\u00e9" in (
+        message.text
+    )
+    assert "old_string: pass" in message.text and message.tool == "Edit"
+
+
+def test_openclaw_and_generic_results_are_named() -> None:
+    records = [
+        {"type": "session", "version": 3, "id": "x", "timestamp": "2026-01-01T00:00:00Z"},
+        {
+            "type": "message",
+            "message": {
+                "role": "assistant",
+                "content": [{"type": "toolCall", "id": "k1", "name": "read", "arguments": {}}],
+            },
+        },
+        {
+            "type": "message",
+            "message": {"role": "toolResult", "toolCallId": "k1", "content": "file body"},
+        },
+    ]
+    messages, _, _ = parse_lines(numbered(records))
+    assert [(m.kind, m.tool) for m in messages] == [("tool_call", "read"), ("tool_result", "read")]
+    generic = [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "g1", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}
+        ]},
+        {"role": "tool", "tool_call_id": "g1", "content": "sunny"},
+    ]  # fmt: skip
+    messages, _, _ = parse_lines(numbered(generic))
+    assert [m.tool for m in messages] == ["get_weather", "get_weather"]
+
+
+def test_a_late_result_is_named_across_feeds() -> None:
+    parser = TranscriptParser()
+    call = {"type": "tool_use", "id": "t1", "name": "Grep", "input": {"pattern": "x"}}
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": "hit"}
+    first = {"type": "assistant", "message": {"role": "assistant", "content": [call]}}
+    second = {"type": "user", "message": {"role": "user", "content": [result]}}
+    parser.feed([(1, json.dumps(first))])
+    assert parser.calls == {"t1": "Grep"}
+    (message,) = parser.feed([(2, json.dumps(second))])
+    assert (message.kind, message.tool) == ("tool_result", "Grep") and parser.calls == {}
 
 
 def test_codex_legacy_without_envelope() -> None:
@@ -681,7 +754,7 @@ def test_secrets_are_redacted_in_messages() -> None:
         {"role": "user", "content": f"my key is {key}"},
         {"role": "tool", "content": "x" * 385 + " password=hunter2hunter2 " + "y" * 500},
     ]
-    messages, _, _ = parse_lines(numbered(records))
+    messages, _, _ = parse_lines(numbered(records), tool_result_chars=400)
     assert key not in messages[0].text and "[REDACTED:openai_key]" in messages[0].text
     assert "hunter2" not in messages[1].text
     assert messages[1].text.endswith("more chars)")
@@ -734,8 +807,9 @@ def test_secret_cut_by_the_tool_line_limit_is_still_redacted() -> None:
         }
     ]
     (message,), _, _ = parse_lines(numbered(records))
-    assert message.kind == "tool_call" and message.text.endswith("…`")
+    assert message.kind == "tool_call" and message.text.split("\n")[0].endswith("…`")
     assert "ghp_" not in message.text and "a1B2" not in message.text
+    assert "github.com/a/b" in message.text  # the full command follows the summary
 
 
 def test_tool_line_is_bounded() -> None:

@@ -80,7 +80,23 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("sessions.include_thinking", False, "Index the agent's thinking blocks."),
     Setting(
-        "sessions.tool_result_chars", 400, "Head of a tool result that is kept.", 0, 10_000_000
+        "sessions.tool_result_chars",
+        5_000_000,
+        "Cap on the indexed text of one tool result.",
+        0,
+        1 << 34,
+    ),
+    Setting(
+        "sessions.embed_kinds",
+        ["message", "tool_call", "tool_output"],
+        "Transcript chunk kinds that get vectors (the others are keyword-only).",
+    ),
+    Setting(
+        "sessions.embed_tool_head_chars",
+        300,
+        "Of a tool call or output, only this many leading characters are embedded.",
+        0,
+        1 << 30,
     ),
     Setting(
         "sessions.max_line_bytes",

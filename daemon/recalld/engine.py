@@ -374,14 +374,17 @@ class Engine:
             raw, from_line, lines = _split_range(raw, from_line, lines)
         from recalld.filters import make_filter
 
+        decoded = params.get("decoded", False)
+        if not isinstance(decoded, bool):
+            raise BadRequest(f"decoded must be true or false, got {decoded!r}")
         memory_filter = make_filter(self.config.list("memory.extensions"))
         for _ in range(2):  # a path swapped for a link between check and open is checked again
             with suppress(access.PathChanged):
-                return self._get_once(raw, from_line, lines, memory_filter)
-        return self._get_once(raw, from_line, lines, memory_filter)
+                return self._get_once(raw, from_line, lines, memory_filter, decoded)
+        return self._get_once(raw, from_line, lines, memory_filter, decoded)
 
     def _get_once(
-        self, raw: str, from_line: Any, lines: Any, memory_filter: PathFilter
+        self, raw: str, from_line: Any, lines: Any, memory_filter: PathFilter, decoded: bool
     ) -> dict[str, Any]:
         with self.reader() as store:
             target = access.resolve(
@@ -396,9 +399,10 @@ class Engine:
             raise NotFound(f"{target.path} is not indexed and does not exist")
         redact = None
         if target.source == "sessions":  # indexed or not yet: transcripts are served redacted
+            from recalld.sessions.decoded import decode_line
             from recalld.sessions.redaction import redact_line
 
-            redact = redact_line
+            redact = decode_line if decoded else redact_line
         return access.read_lines(target.path, from_line, lines, redact=redact)
 
     # writes -----------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ from recalld.access import glob_base
 from recalld.config import Config
 from recalld.embedding.base import Embedder
 from recalld.path_rule import inside, name_problem, shown
-from recalld.sessions import SessionChunker, TailState, TranscriptParser, read_delta
+from recalld.sessions import SessionChunk, SessionChunker, TailState, TranscriptParser, read_delta
+from recalld.sessions.chunking import carried, checked_kinds, to_carry
 from recalld.store import FileChange, FileRow, NewChunk, Store
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,11 @@ class SessionIndexer:
 
     def _chunker(self) -> SessionChunker:
         return SessionChunker(
-            self.count_tokens, max_tokens=self.max_tokens, target_tokens=self.target_tokens
+            self.count_tokens,
+            max_tokens=self.max_tokens,
+            target_tokens=self.target_tokens,
+            embed_kinds=checked_kinds(self.config.list("sessions.embed_kinds")),
+            tool_head_chars=self.config.int("sessions.embed_tool_head_chars"),
         )
 
     def sync(self, paths: Iterable[Path] | None = None) -> SessionReport:
@@ -168,6 +173,7 @@ class SessionIndexer:
             delta = read_delta(
                 path, tail, max_bytes=MAX_DELTA_BYTES, max_line_bytes=self.max_line_bytes
             )
+            fresh = delta.reset or tail is None
             if delta.reset or tail is None:
                 parser = self._parser(None)
                 chunker = self._chunker()
@@ -177,6 +183,7 @@ class SessionIndexer:
                     report.files_reset += 1
             else:
                 parser = self._parser(str(extra.get("format") or "") or None)
+                parser.calls = dict(extra.get("calls") or {})
                 chunker = self._chunker()
                 chunker.restore(extra.get("chunker", {}))
                 open_start = extra.get("open_start")
@@ -189,9 +196,12 @@ class SessionIndexer:
             messages = parser.feed(delta.lines)
             final = chunker.feed(messages)
             pending = chunker.pending()
-            chunks = [
-                NewChunk(c.start_line, c.end_line, c.text, _hash(c.text)) for c in final + pending
-            ]
+            # Final message chunks on the open chunk's first line are rewritten with it
+            # (keep_from drops the messages from that line on): the state carries them till then.
+            carry = [] if fresh else carried(extra)
+            written = carry + final + pending
+            open_start = pending[0].start_line if pending else None
+            chunks = [new_chunk(c) for c in written]
             stats = parser.stats
             dropped = stats.skipped_invalid + stats.skipped_unknown + stats.skipped_huge
             skipped += dropped + delta.skipped_lines
@@ -201,11 +211,13 @@ class SessionIndexer:
             state["state"] = {
                 "format": parser.fmt,
                 "chunker": chunker.save(),
-                "open_start": pending[0].start_line if pending else None,
+                "open_start": open_start,
+                "calls": parser.calls,
+                "carry": to_carry(carry + final, open_start),
                 "tail": _tail_extra(new_tail),
                 "long_lines": long_lines,
             }
-            vectors = self.vectors_for({c.hash: c.text for c in chunks})
+            vectors = self.vectors_for({c.hash: c.text for c in chunks if c.embed})
             row = FileRow(
                 key,
                 "sessions",
@@ -215,7 +227,12 @@ class SessionIndexer:
                 new_tail.line_count,
             )
             change = self.store.replace_file(
-                row, chunks, vectors, keep_from_line=keep_from, session_state=state
+                row,
+                chunks,
+                vectors,
+                keep_from_line=keep_from,
+                session_state=state,
+                rewrite_kinds=None if fresh else ["message"],  # tool chunks are final
             )
             self._change(change)
             report.files_changed += 1
@@ -261,6 +278,13 @@ def _state_row(tail: TailState, fmt: str, skipped: int) -> dict[str, Any]:
 def _tail_extra(tail: TailState) -> dict[str, Any]:
     """The TailState fields that have no column of their own."""
     return {k: v for k, v in tail.to_dict().items() if k not in _COLUMNS}
+
+
+def new_chunk(c: SessionChunk) -> NewChunk:
+    """The store row of a transcript chunk."""
+    return NewChunk(
+        c.start_line, c.end_line, c.text, _hash(c.text), kind=c.kind, tool=c.tool, embed=c.embed
+    )
 
 
 def _hash(text: str) -> str:

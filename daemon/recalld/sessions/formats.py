@@ -16,9 +16,11 @@ Formats (detected per file from its first records, see :func:`detect_format`):
 - ``generic``: one ``{"role", "content"}`` object a line, content a string or a list of
   ``{"type": "text", "text"}`` blocks; ``speaker``/``name`` kept as :attr:`Message.name`.
 
-Kept: user and assistant text; a tool call as one short line (``tool: Bash `git status```); the
-head of a tool result (``tool_result_chars``); thinking only on request. Dropped and counted:
-metadata records, invalid / unknown / huge lines. Parsing never raises on file content.
+Kept: user and assistant text; every tool call whole (a one-line summary such as
+``tool: Bash `git status``` followed by every argument in full: commands, paths, edit strings,
+written files, patches); every tool result whole up to ``tool_result_chars``, with the name of
+the tool that produced it; thinking only on request. Dropped and counted: metadata records,
+invalid / unknown / huge lines. Parsing never raises on file content.
 """
 
 from __future__ import annotations
@@ -29,15 +31,39 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from recalld.sessions.content import (
+    EXEC_HEADER,
+    LINENO,
+    call_text,
+    clean,
+    plain,
+    record_time,
+    same,
+    short,
+    tool_line,
+)
 from recalld.sessions.redaction import redact
 
 __all__ = [
-    "CLAUDE_CODE", "CODEX", "FORMATS", "GENERIC", "KINDS", "OPENCLAW", "UNKNOWN", "Message",
-    "ParseStats", "TranscriptParser", "detect_format", "parse_file", "parse_lines", "tool_line",
+    "CLAUDE_CODE",
+    "CODEX",
+    "FORMATS",
+    "GENERIC",
+    "KINDS",
+    "OPENCLAW",
+    "TOOL_RESULT_CHARS",
+    "UNKNOWN",
+    "Message",
+    "ParseStats",
+    "TranscriptParser",
+    "call_text",
+    "detect_format",
+    "parse_file",
+    "parse_lines",
+    "tool_line",
 ]  # fmt: skip
 
 CLAUDE_CODE, CODEX, OPENCLAW, GENERIC, UNKNOWN = (
@@ -53,9 +79,12 @@ KINDS = ("text", "tool_call", "tool_result", "thinking", "meta")
 
 #: Lines longer than this are skipped unparsed (a pasted image, a runaway tool output).
 MAX_LINE_BYTES = 5 * 1024 * 1024
+#: Default cap on the kept text of one tool result: whole, up to the longest line parsed.
+TOOL_RESULT_CHARS = MAX_LINE_BYTES
+#: Tool calls remembered for naming the results that arrive later (delta sync keeps them).
+MAX_OPEN_CALLS = 256
 #: Valid records :func:`detect_format` looks at.
 DETECT_RECORDS = 20
-_TOOL_ARG_CHARS = 200
 # Redaction runs on a window a bit larger than the kept head so that a secret cut by the head is
 # still recognised whole (a PEM block is ~3 KB).
 _REDACT_MARGIN = 4096
@@ -72,6 +101,7 @@ class Message:
     messages: text plus tool calls). ``role``: ``user``, ``assistant``, ``tool`` (tool results)
     or ``system`` (meta). ``kind``: one of :data:`KINDS`. ``timestamp``: the record's ISO time,
     or ``""``. ``name``: the speaker's name when the format has one (generic ``speaker``).
+    ``tool``: the tool's name for tool calls and results (``""`` when a result's call is unknown).
     """
 
     line: int
@@ -80,6 +110,7 @@ class Message:
     kind: str
     timestamp: str = ""
     name: str = ""
+    tool: str = ""  # tool calls and results: the tool's name
 
 
 @dataclass(slots=True)
@@ -101,148 +132,6 @@ class ParseStats:
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
-# --- text helpers --------------------------------------------------------------------------------
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_BLANKS = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
-_LINENO = re.compile(r"(?m)^ {0,8}\d{1,7}\u2192")  # Claude Code's "    12→" Read prefixes
-_SPACE = re.compile(r"\s+")
-_PATCH_FILE = re.compile(r"(?m)^\*\*\* (?:Add|Update|Delete) File: (.+)$")
-_EXEC_HEADER = re.compile(
-    r"Exit code: (-?\d+)\nWall time: [^\n]*\n(?:[A-Z][^\n:]{0,40}: [^\n]*\n)*?Output:\n"
-)
-_REMINDER_OPEN, _REMINDER_CLOSE = "<system-reminder>", "</system-reminder>"
-
-
-def _strip_reminders(text: str) -> str:
-    # Harness-injected reminders say nothing about the work; str.find keeps this linear.
-    out, pos = [], 0
-    while (start := text.find(_REMINDER_OPEN, pos)) != -1:
-        end = text.find(_REMINDER_CLOSE, start)
-        if end == -1:
-            break
-        out.append(text[pos:start])
-        pos = end + len(_REMINDER_CLOSE)
-    return "".join(out) + text[pos:] if out else text
-
-
-def _clean(text: str) -> str:
-    if "\x1b" in text:
-        text = _ANSI.sub("", text)
-    if _REMINDER_OPEN in text:
-        text = _strip_reminders(text)
-    if "\n\n\n" in text or "\n \n" in text:
-        text = _BLANKS.sub("\n\n", text)
-    return text.strip()
-
-
-def _short(value: str, limit: int = _TOOL_ARG_CHARS) -> str:
-    value = _SPACE.sub(" ", value).strip()
-    return value if len(value) <= limit else value[: limit - 1].rstrip() + "…"
-
-
-def _plain(content: Any) -> str:
-    """The text of a content value: a string, or the text parts of a list of blocks."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for block in content:
-            if isinstance(block, str):
-                parts.append(block)
-            elif isinstance(block, Mapping):
-                text = block.get("text")
-                if isinstance(text, str):
-                    parts.append(text)
-                elif block.get("type") in ("image", "input_image"):
-                    parts.append("[image]")
-        return "\n".join(parts)
-    if isinstance(content, Mapping):
-        for key in ("output", "text", "content"):
-            if isinstance(content.get(key), str | list):
-                return _plain(content[key])
-        return json.dumps(content, ensure_ascii=False, separators=(",", ":"))
-    return "" if content is None else str(content)
-
-
-def _patch_files(patch: str) -> str:
-    return ", ".join(_PATCH_FILE.findall(patch)) or "patch"
-
-
-def _arg_text(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value or None
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        if value[0] == "apply_patch" and len(value) > 1:
-            return _patch_files(value[1])
-        # ["bash", "-lc", "git status"] is Codex's way of running "git status".
-        if len(value) == 3 and value[1] in ("-c", "-lc") and value[0].rsplit("/", 1)[-1] in (
-            "bash", "sh", "zsh"
-        ):  # fmt: skip
-            return str(value[2])
-        return " ".join(value)
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    return None
-
-
-# Argument that says what a call did, best first; CODE ones are shown in backticks.
-_KEY_ARGS = ("command", "cmd", "file_path", "notebook_path", "pattern", "path", "url", "query",
-             "skill", "description", "prompt", "task_id", "subagent_type", "plan")  # fmt: skip
-_CODE_ARGS = frozenset({"command", "cmd", "pattern"})
-
-
-def _same(text: str) -> str:
-    return text
-
-
-def tool_line(name: Any, args: Any, clean: Callable[[str], str] = _same) -> str:
-    """One line for a tool call: ``tool: Bash `git status```, ``tool: Read src/app.py``.
-
-    ``clean`` (redaction) sees each argument before it is shortened, so that a secret cut by
-    the length limit is still recognised.
-    """
-    name = _short(str(name), 60) if name else "tool"
-    if isinstance(args, str):
-        stripped = args.strip()
-        if stripped.startswith("{"):
-            with contextlib.suppress(ValueError):
-                args = json.loads(stripped)
-        elif stripped.startswith("*** Begin Patch"):
-            return f"tool: {name} {_short(clean(_patch_files(stripped)))}"
-        elif stripped:
-            return f"tool: {name} {_short(clean(stripped.splitlines()[0]))}"
-    if not isinstance(args, Mapping):
-        return f"tool: {name}"
-    for key in _KEY_ARGS:
-        text = _arg_text(args.get(key))
-        if text is None:
-            continue
-        text = _short(clean(text))
-        if key == "pattern" and isinstance(path := args.get("path"), str):
-            return f"tool: {name} `{text}` in {_short(clean(path), 120)}"
-        return f"tool: {name} `{text}`" if key in _CODE_ARGS else f"tool: {name} {text}"
-    return f"tool: {name}"
-
-
-def _timestamp(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        try:  # epoch milliseconds (OpenClaw message.timestamp)
-            return datetime.fromtimestamp(value / 1000, UTC).isoformat().replace("+00:00", "Z")
-        except (OverflowError, OSError, ValueError):
-            return ""
-    return ""
-
-
-def _record_time(rec: Mapping[str, Any]) -> str:
-    stamp = rec.get("timestamp")
-    if stamp is None and isinstance(message := rec.get("message"), Mapping):
-        stamp = message.get("timestamp")  # OpenClaw entries without their own time
-    return _timestamp(stamp)
-
-
 # --- the message builder shared by all formats ----------------------------------------------------
 
 
@@ -253,6 +142,7 @@ class _Out:
     redact: bool
     include_meta: bool
     stats: ParseStats
+    calls: dict[str, str] = field(default_factory=dict)  # call id -> tool name
     messages: list[Message] = field(default_factory=list)
     line: int = 0
     timestamp: str = ""
@@ -262,29 +152,38 @@ class _Out:
             text = redact(text)
         self.messages.append(Message(self.line, role, text, kind, self.timestamp, name))
 
+    def tool_of(self, call_id: Any) -> str:
+        """The name of the tool whose call had this id ("" when unknown)."""
+        return self.calls.pop(call_id, "") if isinstance(call_id, str) else ""
+
     def text(self, role: str, content: Any, name: str = "") -> None:
-        text = _clean(_plain(content))
+        text = clean(plain(content))
         if text:
             self._add(role, text, "text", name)
 
-    def call(self, name: Any, args: Any, role: str = "assistant") -> None:
-        text = tool_line(name, args, redact if self.redact else _same)
-        self.messages.append(Message(self.line, role, text, "tool_call", self.timestamp))
+    def call(self, name: Any, args: Any, role: str = "assistant", call_id: Any = None) -> None:
+        text = call_text(name, args, redact if self.redact else same)
+        tool = short(str(name), 60) if name else "tool"
+        if isinstance(call_id, str) and call_id:
+            self.calls[call_id] = tool
+            while len(self.calls) > MAX_OPEN_CALLS:  # calls whose result never came
+                del self.calls[next(iter(self.calls))]
+        self.messages.append(Message(self.line, role, text, "tool_call", self.timestamp, tool=tool))
 
-    def result(self, content: Any, error: bool = False) -> None:
+    def result(self, content: Any, error: bool = False, tool: str = "") -> None:
         limit = self.tool_result_chars
         if limit <= 0:
             return
-        text = _plain(content)
+        text = plain(content)
         if text.startswith('{"output":'):
             with contextlib.suppress(ValueError):  # older Codex: {"output": ..., "metadata": ...}
-                text = _plain(json.loads(text))
-        if (header := _EXEC_HEADER.match(text)) is not None:
+                text = plain(json.loads(text))
+        if (header := EXEC_HEADER.match(text)) is not None:
             code = header.group(1)
             text = (
                 text[header.end() :] if code == "0" else f"exit code {code}\n{text[header.end() :]}"
             )
-        text = _clean(_LINENO.sub("", text) if "\u2192" in text else text)
+        text = clean(LINENO.sub("", text) if "\u2192" in text else text)
         if error:
             text = f"error: {text}"
         if not text:
@@ -298,17 +197,19 @@ class _Out:
             if 0 <= token < limit and (end := head.find("]", token)) >= limit:
                 cut = head[: end + 1]  # never cut a redaction token in half
             head = f"{cut.rstrip()} … ({len(text) - limit} more chars)"
-        self.messages.append(Message(self.line, "tool", head, "tool_result", self.timestamp))
+        self.messages.append(
+            Message(self.line, "tool", head, "tool_result", self.timestamp, tool=tool)
+        )
 
     def thinking(self, content: Any) -> None:
-        text = _clean(_plain(content))
+        text = clean(plain(content))
         if not self.include_thinking:
             self.stats.dropped_thinking += 1
         elif text:
             self._add("assistant", text, "thinking")
 
     def meta(self, content: Any = None) -> None:
-        if self.include_meta and (text := _clean(_plain(content))):
+        if self.include_meta and (text := clean(plain(content))):
             self._add("system", text, "meta")
 
     def blocks(self, content: Any, role: str, name: str = "") -> None:
@@ -327,9 +228,11 @@ class _Out:
                 if isinstance(text := block.get("text"), str):
                     self.text(role, text, name)
             elif kind in ("tool_use", "server_tool_use", "toolCall", "function_call"):
-                self.call(block.get("name"), block.get("input", block.get("arguments")), role)
+                args = block.get("input", block.get("arguments"))
+                self.call(block.get("name"), args, role, block.get("id", block.get("call_id")))
             elif kind == "tool_result":
-                self.result(block.get("content"), bool(block.get("is_error")))
+                tool = self.tool_of(block.get("tool_use_id"))
+                self.result(block.get("content"), bool(block.get("is_error")), tool)
             elif kind in ("thinking", "reasoning", "redacted_thinking"):
                 self.thinking(block.get("thinking", block.get("text")))
 
@@ -371,7 +274,7 @@ def _claude_user_string(text: str, out: _Out) -> int:
     elif tag == "bash-input":  # "!" shell mode: the user ran a command
         out.call("Bash", {"command": _inner(text, "bash-input")}, "user")
     elif tag in ("bash-stdout", "bash-stderr"):
-        out.result(f"{_inner(text, 'bash-stdout')}\n{_inner(text, 'bash-stderr')}")
+        out.result(f"{_inner(text, 'bash-stdout')}\n{_inner(text, 'bash-stderr')}", tool="Bash")
     else:
         out.text("user", text)
     return _OK
@@ -412,23 +315,24 @@ def _codex_item(item: Mapping[str, Any], out: _Out) -> int:
     kind = item.get("type")
     if kind == "message":
         role, content = item.get("role"), item.get("content")
-        if role == "user" and _plain(content).lstrip().startswith(_CODEX_BOILERPLATE):
+        if role == "user" and plain(content).lstrip().startswith(_CODEX_BOILERPLATE):
             role = "system"
         if role not in ("user", "assistant"):
             out.meta(content)
             return _META
         out.blocks(content, role)
     elif kind in ("function_call", "custom_tool_call"):
-        out.call(item.get("name"), item.get("arguments", item.get("input")))
+        args = item.get("arguments", item.get("input"))
+        out.call(item.get("name"), args, call_id=item.get("call_id"))
     elif kind == "local_shell_call":
-        out.call("shell", item.get("action"))
+        out.call("shell", item.get("action"), call_id=item.get("call_id"))
     elif kind == "web_search_call":
         out.call("web_search", item.get("action"))
     elif kind in ("function_call_output", "custom_tool_call_output"):
-        out.result(item.get("output"))
+        out.result(item.get("output"), tool=out.tool_of(item.get("call_id")))
     elif kind == "reasoning":
         out.thinking(
-            "\n".join(_plain(item.get(k)) for k in ("summary", "content") if item.get(k)).strip()
+            "\n".join(plain(item.get(k)) for k in ("summary", "content") if item.get(k)).strip()
         )
     elif kind == "ghost_snapshot":
         return _META
@@ -474,10 +378,14 @@ def _openclaw(rec: Mapping[str, Any], out: _Out) -> int:
     if role in ("user", "assistant"):
         out.blocks(content, role)
     elif role == "toolResult":
-        out.result(content, bool(message.get("isError")))
+        tool = out.tool_of(message.get("toolCallId"))
+        name = message.get("toolName")
+        out.result(
+            content, bool(message.get("isError")), tool or (name if isinstance(name, str) else "")
+        )
     elif role == "bashExecution":  # the user ran a shell command ("!" prefix)
         out.call("bash", {"command": message.get("command")}, "user")
-        out.result(message.get("output"))
+        out.result(message.get("output"), tool="bash")
     elif role in ("custom", "branchSummary", "compactionSummary", "system"):
         out.meta(message.get("summary", content))
         return _META
@@ -501,7 +409,9 @@ def _generic(rec: Mapping[str, Any], out: _Out) -> int:
         out.meta(content)
         return _META
     if role in ("tool", "function", "toolresult"):
-        out.result(content)
+        tool = out.tool_of(rec.get("tool_call_id"))
+        name = rec.get("name")
+        out.result(content, tool=tool or (name if isinstance(name, str) else ""))
         return _OK
     name = next((v for k in ("speaker", "name") if isinstance(v := rec.get(k), str)), "")
     out.blocks(content, role, name)
@@ -510,7 +420,7 @@ def _generic(rec: Mapping[str, Any], out: _Out) -> int:
         if isinstance(call, Mapping):
             fn = call.get("function", call)
             if isinstance(fn, Mapping):
-                out.call(fn.get("name"), fn.get("arguments"), role)
+                out.call(fn.get("name"), fn.get("arguments"), role, call.get("id"))
     return _OK
 
 
@@ -582,7 +492,7 @@ class TranscriptParser:
         fmt: str | None = None,
         *,
         include_thinking: bool = False,
-        tool_result_chars: int = 400,
+        tool_result_chars: int = TOOL_RESULT_CHARS,
         redact: bool = True,
         include_meta: bool = False,
         max_line_bytes: int = MAX_LINE_BYTES,
@@ -591,6 +501,8 @@ class TranscriptParser:
             raise ValueError(f"unknown transcript format {fmt!r}; known: {', '.join(FORMATS)}")
         self.fmt = fmt or UNKNOWN
         self.stats = ParseStats()
+        #: Open tool calls (id -> tool name): save it with the format to name later results.
+        self.calls: dict[str, str] = {}
         self._options = (include_thinking, tool_result_chars, redact, include_meta)
         self._max_line_bytes = max_line_bytes
 
@@ -617,7 +529,7 @@ class TranscriptParser:
                 stats.skipped_invalid += 1
         if self.fmt == UNKNOWN:
             self.fmt = detect_format(rec for _, rec in records)
-        out = _Out(*self._options, stats=stats)
+        out = _Out(*self._options, stats=stats, calls=self.calls)
         for number, rec in records:
             fmt = self.fmt
             if fmt == UNKNOWN:
@@ -625,7 +537,7 @@ class TranscriptParser:
                 if fmt == UNKNOWN:
                     stats.skipped_unknown += 1
                     continue
-            out.line, out.timestamp = number, _record_time(rec)
+            out.line, out.timestamp = number, record_time(rec)
             kept = len(out.messages)
             try:
                 status = _PARSERS[fmt](rec, out)
@@ -642,7 +554,7 @@ class TranscriptParser:
 
     def reset(self) -> None:
         """Forget the format and the counts (the file was rewritten)."""
-        self.fmt, self.stats = UNKNOWN, ParseStats()
+        self.fmt, self.stats, self.calls = UNKNOWN, ParseStats(), {}
 
 
 def parse_lines(
@@ -650,7 +562,7 @@ def parse_lines(
     *,
     fmt: str | None = None,
     include_thinking: bool = False,
-    tool_result_chars: int = 400,
+    tool_result_chars: int = TOOL_RESULT_CHARS,
     redact: bool = True,
     include_meta: bool = False,
 ) -> tuple[list[Message], ParseStats, str]:
