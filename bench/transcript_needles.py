@@ -301,7 +301,15 @@ def bm25_baseline(lines: list[Line], needles: list[Needle], k: int = 10) -> dict
 
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "bench" / "transcripts"
+# ../shared/bench beside the checkout (a worktree sits one level deeper: look further up).
+CORPUS = next(
+    (
+        p / "shared" / "bench" / "transcripts"
+        for p in ROOT.parents
+        if (p / "shared" / "bench").is_dir()
+    ),
+    ROOT.parent / "shared" / "bench" / "transcripts",
+)
 OUT = ROOT / "bench" / "out" / "transcript-needles"
 KEYS = ("hit@1", "hit@10", "mrr@10")
 
