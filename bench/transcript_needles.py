@@ -63,8 +63,11 @@ def shape_of(token: str) -> str | None:
     if not 6 <= len(token) <= MAX_NEEDLE or not re.search(r"[A-Za-z]", token):
         return None
     if "/" in token:
-        segs = token.split("/")
-        return "path" if all(segs) and re.search(r"[A-Za-z]{2}", segs[-1]) else None
+        # A file (``a/b.ex``) or a deeper path; ``Pub/Sub`` and ``dev/test`` are prose.
+        segs = token.lstrip("/~").split("/")
+        m = _FILE.fullmatch(segs[-1])
+        file = bool(m and m.group(1).lower() in _EXTENSIONS)
+        return "path" if all(segs) and (file or len(segs) >= 3) else None
     m = _FILE.fullmatch(token)
     if m and m.group(1).lower() in _EXTENSIONS:
         return "path"
@@ -88,6 +91,8 @@ def candidates(text: str) -> Iterator[str]:
         tok = m.group().rstrip("./-").removeprefix("./").lstrip("-")
         if tok.startswith("."):  # a dotfile path keeps its dot; a lone leading dot is punctuation
             tok = tok if "/" in tok else tok.lstrip(".")
+        if tok.startswith("/") and "/" not in tok[1:]:
+            tok = tok[1:]  # the tail of a glob or a longer path ("**/app.js")
         if tok:
             yield tok
 
@@ -187,8 +192,12 @@ def load_lines(corpus: Path) -> list[Line]:
 
 
 def boundary(needle: str) -> re.Pattern[str]:
-    """The needle as a whole token: no letter, digit or ``_`` glued to either end."""
-    return re.compile(r"(?<![A-Za-z0-9_])" + re.escape(needle) + r"(?![A-Za-z0-9_])")
+    """The needle as a whole token, in any case: no letter or digit glued to either end.
+
+    ``_`` is a boundary as it is to the index (``add_x`` inside ``20240101_add_x``), and case
+    is ignored as the index ignores it: a needle must be unambiguous to a case-blind search.
+    """
+    return re.compile(r"(?<![A-Za-z0-9])" + re.escape(needle) + r"(?![A-Za-z0-9])", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -213,7 +222,7 @@ def build(lines: list[Line], n: int = MIN_QUERIES, seed: int = SEED) -> list[Nee
     places: dict[str, Counter[str]] = defaultdict(Counter)
     for line in lines:
         for tok in set(candidates(line.text)):
-            seen_in[tok].add(line.session)
+            seen_in[tok.lower()].add(line.session)
         for loc, strings in line.content.items():
             for s in strings:
                 for tok in candidates(s):
@@ -221,7 +230,7 @@ def build(lines: list[Line], n: int = MIN_QUERIES, seed: int = SEED) -> list[Nee
     buckets: dict[tuple[str, str], list[str]] = defaultdict(list)
     for tok in sorted(places):
         shape = shape_of(tok)
-        if shape and len(seen_in[tok]) == 1:
+        if shape and len(seen_in[tok.lower()]) == 1:
             buckets[(shape, _location(places[tok]))].append(tok)
     rng = random.Random(seed)
     for key in sorted(buckets):
@@ -229,7 +238,7 @@ def build(lines: list[Line], n: int = MIN_QUERIES, seed: int = SEED) -> list[Nee
     by_session: dict[str, list[Line]] = defaultdict(list)
     for line in lines:
         by_session[line.session].append(line)
-    blobs = {s: "\n".join(x.text for x in ls) for s, ls in by_session.items()}
+    blobs = {s: "\n".join(x.text for x in ls).lower() for s, ls in by_session.items()}
     out: list[Needle] = []
     order = sorted(buckets)
     while len(out) < n and any(buckets[k] for k in order):
@@ -249,7 +258,8 @@ def _verify(
 ) -> Needle | None:
     """The needle of ``tok`` if it occurs as a whole token in exactly one session."""
     rx = boundary(tok)
-    sessions = [s for s, blob in blobs.items() if tok in blob and rx.search(blob)]
+    low = tok.lower()
+    sessions = [s for s, blob in blobs.items() if low in blob and rx.search(blob)]
     if len(sessions) != 1:
         return None
     rows = tuple((x.rel, x.number) for x in by_session[sessions[0]] if rx.search(x.text))
