@@ -99,12 +99,11 @@ def decode_escapes(text: str) -> str:
 
     Twice, for JSON inside a JSON string (``\\\\n``); anything undecodable is left as it is.
     """
-    text = _ANSI.sub("", text)
     for _ in range(2):
         if "\\" not in text:
             break
         text = _ESCAPE.sub(_unescape, text)
-    return text
+    return _ANSI.sub("", text)  # after decoding: JSON holds ESC as "\\u001b"
 
 
 class _Budget:
@@ -123,6 +122,15 @@ class _Budget:
         self.size += sum(map(len, words)) + len(words)
 
 
+def _noise(parts: list[str]) -> bool:
+    """Whether a token's parts look like base64 or a hash, not a name (they spend the budget).
+
+    Names have a few parts of a few letters (``getExecutorFromAssigns``); ``iVBORw0KGgo`` has
+    many, and single characters among them.
+    """
+    return len(parts) > 8 or sum(len(p) == 1 for p in parts) >= 3
+
+
 def _derive(text: str, out: _Budget) -> None:
     """Identifier parts and CJK bigrams of the tokens, then squashed ``_`` compounds."""
     for m in _TOKEN.finditer(text):
@@ -133,8 +141,7 @@ def _derive(text: str, out: _Budget) -> None:
             out.add([g for run in _CJK.findall(tok) for g in cjk_bigrams(run)])
         else:
             parts = split_word(tok) if len(tok) <= MAX_SPLIT_CHARS else []
-            # Many tiny parts are base64 or a hash, not a name: they would spend the budget.
-            if len(parts) > 1 and (len(parts) < 4 or len(tok) >= 2.5 * len(parts)):
+            if 1 < len(parts) and not _noise(parts):
                 out.add(parts)
     for m in _UNDERSCORE_COMPOUND.finditer(text):
         if out.full:
