@@ -74,11 +74,14 @@ def test_mcp_tools_over_stdio(home: Path) -> None:
                 "source",
                 "pathPrefix",
                 "maxTokens",
+                "kinds",
             }
             assert search_schema["properties"]["source"]["enum"] == ["memory", "sessions"]
+            kinds = search_schema["properties"]["kinds"]["items"]["enum"]
+            assert kinds == ["note", "message", "tool_call", "tool_output"]
             get_schema = tools["memory_get"].input_schema
             assert get_schema["required"] == ["path"]
-            assert set(get_schema["properties"]) == {"path", "from", "lines"}
+            assert set(get_schema["properties"]) == {"path", "from", "lines", "decoded"}
             assert "BEFORE" in (tools["memory_search"].description or "")
 
             # No daemon runs: the first call starts it; the index is built on start-up.

@@ -175,11 +175,13 @@ class Client:
         mode: Mode | None = None,
         max_tokens: int | None = None,
         explain: bool = False,
+        kinds: str | Sequence[str] | None = None,
     ) -> SearchResponse:
         """Search memory and transcripts; options left None use the daemon's configured defaults.
 
         ``max_tokens`` trims snippets (and drops the lowest results) so that the whole answer
-        fits; ``explain`` adds each result's channel ranks and what the fusion did.
+        fits; ``explain`` adds each result's channel ranks and what the fusion did. ``kinds``
+        keeps only some kinds of content: ``note``, ``message``, ``tool_call``, ``tool_output``.
         """
         params: dict[str, Any] = {"query": query}
         if max_results is not None:
@@ -196,13 +198,28 @@ class Client:
             params["max_tokens"] = max_tokens
         if explain:
             params["explain"] = True
+        if kinds is not None:
+            params["kinds"] = [kinds] if isinstance(kinds, str) else list(kinds)
         return cast(SearchResponse, self.call("search", params))
 
-    def get(self, path: str | Path, from_line: int = 1, lines: int | None = None) -> GetResponse:
-        """``lines`` lines of an indexed file from ``from_line`` (1-based; None: to the end)."""
+    def get(
+        self,
+        path: str | Path,
+        from_line: int = 1,
+        lines: int | None = None,
+        *,
+        decoded: bool = False,
+    ) -> GetResponse:
+        """``lines`` lines of an indexed file from ``from_line`` (1-based; None: to the end).
+
+        ``decoded``: of a transcript, the readable (redacted) text of each line instead of its
+        raw JSON.
+        """
         params: dict[str, Any] = {"path": str(path), "from_line": from_line}
         if lines is not None:
             params["lines"] = lines
+        if decoded:
+            params["decoded"] = True
         return cast(GetResponse, self.call("get", params))
 
     def status(self) -> StatusResponse:

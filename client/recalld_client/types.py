@@ -10,6 +10,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 Source = Literal["memory", "sessions"]
 Mode = Literal["hybrid", "keyword", "vector"]
+Kind = Literal["note", "message", "tool_call", "tool_output"]
 
 
 class Scores(TypedDict):
@@ -39,12 +40,14 @@ class _SearchResultBase(TypedDict):
     score: float
     snippet: str  # at most 700 characters
     citation: str  # "path#L12-L30"
+    kind: Kind  # note (memory), message, tool_call, tool_output (transcripts)
     scores: Scores
 
 
 class SearchResult(_SearchResultBase, total=False):
     """One hit: enough to judge relevance, then ``get`` the lines."""
 
+    tool: str  # tool calls and outputs: the tool's name
     also: list[Place]  # the same passage elsewhere (near-duplicate collapse)
     truncated: bool  # the snippet was cut to fit max_tokens
     explain: dict[str, Any]  # with explain=True: channel ranks/scores, boosts, recency

@@ -38,6 +38,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--min-score", type=float, help="score floor (default 0.35)")
     s.add_argument("--source", choices=["memory", "sessions"], action="append", dest="sources")
     s.add_argument("--path-prefix")
+    s.add_argument(
+        "--kind",
+        choices=["note", "message", "tool_call", "tool_output"],
+        action="append",
+        dest="kinds",
+        help="only this kind of content (repeatable)",
+    )
     s.add_argument("--mode", choices=["hybrid", "keyword", "vector"], default="hybrid")
     s.add_argument("--max-tokens", type=int, help="fit the whole answer in this many tokens")
     s.add_argument(
@@ -47,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("get", help="print lines of an indexed file: PATH[:FROM[-TO]]")
     g.add_argument("target")
+    g.add_argument(
+        "--decoded", action="store_true", help="transcripts: readable text, not raw JSON lines"
+    )
     g.add_argument("--json", action="store_true")
 
     st = sub.add_parser("status", help="index state, provider, pending work, counts")
@@ -196,6 +206,8 @@ def _search_params(args: argparse.Namespace) -> dict[str, Any]:
         params["max_tokens"] = args.max_tokens
     if args.explain:
         params["explain"] = True
+    if args.kinds:
+        params["kinds"] = args.kinds
     return params
 
 
@@ -219,7 +231,8 @@ def _via_client(args: argparse.Namespace, client: Any) -> int:
         _print_search(client.search(query, **p), args.json)
     elif cmd == "get":
         p = _get_params(args.target)
-        _print_get(client.get(p["path"], p.get("from_line", 1), p.get("lines")), args.json)
+        got = client.get(p["path"], p.get("from_line", 1), p.get("lines"), decoded=args.decoded)
+        _print_get(got, args.json)
     elif cmd == "status":
         _print_status(client.status(), args.json)
     elif cmd == "sync":
@@ -260,7 +273,10 @@ def _local(args: argparse.Namespace) -> int:
         if cmd == "search":
             _print_search(engine.search(_search_params(args)), args.json)
         elif cmd == "get":
-            _print_get(engine.get(_get_params(args.target)), args.json)
+            params = _get_params(args.target)
+            if args.decoded:
+                params["decoded"] = True
+            _print_get(engine.get(params), args.json)
         elif cmd == "status":
             from recalld.security import config_warnings
 
@@ -289,7 +305,9 @@ def _print_search(res: dict[str, Any], as_json: bool) -> None:
         parts = [
             f"{name} {sc[name]:.2f}" for name in ("vector", "keyword") if sc.get(name) is not None
         ]
-        print(f"{i}. {r['citation']}  score {r['score']:.3f} ({', '.join(parts)}) [{r['source']}]")
+        what = r["source"] if r.get("kind") in (None, "note") else f"{r['source']} {r['kind']}"
+        what += f" {r['tool']}" if r.get("tool") else ""
+        print(f"{i}. {r['citation']}  score {r['score']:.3f} ({', '.join(parts)}) [{what}]")
         for place in r.get("also", []):
             print(f"   also at {place['citation']} [{place['source']}]")
         if "explain" in r:

@@ -43,7 +43,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sessions.delta_messages", 50, "New transcript messages that trigger indexing."),
     Setting("sessions.quiet_s", 5.0, "Index a grown transcript after this many quiet seconds."),
     Setting("sessions.include_thinking", False, "Index the agent's thinking blocks."),
-    Setting("sessions.tool_result_chars", 400, "Head of a tool result that is kept."),
+    Setting("sessions.tool_result_chars", 5_000_000, "Cap on the indexed text of one tool result."),
+    Setting(
+        "sessions.embed_kinds",
+        ["message", "tool_call", "tool_output"],
+        "Transcript chunk kinds that get vectors (the others are keyword-only).",
+    ),
+    Setting(
+        "sessions.embed_tool_head_chars",
+        600,
+        "Of a tool call or output, only this many leading characters are embedded.",
+    ),
     Setting("embedding.provider", "auto", "auto|local|ollama|openai|gemini|voyage|none."),
     Setting("embedding.model", "", "Model name; empty means the provider's default."),
     Setting("embedding.base_url", "", "Service URL; empty means the provider's default."),

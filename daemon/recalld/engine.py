@@ -378,11 +378,15 @@ class Engine:
             row = store.file(str(target.path))
         if row is None and not access.exists(target.path):
             raise NotFound(f"{target.path} is not indexed and does not exist")
+        decoded = params.get("decoded", False)
+        if not isinstance(decoded, bool):
+            raise BadRequest(f"decoded must be true or false, got {decoded!r}")
         redact = None
         if target.source == "sessions":  # indexed or not yet: transcripts are served redacted
+            from recalld.sessions.decoded import decode_line
             from recalld.sessions.redaction import redact_line
 
-            redact = redact_line
+            redact = decode_line if decoded else redact_line
         return access.read_lines(target.path, from_line, lines, redact=redact)
 
     # writes -----------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ first, with fused scores in [0, 1] so that one ``min_score`` floor means the sam
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 
@@ -70,8 +70,13 @@ def weighted(
     vector_weight: float,
     text_weight: float,
     normalise: bool = True,
+    no_vector: Collection[int] = (),
 ) -> list[Fused]:
     """``vector_weight * v + text_weight * k``, a channel that missed a chunk counting 0.
+
+    A chunk in ``no_vector`` has no vector by policy (keyword-only transcript content): the
+    vector channel could not return it, so its keyword score stands in for the missing part
+    instead of a 0, and it ranks on its keyword evidence alone.
 
     With ``normalise`` each channel is min-max rescaled over its candidates first. Weights are
     normalised to sum to 1 so that scores stay in [0, 1]. The returned ``vector`` / ``keyword``
@@ -83,7 +88,7 @@ def weighted(
     out = [
         Fused(
             cid,
-            wv * nv.get(cid, 0.0) + wk * nk.get(cid, 0.0),
+            wv * nv.get(cid, nk.get(cid, 0.0) if cid in no_vector else 0.0) + wk * nk.get(cid, 0.0),
             vector.get(cid),
             keyword.get(cid),
         )
@@ -100,12 +105,20 @@ def rrf(
     keyword: dict[int, float],
     *,
     k: int = 60,
+    no_vector: Collection[int] = (),
 ) -> list[Fused]:
-    """Reciprocal rank fusion, scaled so that rank 1 in both channels scores 1."""
+    """Reciprocal rank fusion, scaled so that rank 1 in both channels scores 1.
+
+    A chunk in ``no_vector`` (no vector by policy) counts its keyword rank for both channels.
+    """
     raw: dict[int, float] = {}
     for ranked in (vector_ranked, keyword_ranked):
         for rank, cid in enumerate(ranked, start=1):
             raw[cid] = raw.get(cid, 0.0) + 1.0 / (k + rank)
+    if vector_ranked:
+        for rank, cid in enumerate(keyword_ranked, start=1):
+            if cid in no_vector:
+                raw[cid] += 1.0 / (k + rank)
     channels = (1 if vector_ranked else 0) + (1 if keyword_ranked else 0)
     best = channels / (k + 1) if channels else 1.0
     out = [Fused(cid, s / best, vector.get(cid), keyword.get(cid)) for cid, s in raw.items()]

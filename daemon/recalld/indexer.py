@@ -31,7 +31,7 @@ from recalld.store import FileChange, FileRow, Identity, NewChunk, Store
 log = logging.getLogger(__name__)
 
 CHUNKER_VERSION = "md-3"
-SESSION_CHUNKER_VERSION = "sessions-1"
+SESSION_CHUNKER_VERSION = "sessions-2"  # 2: whole transcripts, chunk kinds
 EMBED_GROUP_CHUNKS = 256  # chunks embedded per call across files
 MAX_REPORTED_SKIPS = 100  # skipped files listed by name in a sync report
 
@@ -69,6 +69,8 @@ def chunking_identity(config: Config) -> str:
             "session_chunker": SESSION_CHUNKER_VERSION,
             "include_thinking": config.bool("sessions.include_thinking"),
             "tool_result_chars": config.int("sessions.tool_result_chars"),
+            "embed_kinds": sorted(config.list("sessions.embed_kinds")),
+            "embed_tool_head_chars": config.int("sessions.embed_tool_head_chars"),
             "max_tokens": config.int("chunking.max_tokens"),
             "target_tokens": config.int("chunking.target_tokens"),
         },

@@ -1,7 +1,7 @@
 """``recalld mcp``: an MCP server over stdio that forwards two tools to the daemon.
 
     memory_search(query, maxResults?, minScore?, source?, pathPrefix?)   ranked hits with citations
-    memory_get(path, from?, lines?)                                      exact lines of a hit
+    memory_get(path, from?, lines?, decoded?)                            exact lines of a hit
 
 It is a shim: every call goes through :class:`recalld_client.Client`, and the daemon is started
 (detached, logging to ``logs/daemon.log`` in the data dir) when none runs for this home, so that
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 SEARCH_TOOL = "memory_search"
 GET_TOOL = "memory_get"
+KINDS = ("note", "message", "tool_call", "tool_output")
 START_TIMEOUT_S = 60.0
 MAX_RESULTS_CAP = 50
 
@@ -102,6 +103,13 @@ SEARCH_SCHEMA: dict[str, Any] = {
             "description": "Fit the whole answer in about this many tokens (snippets are "
             "trimmed, the lowest results dropped).",
         },
+        "kinds": {
+            "type": "array",
+            "items": {"type": "string", "enum": list(KINDS)},
+            "description": "Only these kinds of content: 'note' (memory), 'message' (what the "
+            "user or agent said), 'tool_call' (commands run, files edited or written), "
+            "'tool_output' (what tools printed or read).",
+        },
     },
     "required": ["query"],
     "additionalProperties": False,
@@ -125,6 +133,11 @@ GET_SCHEMA: dict[str, Any] = {
             "minimum": 1,
             "description": "How many lines to read (default: to the end of the file).",
         },
+        "decoded": {
+            "type": "boolean",
+            "description": "Transcripts: the readable text of each line (message, tool call "
+            "arguments, tool output) instead of its raw JSON.",
+        },
     },
     "required": ["path"],
     "additionalProperties": False,
@@ -139,6 +152,7 @@ _ALIASES = {
     "sources": "source",
     "from_line": "from",
     "fromLine": "from",
+    "kind": "kinds",
 }
 
 _CITATION = re.compile(r"^(?P<path>.+)#L(?P<start>\d+)(?:-L?(?P<end>\d+))?$")
@@ -207,6 +221,12 @@ def search_params(args: Mapping[str, Any] | None) -> dict[str, Any]:
         out["path_prefix"] = _str("pathPrefix", a["pathPrefix"])
     if a.get("maxTokens") is not None:
         out["max_tokens"] = _int("maxTokens", a["maxTokens"], 100, 1_000_000)
+    kinds = a.get("kinds")
+    if kinds is not None:
+        kinds = [kinds] if isinstance(kinds, str) else kinds
+        if not isinstance(kinds, list) or not kinds or not all(k in KINDS for k in kinds):
+            raise ToolError(f"kinds must be a list of {', '.join(KINDS)}, not {kinds!r}")
+        out["kinds"] = list(kinds)
     return out
 
 
@@ -230,6 +250,12 @@ def get_params(args: Mapping[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {"path": path, "from_line": first or 1}
     if count is not None:
         out["lines"] = count
+    decoded = a.get("decoded")
+    if decoded is not None:
+        if not isinstance(decoded, bool):
+            raise ToolError(f"decoded must be true or false, not {decoded!r}")
+        if decoded:
+            out["decoded"] = True
     return out
 
 
@@ -242,6 +268,8 @@ def format_search(res: Mapping[str, Any]) -> str:
         {
             "citation": r["citation"],
             "source": r.get("source"),
+            **({"kind": r["kind"]} if r.get("kind") else {}),
+            **({"tool": r["tool"]} if r.get("tool") else {}),
             "score": round(float(r["score"]), 3),
             "snippet": r.get("snippet", ""),
             **({"also": [p["citation"] for p in r["also"]]} if r.get("also") else {}),

@@ -137,6 +137,15 @@ MIGRATIONS: tuple[str, ...] = (
     END;
     INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');
     """,
+    # 4: chunk kinds. Memory chunks are notes, transcript chunks written before were messages
+    # (their text is re-chunked by the full reindex that the new chunking identity triggers).
+    # ``embed`` = 0 marks a chunk that gets no vector by policy: backfill skips it for good.
+    """
+    ALTER TABLE chunks ADD COLUMN kind TEXT NOT NULL DEFAULT 'note';
+    ALTER TABLE chunks ADD COLUMN tool TEXT NOT NULL DEFAULT '';
+    ALTER TABLE chunks ADD COLUMN embed INTEGER NOT NULL DEFAULT 1;
+    UPDATE chunks SET kind = 'message' WHERE source = 'sessions';
+    """,
 )
 
 

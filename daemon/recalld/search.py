@@ -29,6 +29,7 @@ from recalld.vector_index import VectorIndex
 
 MODES = ("hybrid", "keyword", "vector")
 SOURCES = ("memory", "sessions")
+KINDS = ("note", "message", "tool_call", "tool_output")
 MAX_QUERY_BYTES = 100_000
 
 
@@ -44,6 +45,7 @@ class SearchRequest:
     mode: str
     max_tokens: int = 0  # 0: no budget
     explain: bool = False
+    kinds: tuple[str, ...] | None = None
 
 
 def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
@@ -90,6 +92,14 @@ def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
     if path_prefix is not None and "\x00" in path_prefix:
         raise BadRequest("path_prefix contains a NUL byte")
 
+    kinds = params.get("kinds")
+    if isinstance(kinds, str):
+        kinds = [kinds]
+    if kinds is not None:
+        if not isinstance(kinds, list | tuple) or not all(k in KINDS for k in kinds):
+            raise BadRequest(f"kinds must be a list of {KINDS}, got {kinds!r}")
+        kinds = tuple(dict.fromkeys(kinds)) or None
+
     mode = params.get("mode") or "hybrid"
     if mode not in MODES:
         raise BadRequest(f"mode must be one of {MODES}, got {mode!r}")
@@ -111,6 +121,7 @@ def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
         mode,
         max_tokens,
         explain,
+        kinds,
     )
 
 
@@ -141,7 +152,11 @@ class SearchContext:
 
 
 def snippet(text: str, terms: Sequence[str], limit: int) -> str:
-    """At most ``limit`` characters of ``text``, starting at the line with the most query terms."""
+    """At most ``limit`` characters of ``text`` around the query terms.
+
+    It starts at the line with the most query terms; when the first term sits deep inside a
+    long line (a tool output's single line of JSON or log), the window is centred on it.
+    """
     if len(text) <= limit:
         return text
     lines = text.split("\n")
@@ -155,7 +170,15 @@ def snippet(text: str, terms: Sequence[str], limit: int) -> str:
             window += 1
         if hits > best_hits:
             best, best_hits = i, hits
-    return "\n".join(lines[best:])[:limit]
+    out = "\n".join(lines[best:])
+    found = [p for t in terms if t and (p := out.lower().find(t)) != -1]
+    first = min(found, default=0)
+    if first + max((len(t) for t in terms), default=0) > limit * 2 // 3:
+        start = max(0, first - limit // 3)
+        space = out.find(" ", start, first)
+        start = space + 1 if space != -1 else start
+        return "…" + out[start : start + limit - 1]
+    return out[:limit]
 
 
 def channel_weights(shape: QueryShape | None, cfg: Config) -> tuple[float, float]:
@@ -187,8 +210,10 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     shape = analyze(req.query) if cfg.bool("search.query_shape") else None
 
     allowed = None
-    if run_vector and (req.sources or req.path_prefix):
-        allowed = np.asarray(ctx.store.chunk_ids(req.sources, req.path_prefix), dtype=np.int64)
+    if run_vector and (req.sources or req.path_prefix or req.kinds):
+        allowed = np.asarray(
+            ctx.store.chunk_ids(req.sources, req.path_prefix, req.kinds), dtype=np.int64
+        )
 
     vector_future: Future[list[tuple[int, float]]] | None = None
     vector_hits: list[tuple[int, float]] = []
@@ -223,6 +248,7 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
             req.path_prefix,
             context_weight=cfg.float("search.context_weight"),
             ident_weight=cfg.float("search.ident_weight"),
+            kinds=req.kinds,
         )
 
     if vector_future is not None:
@@ -241,6 +267,9 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     else:
         mode = "keyword" if (req.mode != "hybrid" or not run_vector) else "hybrid"
 
+    rows = ctx.store.chunks(set(kw) | set(vs))
+    # Keyword-only chunks (no vector by policy) are not chunks the vector channel rejected.
+    no_vector = {cid for cid in kw if cid in rows and not rows[cid].embed}
     method = "weighted"
     vw, tw = channel_weights(shape, cfg)
     if not vector_hits:
@@ -259,13 +288,15 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
             vs,
             kw,
             k=cfg.int("search.rrf_k"),
+            no_vector=no_vector,
         )
         method = "rrf"
     else:
         minmax = cfg.str("search.score_norm") == "minmax"
-        fused = fusion.weighted(vs, kw, vector_weight=vw, text_weight=tw, normalise=minmax)
+        fused = fusion.weighted(
+            vs, kw, vector_weight=vw, text_weight=tw, normalise=minmax, no_vector=no_vector
+        )
 
-    rows = ctx.store.chunks(f.chunk_id for f in fused)
     fused = [f for f in fused if f.chunk_id in rows]
     notes: dict[int, dict[str, Any]] | None = None
     if req.explain:
@@ -461,6 +492,8 @@ def _result(
         "score": round(score, 6),
         "snippet": snippet(row.text, terms, limit),
         "citation": f"{row.path}#L{row.start_line}-L{row.end_line}",
+        "kind": row.kind,
+        **({"tool": row.tool} if row.tool else {}),
         "scores": {
             "vector": None if f.vector is None else round(f.vector, 6),
             "keyword": None if f.keyword is None else round(f.keyword, 6),

@@ -22,7 +22,9 @@ from typing import Any
 from recalld.access import glob_base
 from recalld.config import Config
 from recalld.embedding.base import Embedder
-from recalld.sessions import SessionChunker, TailState, TranscriptParser, read_delta
+from recalld.errors import ConfigError
+from recalld.sessions import SessionChunk, SessionChunker, TailState, TranscriptParser, read_delta
+from recalld.sessions.chunking import CHUNK_KINDS
 from recalld.store import FileChange, FileRow, NewChunk, Store
 
 log = logging.getLogger(__name__)
@@ -104,7 +106,11 @@ class SessionIndexer:
 
     def _chunker(self) -> SessionChunker:
         return SessionChunker(
-            self.count_tokens, max_tokens=self.max_tokens, target_tokens=self.target_tokens
+            self.count_tokens,
+            max_tokens=self.max_tokens,
+            target_tokens=self.target_tokens,
+            embed_kinds=embed_kinds(self.config),
+            tool_head_chars=self.config.int("sessions.embed_tool_head_chars"),
         )
 
     def sync(self, paths: Iterable[Path] | None = None) -> SessionReport:
@@ -144,6 +150,7 @@ class SessionIndexer:
         skipped = int(saved["skipped"]) if saved else 0
         while True:
             delta = read_delta(path, tail, max_bytes=MAX_DELTA_BYTES)
+            fresh = delta.reset or tail is None
             if delta.reset or tail is None:
                 parser = self._parser(None)
                 chunker = self._chunker()
@@ -153,6 +160,7 @@ class SessionIndexer:
                     report.files_reset += 1
             else:
                 parser = self._parser(str(extra.get("format") or "") or None)
+                parser.calls = dict(extra.get("calls") or {})
                 chunker = self._chunker()
                 chunker.restore(extra.get("chunker", {}))
                 open_start = extra.get("open_start")
@@ -163,9 +171,12 @@ class SessionIndexer:
             messages = parser.feed(delta.lines)
             final = chunker.feed(messages)
             pending = chunker.pending()
-            chunks = [
-                NewChunk(c.start_line, c.end_line, c.text, _hash(c.text)) for c in final + pending
-            ]
+            # Final message chunks on the open chunk's first line are rewritten with it
+            # (keep_from drops the messages from that line on): the state carries them till then.
+            carry = [] if fresh else carried(extra)
+            written = carry + final + pending
+            open_start = pending[0].start_line if pending else None
+            chunks = [new_chunk(c) for c in written]
             stats = parser.stats
             skipped += stats.skipped_invalid + stats.skipped_unknown + stats.skipped_huge
             new_tail = replace(delta.state, messages=delta.state.messages + len(messages))
@@ -176,10 +187,12 @@ class SessionIndexer:
                 state={
                     "format": parser.fmt,
                     "chunker": chunker.save(),
-                    "open_start": pending[0].start_line if pending else None,
+                    "open_start": open_start,
+                    "calls": parser.calls,
+                    "carry": to_carry(carry + final, open_start),
                 },
             )
-            vectors = self.vectors_for({c.hash: c.text for c in chunks})
+            vectors = self.vectors_for({c.hash: c.text for c in chunks if c.embed})
             row = FileRow(
                 key,
                 "sessions",
@@ -189,7 +202,12 @@ class SessionIndexer:
                 new_tail.line_count,
             )
             change = self.store.replace_file(
-                row, chunks, vectors, keep_from_line=keep_from, session_state=state
+                row,
+                chunks,
+                vectors,
+                keep_from_line=keep_from,
+                session_state=state,
+                rewrite_kinds=None if fresh else ["message"],  # tool chunks are final
             )
             self._change(change)
             report.files_changed += 1
@@ -207,6 +225,42 @@ class SessionIndexer:
     def _change(self, change: FileChange) -> None:
         if self.on_change is not None:
             self.on_change(change)
+
+
+def embed_kinds(config: Config) -> list[str]:
+    """``sessions.embed_kinds``, checked (ConfigError naming the unknown kind)."""
+    kinds = config.list("sessions.embed_kinds")
+    if bad := [k for k in kinds if k not in CHUNK_KINDS]:
+        raise ConfigError(
+            f"sessions.embed_kinds: unknown kind {bad[0]!r}; known: {', '.join(CHUNK_KINDS)}"
+        )
+    return kinds
+
+
+def new_chunk(c: SessionChunk) -> NewChunk:
+    """The store row of a transcript chunk."""
+    return NewChunk(
+        c.start_line, c.end_line, c.text, _hash(c.text), kind=c.kind, tool=c.tool, embed=c.embed
+    )
+
+
+def to_carry(chunks: list[SessionChunk], open_start: int | None) -> list[list[Any]]:
+    """Final message chunks that start on the open chunk's first line, JSON-able."""
+    if open_start is None:
+        return []
+    return [
+        [c.start_line, c.end_line, c.text, c.kind, c.tool, c.embed]
+        for c in chunks
+        if c.start_line >= open_start and c.kind == "message"
+    ]
+
+
+def carried(state: dict[str, Any]) -> list[SessionChunk]:
+    """:func:`to_carry` output back as chunks."""
+    return [
+        SessionChunk(int(a), int(b), str(t), str(k), str(tool), bool(e))
+        for a, b, t, k, tool, e in state.get("carry") or []
+    ]
 
 
 def _hash(text: str) -> str:

@@ -67,6 +67,9 @@ class NewChunk:
     text: str
     hash: str
     context: str = ""  # document title / heading path, indexed as a second FTS column
+    kind: str = "note"  # note | message | tool_call | tool_output
+    tool: str = ""  # tool chunks: the tool's name
+    embed: bool = True  # False: keyword channel only, by policy (never backfilled)
 
 
 @dataclass(frozen=True)
@@ -80,9 +83,12 @@ class ChunkRow:
     end_line: int
     text: str
     context: str = ""  # document title > heading path
+    kind: str = "note"
+    tool: str = ""
+    embed: bool = True
 
 
-_CHUNK_COLUMNS = "id, path, source, start_line, end_line, text, context"
+_CHUNK_COLUMNS = "id, path, source, start_line, end_line, text, context, kind, tool, embed"
 
 
 @dataclass(frozen=True)
@@ -236,21 +242,26 @@ class Store:
         *,
         keep_from_line: int | None = None,
         session_state: dict[str, Any] | None = None,
+        rewrite_kinds: Sequence[str] | None = None,
     ) -> FileChange:
         """Write a file's chunks (and their vectors) in one transaction.
 
         With ``keep_from_line`` (transcripts), chunks starting before that line are kept and only
-        the later ones are replaced: appending never rewrites what is already indexed. Returns
+        the later ones are replaced: appending never rewrites what is already indexed; with
+        ``rewrite_kinds`` too, only chunks of those kinds are (a transcript's open chunk is a
+        ``message``; tool chunks are final when written). Returns
         the removed chunk ids and the added (id, vector) pairs, for the in-memory vector index.
         """
         has_vec = self.has_vec_table()
         added: list[tuple[int, npt.NDArray[np.float32]]] = []
         with self.conn:
-            removed = self._delete_chunks(row.path, from_line=keep_from_line, has_vec=has_vec)
+            removed = self._delete_chunks(
+                row.path, from_line=keep_from_line, has_vec=has_vec, kinds=rewrite_kinds
+            )
             for chunk in chunks:
                 self.conn.execute(
                     "INSERT INTO chunks(path, source, start_line, end_line, hash, text, context, "
-                    "ident) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "ident, kind, tool, embed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         row.path,
                         row.source,
@@ -260,9 +271,12 @@ class Store:
                         chunk.text,
                         chunk.context,
                         ident_text(chunk.text),
+                        chunk.kind,
+                        chunk.tool,
+                        int(chunk.embed),
                     ),
                 )
-                if has_vec and vectors is not None and chunk.hash in vectors:
+                if has_vec and vectors is not None and chunk.embed and chunk.hash in vectors:
                     chunk_id = self.conn.last_insert_rowid()
                     vec = vectors[chunk.hash]
                     self.conn.execute(
@@ -290,12 +304,22 @@ class Store:
             self.conn.execute("DELETE FROM files WHERE path = ?", (path,))
         return FileChange(removed, [])
 
-    def _delete_chunks(self, path: str, *, from_line: int | None, has_vec: bool) -> list[int]:
+    def _delete_chunks(
+        self,
+        path: str,
+        *,
+        from_line: int | None,
+        has_vec: bool,
+        kinds: Sequence[str] | None = None,
+    ) -> list[int]:
         where = "path = ?"
         args: tuple[Any, ...] = (path,)
         if from_line is not None:
             where += " AND start_line >= ?"
             args = (path, from_line)
+            if kinds:
+                where += f" AND kind IN ({','.join('?' * len(kinds))})"
+                args = (*args, *kinds)
         ids = [int(r[0]) for r in self.conn.execute(f"SELECT id FROM chunks WHERE {where}", args)]
         if has_vec and ids:
             self.conn.execute(
@@ -318,19 +342,24 @@ class Store:
                 f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE id IN ({marks})",
                 part,
             ):
-                out[int(r[0])] = ChunkRow(*r)
+                out[int(r[0])] = _row(r)
         return out
 
-    def chunk_ids(self, sources: Sequence[str] | None, path_prefix: str | None) -> list[int]:
+    def chunk_ids(
+        self,
+        sources: Sequence[str] | None,
+        path_prefix: str | None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[int]:
         """Ids of the chunks that pass the filters (for the vector channel's mask)."""
-        where, args = _filters(sources, path_prefix, alias="")
+        where, args = _filters(sources, path_prefix, alias="", kinds=kinds)
         sql = "SELECT id FROM chunks" + (f" WHERE {where}" if where else "")
         return [int(r[0]) for r in self.conn.execute(sql, args)]
 
     def file_chunks(self, path: str) -> list[ChunkRow]:
         """Chunks of one file in line order."""
         return [
-            ChunkRow(*r)
+            _row(r)
             for r in self.conn.execute(
                 f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE path = ? ORDER BY start_line",
                 (path,),
@@ -338,14 +367,17 @@ class Store:
         ]
 
     def chunks_missing_vectors(self, limit: int) -> list[tuple[int, str, str]]:
-        """(id, hash, text) of chunks without a vector (after a provider became available)."""
+        """(id, hash, text) of chunks due a vector but without one (provider down or added later).
+
+        Chunks that get no vector by policy (``embed`` = 0) are not due, ever.
+        """
         if not self.has_vec_table():
             return []
         return [
             (int(r[0]), str(r[1]), str(r[2]))
             for r in self.conn.execute(
-                "SELECT id, hash, text FROM chunks WHERE id NOT IN (SELECT rowid FROM chunks_vec) "
-                "LIMIT ?",
+                "SELECT id, hash, text FROM chunks WHERE embed = 1 "
+                "AND id NOT IN (SELECT rowid FROM chunks_vec) LIMIT ?",
                 (limit,),
             )
         ]
@@ -370,13 +402,14 @@ class Store:
         *,
         context_weight: float = 1.0,
         ident_weight: float = 1.0,
+        kinds: Sequence[str] | None = None,
     ) -> list[tuple[int, float]]:
         """(chunk id, bm25) best first; bm25 is negative, lower is better (FTS5's convention).
 
         ``context_weight`` weighs a match in the title/heading column against one in the text,
         ``ident_weight`` one in the derived identifier/CJK tokens.
         """
-        where, args = _filters(sources, path_prefix, alias="c.")
+        where, args = _filters(sources, path_prefix, alias="c.", kinds=kinds)
         weights = f"1.0, {float(context_weight)!r}, {float(ident_weight)!r}"
         sql = (
             f"SELECT c.id, bm25(chunks_fts, {weights}) AS rank FROM chunks_fts "
@@ -514,6 +547,7 @@ class Store:
             "chunks": one("SELECT count(*) FROM chunks"),
             "fts_rows": one("SELECT count(*) FROM chunks_fts"),
             "vectors": one("SELECT count(*) FROM chunks_vec") if self.has_vec_table() else 0,
+            "keyword_only_chunks": one("SELECT count(*) FROM chunks WHERE embed = 0"),
             "cached_embeddings": one("SELECT count(*) FROM embedding_cache"),
         }
         return out
@@ -553,11 +587,25 @@ class Store:
         return bool(row and row[0] == "ok")
 
 
+def _row(r: Sequence[Any]) -> ChunkRow:
+    return ChunkRow(
+        int(r[0]), str(r[1]), str(r[2]), int(r[3]), int(r[4]), str(r[5]), str(r[6]),
+        str(r[7]), str(r[8]), bool(r[9]),
+    )  # fmt: skip
+
+
 def _filters(
-    sources: Sequence[str] | None, path_prefix: str | None, *, alias: str
+    sources: Sequence[str] | None,
+    path_prefix: str | None,
+    *,
+    alias: str,
+    kinds: Sequence[str] | None = None,
 ) -> tuple[str, tuple[Any, ...]]:
     clauses: list[str] = []
     args: list[Any] = []
+    if kinds:
+        clauses.append(f"{alias}kind IN ({','.join('?' * len(kinds))})")
+        args.extend(kinds)
     if sources:
         clauses.append(f"{alias}source IN ({','.join('?' * len(sources))})")
         args.extend(sources)

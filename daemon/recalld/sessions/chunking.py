@@ -6,6 +6,16 @@ the date changes. ``count_tokens(chunk.text) + 2 <= max_tokens`` always holds (t
 model's [CLS] and [SEP]). A message too long for one chunk is split at its text lines, then
 words, then characters; every part keeps the message's JSONL line.
 
+Chunks do not mix kinds (:data:`CHUNK_KINDS`): user and assistant messages run together as
+above (``message``, the tool events between them do not break the run); a tool call
+(``tool_call``) or a tool result (``tool_output``) is a chunk of its own, final at once, split
+into parts when long, each part on the tool's JSONL line. Only ``message`` chunks stay open.
+A chunk is embedded only when its kind is in ``embed_kinds``; of a tool call or output only
+the first ``tool_head_chars`` characters are (the head says what the tool did), the rest goes to
+the keyword channel alone in parts of about ``keyword_part_chars`` characters (cut without the
+tokenizer: a 2 MB log must not cost a tokenizer pass per part). The token bound above holds for
+every embedded chunk.
+
 Boundaries depend only on what came before them: a chunk is closed as soon as it reaches
 ``target_tokens``, or when the next message would push it over ``max_tokens``. So appending
 messages never changes an earlier chunk, only the last, still open one, and delta sync
@@ -23,7 +33,19 @@ from typing import Any
 
 from recalld.sessions.formats import Message
 
-__all__ = ["SessionChunk", "SessionChunker", "chunk_messages"]
+__all__ = ["CHUNK_KINDS", "SessionChunk", "SessionChunker", "chunk_kind", "chunk_messages"]
+
+#: Kinds of transcript chunks (memory notes are ``note``).
+CHUNK_KINDS = ("message", "tool_call", "tool_output")
+_TOOL_KINDS = {"tool_call": "tool_call", "tool_result": "tool_output"}
+#: Size of a keyword-only part of a long tool call or output.
+KEYWORD_PART_CHARS = 1200
+
+
+def chunk_kind(message_kind: str) -> str:
+    """The chunk kind of a :class:`Message` kind (text, thinking and meta are messages)."""
+    return _TOOL_KINDS.get(message_kind, "message")
+
 
 CountTokens = Callable[[str], int]
 _SPECIALS = 2  # [CLS] and [SEP]
@@ -40,6 +62,9 @@ class SessionChunk:
     start_line: int
     end_line: int
     text: str
+    kind: str = "message"
+    tool: str = ""
+    embed: bool = True
 
 
 @dataclass(slots=True)
@@ -66,6 +91,9 @@ class SessionChunker:
         max_tokens: int = 256,
         target_tokens: int = 160,
         dates: bool = True,
+        embed_kinds: Iterable[str] = CHUNK_KINDS,
+        tool_head_chars: int = 2000,
+        keyword_part_chars: int = KEYWORD_PART_CHARS,
     ) -> None:
         if max_tokens < 16 + _SPECIALS:
             raise ValueError("max_tokens is too small to hold a message line")
@@ -73,6 +101,9 @@ class SessionChunker:
         self.limit = max_tokens - _SPECIALS
         self.target = min(target_tokens, self.limit)
         self.dates = dates
+        self.embed_kinds = frozenset(embed_kinds)
+        self.tool_head_chars = max(tool_head_chars, 0)
+        self.part_chars = max(keyword_part_chars, 200)
         self._open = _Open()
         self._date_cost: dict[str, int] = {}
 
@@ -82,6 +113,10 @@ class SessionChunker:
         """Add messages; returns the chunks they completed, in order."""
         done: list[SessionChunk] = []
         for message in messages:
+            kind = chunk_kind(message.kind)
+            if kind != "message":  # a chunk of its own; the conversation's chunk stays open
+                done.extend(self._tool_chunks(message, kind))
+                continue
             for line, text, date, cost in self._units(message):
                 self._add(line, text, date, cost, done)
         return done
@@ -113,15 +148,19 @@ class SessionChunker:
         date = ""
         if self.dates and _DATE.match(message.timestamp):
             date = message.timestamp[:10]
-        prefix = f"{message.name or message.role}: "
-        text = f"{prefix}{message.text}"
         room = self.limit - (self._date_line(date)[1] if date else 0)
+        prefix = f"{message.name or message.role}: "
+        return [(message.line, t, date, n) for t, n in self._parts(prefix, message.text, room)]
+
+    def _parts(self, prefix: str, body: str, room: int) -> list[tuple[str, int]]:
+        """``prefix + part`` texts of at most ``room`` tokens covering ``body``, with counts."""
+        text = f"{prefix}{body}"
         cost = self.count(text)
         if cost <= room:
-            return [(message.line, text, date, cost)]
-        units: list[tuple[int, str, str, int]] = []
+            return [(text, cost)]
+        units: list[tuple[str, int]] = []
         budget = max(1, room - self.count(prefix))
-        queue = deque(_split(message.text, budget, self.count))
+        queue = deque(_split(body, budget, self.count))
         while queue:
             part = queue.popleft()
             cost = self.count(prefix + part)
@@ -129,7 +168,7 @@ class SessionChunker:
                 budget = max(1, budget - (cost - room))
                 queue.extendleft(reversed(_split(part, budget, self.count)))
                 continue
-            units.append((message.line, prefix + part, date, cost))
+            units.append((prefix + part, cost))
         return units
 
     def _add(self, line: int, text: str, date: str, cost: int, done: list[SessionChunk]) -> None:
@@ -162,10 +201,37 @@ class SessionChunker:
             half += 1  # keep a date line with the message it introduces
         return self._fit(rows[:half]) + self._fit(rows[half:])
 
-    @staticmethod
-    def _render(rows: list[tuple[int, str]]) -> SessionChunk:
+    def _render(self, rows: list[tuple[int, str]]) -> SessionChunk:
         lines = [line for line, _ in rows]
-        return SessionChunk(min(lines), max(lines), "\n".join(text for _, text in rows))
+        text = "\n".join(text for _, text in rows)
+        return SessionChunk(min(lines), max(lines), text, embed="message" in self.embed_kinds)
+
+    def _tool_chunks(self, message: Message, kind: str) -> list[SessionChunk]:
+        """A tool call or output as chunks of its own: the embedded head, then keyword parts."""
+        prefix = "tool: " if kind == "tool_output" else ""  # a call's text starts "tool: Name"
+        embed = kind in self.embed_kinds and self.tool_head_chars > 0
+        head, rest = _cut(message.text, self.tool_head_chars) if embed else ("", message.text)
+        line, tool = message.line, message.tool
+        out = [
+            SessionChunk(line, line, part, kind, tool, True)
+            for part, _ in (self._parts(prefix, head.strip(), self.limit) if head.strip() else [])
+        ]
+        while rest:
+            part, rest = _cut(rest, self.part_chars)
+            if part.strip():
+                out.append(SessionChunk(line, line, prefix + part.strip(), kind, tool, False))
+        return out
+
+
+def _cut(text: str, size: int) -> tuple[str, str]:
+    """``text`` cut after about ``size`` characters, at a line end or a space when one is near."""
+    if len(text) <= size:
+        return text, ""
+    end = text.rfind("\n", size // 2, size)
+    if end == -1:
+        end = text.rfind(" ", size // 2, size)
+    end = size if end == -1 else end + 1
+    return text[:end], text[end:]
 
 
 def _split(text: str, budget: int, count: CountTokens) -> list[str]:
@@ -237,9 +303,15 @@ def chunk_messages(
     max_tokens: int = 256,
     target_tokens: int = 160,
     dates: bool = True,
+    **options: Any,
 ) -> list[SessionChunk]:
-    """Chunks of ``messages`` (see the module docstring); the last one may still grow."""
+    """Chunks of ``messages`` (see the module docstring); the last one may still grow.
+
+    ``options``: the :class:`SessionChunker` keywords ``embed_kinds``, ``tool_head_chars``,
+    ``keyword_part_chars``.
+    """
     chunker = SessionChunker(
-        count_tokens, max_tokens=max_tokens, target_tokens=target_tokens, dates=dates
+        count_tokens, max_tokens=max_tokens, target_tokens=target_tokens, dates=dates, **options
     )
-    return chunker.feed(messages) + chunker.pending()
+    chunks = chunker.feed(messages) + chunker.pending()
+    return sorted(chunks, key=lambda c: c.start_line)  # stable: the feed order within a line

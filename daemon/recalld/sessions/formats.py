@@ -16,9 +16,11 @@ Formats (detected per file from its first records, see :func:`detect_format`):
 - ``generic``: one ``{"role", "content"}`` object a line, content a string or a list of
   ``{"type": "text", "text"}`` blocks; ``speaker``/``name`` kept as :attr:`Message.name`.
 
-Kept: user and assistant text; a tool call as one short line (``tool: Bash `git status```); the
-head of a tool result (``tool_result_chars``); thinking only on request. Dropped and counted:
-metadata records, invalid / unknown / huge lines. Parsing never raises on file content.
+Kept: user and assistant text; every tool call whole (a one-line summary such as
+``tool: Bash `git status``` followed by every argument in full: commands, paths, edit strings,
+written files, patches); every tool result whole up to ``tool_result_chars``, with the name of
+the tool that produced it; thinking only on request. Dropped and counted: metadata records,
+invalid / unknown / huge lines. Parsing never raises on file content.
 """
 
 from __future__ import annotations
@@ -36,8 +38,22 @@ from typing import Any
 from recalld.sessions.redaction import redact
 
 __all__ = [
-    "CLAUDE_CODE", "CODEX", "FORMATS", "GENERIC", "KINDS", "OPENCLAW", "UNKNOWN", "Message",
-    "ParseStats", "TranscriptParser", "detect_format", "parse_file", "parse_lines", "tool_line",
+    "CLAUDE_CODE",
+    "CODEX",
+    "FORMATS",
+    "GENERIC",
+    "KINDS",
+    "OPENCLAW",
+    "TOOL_RESULT_CHARS",
+    "UNKNOWN",
+    "Message",
+    "ParseStats",
+    "TranscriptParser",
+    "call_text",
+    "detect_format",
+    "parse_file",
+    "parse_lines",
+    "tool_line",
 ]  # fmt: skip
 
 CLAUDE_CODE, CODEX, OPENCLAW, GENERIC, UNKNOWN = (
@@ -53,6 +69,10 @@ KINDS = ("text", "tool_call", "tool_result", "thinking", "meta")
 
 #: Lines longer than this are skipped unparsed (a pasted image, a runaway tool output).
 MAX_LINE_BYTES = 5 * 1024 * 1024
+#: Default cap on the kept text of one tool result: whole, up to the longest line parsed.
+TOOL_RESULT_CHARS = MAX_LINE_BYTES
+#: Tool calls remembered for naming the results that arrive later (delta sync keeps them).
+MAX_OPEN_CALLS = 256
 #: Valid records :func:`detect_format` looks at.
 DETECT_RECORDS = 20
 _TOOL_ARG_CHARS = 200
@@ -72,6 +92,7 @@ class Message:
     messages: text plus tool calls). ``role``: ``user``, ``assistant``, ``tool`` (tool results)
     or ``system`` (meta). ``kind``: one of :data:`KINDS`. ``timestamp``: the record's ISO time,
     or ``""``. ``name``: the speaker's name when the format has one (generic ``speaker``).
+    ``tool``: the tool's name for tool calls and results (``""`` when a result's call is unknown).
     """
 
     line: int
@@ -80,6 +101,7 @@ class Message:
     kind: str
     timestamp: str = ""
     name: str = ""
+    tool: str = ""  # tool calls and results: the tool's name
 
 
 @dataclass(slots=True)
@@ -225,6 +247,45 @@ def tool_line(name: Any, args: Any, clean: Callable[[str], str] = _same) -> str:
     return f"tool: {name}"
 
 
+def _value_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bool):
+        return ""
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def _shown(value: str, head: str) -> bool:
+    """Whether the summary line already shows ``value`` whole (no need to repeat it)."""
+    return len(value) <= _TOOL_ARG_CHARS // 2 and "\n" not in value and value in head
+
+
+def call_text(name: Any, args: Any, clean: Callable[[str], str] = _same) -> str:
+    """A tool call whole: its :func:`tool_line` summary, then every argument in full.
+
+    Arguments are decoded (a JSON string of arguments is parsed), so an escaped path or an edit's
+    ``new_string`` is indexed as the text the agent meant, one ``key: value`` row each.
+    """
+    head = tool_line(name, args, clean)
+    if isinstance(args, str):
+        stripped = args.strip()
+        if stripped.startswith("{"):
+            with contextlib.suppress(ValueError):
+                args = json.loads(stripped)
+    if isinstance(args, Mapping):
+        rows = [
+            f"{key}: {text}"
+            for key, v in args.items()
+            if (text := _value_text(v).strip()) and not _shown(text, head)
+        ]
+        body = "\n".join(rows)
+    else:
+        body = _value_text(args).strip()
+    return f"{head}\n{clean(body)}" if body else head
+
+
 def _timestamp(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -253,6 +314,7 @@ class _Out:
     redact: bool
     include_meta: bool
     stats: ParseStats
+    calls: dict[str, str] = field(default_factory=dict)  # call id -> tool name
     messages: list[Message] = field(default_factory=list)
     line: int = 0
     timestamp: str = ""
@@ -262,16 +324,25 @@ class _Out:
             text = redact(text)
         self.messages.append(Message(self.line, role, text, kind, self.timestamp, name))
 
+    def tool_of(self, call_id: Any) -> str:
+        """The name of the tool whose call had this id ("" when unknown)."""
+        return self.calls.pop(call_id, "") if isinstance(call_id, str) else ""
+
     def text(self, role: str, content: Any, name: str = "") -> None:
         text = _clean(_plain(content))
         if text:
             self._add(role, text, "text", name)
 
-    def call(self, name: Any, args: Any, role: str = "assistant") -> None:
-        text = tool_line(name, args, redact if self.redact else _same)
-        self.messages.append(Message(self.line, role, text, "tool_call", self.timestamp))
+    def call(self, name: Any, args: Any, role: str = "assistant", call_id: Any = None) -> None:
+        text = call_text(name, args, redact if self.redact else _same)
+        tool = _short(str(name), 60) if name else "tool"
+        if isinstance(call_id, str) and call_id:
+            self.calls[call_id] = tool
+            while len(self.calls) > MAX_OPEN_CALLS:  # calls whose result never came
+                del self.calls[next(iter(self.calls))]
+        self.messages.append(Message(self.line, role, text, "tool_call", self.timestamp, tool=tool))
 
-    def result(self, content: Any, error: bool = False) -> None:
+    def result(self, content: Any, error: bool = False, tool: str = "") -> None:
         limit = self.tool_result_chars
         if limit <= 0:
             return
@@ -298,7 +369,9 @@ class _Out:
             if 0 <= token < limit and (end := head.find("]", token)) >= limit:
                 cut = head[: end + 1]  # never cut a redaction token in half
             head = f"{cut.rstrip()} … ({len(text) - limit} more chars)"
-        self.messages.append(Message(self.line, "tool", head, "tool_result", self.timestamp))
+        self.messages.append(
+            Message(self.line, "tool", head, "tool_result", self.timestamp, tool=tool)
+        )
 
     def thinking(self, content: Any) -> None:
         text = _clean(_plain(content))
@@ -327,9 +400,11 @@ class _Out:
                 if isinstance(text := block.get("text"), str):
                     self.text(role, text, name)
             elif kind in ("tool_use", "server_tool_use", "toolCall", "function_call"):
-                self.call(block.get("name"), block.get("input", block.get("arguments")), role)
+                args = block.get("input", block.get("arguments"))
+                self.call(block.get("name"), args, role, block.get("id", block.get("call_id")))
             elif kind == "tool_result":
-                self.result(block.get("content"), bool(block.get("is_error")))
+                tool = self.tool_of(block.get("tool_use_id"))
+                self.result(block.get("content"), bool(block.get("is_error")), tool)
             elif kind in ("thinking", "reasoning", "redacted_thinking"):
                 self.thinking(block.get("thinking", block.get("text")))
 
@@ -371,7 +446,7 @@ def _claude_user_string(text: str, out: _Out) -> int:
     elif tag == "bash-input":  # "!" shell mode: the user ran a command
         out.call("Bash", {"command": _inner(text, "bash-input")}, "user")
     elif tag in ("bash-stdout", "bash-stderr"):
-        out.result(f"{_inner(text, 'bash-stdout')}\n{_inner(text, 'bash-stderr')}")
+        out.result(f"{_inner(text, 'bash-stdout')}\n{_inner(text, 'bash-stderr')}", tool="Bash")
     else:
         out.text("user", text)
     return _OK
@@ -419,13 +494,14 @@ def _codex_item(item: Mapping[str, Any], out: _Out) -> int:
             return _META
         out.blocks(content, role)
     elif kind in ("function_call", "custom_tool_call"):
-        out.call(item.get("name"), item.get("arguments", item.get("input")))
+        args = item.get("arguments", item.get("input"))
+        out.call(item.get("name"), args, call_id=item.get("call_id"))
     elif kind == "local_shell_call":
-        out.call("shell", item.get("action"))
+        out.call("shell", item.get("action"), call_id=item.get("call_id"))
     elif kind == "web_search_call":
         out.call("web_search", item.get("action"))
     elif kind in ("function_call_output", "custom_tool_call_output"):
-        out.result(item.get("output"))
+        out.result(item.get("output"), tool=out.tool_of(item.get("call_id")))
     elif kind == "reasoning":
         out.thinking(
             "\n".join(_plain(item.get(k)) for k in ("summary", "content") if item.get(k)).strip()
@@ -474,10 +550,14 @@ def _openclaw(rec: Mapping[str, Any], out: _Out) -> int:
     if role in ("user", "assistant"):
         out.blocks(content, role)
     elif role == "toolResult":
-        out.result(content, bool(message.get("isError")))
+        tool = out.tool_of(message.get("toolCallId"))
+        name = message.get("toolName")
+        out.result(
+            content, bool(message.get("isError")), tool or (name if isinstance(name, str) else "")
+        )
     elif role == "bashExecution":  # the user ran a shell command ("!" prefix)
         out.call("bash", {"command": message.get("command")}, "user")
-        out.result(message.get("output"))
+        out.result(message.get("output"), tool="bash")
     elif role in ("custom", "branchSummary", "compactionSummary", "system"):
         out.meta(message.get("summary", content))
         return _META
@@ -501,7 +581,9 @@ def _generic(rec: Mapping[str, Any], out: _Out) -> int:
         out.meta(content)
         return _META
     if role in ("tool", "function", "toolresult"):
-        out.result(content)
+        tool = out.tool_of(rec.get("tool_call_id"))
+        name = rec.get("name")
+        out.result(content, tool=tool or (name if isinstance(name, str) else ""))
         return _OK
     name = next((v for k in ("speaker", "name") if isinstance(v := rec.get(k), str)), "")
     out.blocks(content, role, name)
@@ -510,7 +592,7 @@ def _generic(rec: Mapping[str, Any], out: _Out) -> int:
         if isinstance(call, Mapping):
             fn = call.get("function", call)
             if isinstance(fn, Mapping):
-                out.call(fn.get("name"), fn.get("arguments"), role)
+                out.call(fn.get("name"), fn.get("arguments"), role, call.get("id"))
     return _OK
 
 
@@ -582,7 +664,7 @@ class TranscriptParser:
         fmt: str | None = None,
         *,
         include_thinking: bool = False,
-        tool_result_chars: int = 400,
+        tool_result_chars: int = TOOL_RESULT_CHARS,
         redact: bool = True,
         include_meta: bool = False,
         max_line_bytes: int = MAX_LINE_BYTES,
@@ -591,6 +673,8 @@ class TranscriptParser:
             raise ValueError(f"unknown transcript format {fmt!r}; known: {', '.join(FORMATS)}")
         self.fmt = fmt or UNKNOWN
         self.stats = ParseStats()
+        #: Open tool calls (id -> tool name): save it with the format to name later results.
+        self.calls: dict[str, str] = {}
         self._options = (include_thinking, tool_result_chars, redact, include_meta)
         self._max_line_bytes = max_line_bytes
 
@@ -617,7 +701,7 @@ class TranscriptParser:
                 stats.skipped_invalid += 1
         if self.fmt == UNKNOWN:
             self.fmt = detect_format(rec for _, rec in records)
-        out = _Out(*self._options, stats=stats)
+        out = _Out(*self._options, stats=stats, calls=self.calls)
         for number, rec in records:
             fmt = self.fmt
             if fmt == UNKNOWN:
@@ -642,7 +726,7 @@ class TranscriptParser:
 
     def reset(self) -> None:
         """Forget the format and the counts (the file was rewritten)."""
-        self.fmt, self.stats = UNKNOWN, ParseStats()
+        self.fmt, self.stats, self.calls = UNKNOWN, ParseStats(), {}
 
 
 def parse_lines(
@@ -650,7 +734,7 @@ def parse_lines(
     *,
     fmt: str | None = None,
     include_thinking: bool = False,
-    tool_result_chars: int = 400,
+    tool_result_chars: int = TOOL_RESULT_CHARS,
     redact: bool = True,
     include_meta: bool = False,
 ) -> tuple[list[Message], ParseStats, str]:
