@@ -13,7 +13,8 @@ string or a subagent file holds is a needle like any other.
 2. A candidate is kept when it occurs as a whole token (no letter, digit or ``_`` on either side)
    in exactly one session: a session's subagent files count with it, and every string value of
    every line counts (metadata and progress lines too), so "unique" is strict.
-3. A seeded sample, balanced over shape x location, of at least MIN_QUERIES needles.
+3. A seeded sample, balanced over shape x location, of at least MIN_QUERIES needles, at most
+   MAX_PER_LINE of them first seen on the same line.
 4. Relevant rows: every line of that session whose decoded strings hold the needle.
 
 ``main`` writes the set in the bench format under ``bench/out/transcript-needles/`` (gitignored)
@@ -36,6 +37,9 @@ MIN_QUERIES = 320
 LOCATIONS = ("message", "tool_call", "tool_output")
 SHAPES = ("path", "snake", "camel", "dotted", "other")
 MAX_NEEDLE = 120
+# Needles first seen on one line: without a cap, one 178 KB test-run dump (2,000 DOM constants)
+# gave 50 of 320 needles, and that one line's fate decided a sixth of the score.
+MAX_PER_LINE = 2
 
 # Runs of identifier characters; a run right after a backslash is a JSON escape's tail
 # (``\nadd_item``), never an identifier.
@@ -220,6 +224,7 @@ def build(lines: list[Line], n: int = MIN_QUERIES, seed: int = SEED) -> list[Nee
     # Candidates from content strings: where they occur, and in which sessions as a maximal run.
     seen_in: dict[str, set[str]] = defaultdict(set)
     places: dict[str, Counter[str]] = defaultdict(Counter)
+    home: dict[str, tuple[str, int]] = {}  # the first line whose content holds the candidate
     for line in lines:
         for tok in set(candidates(line.text)):
             seen_in[tok.lower()].add(line.session)
@@ -227,6 +232,7 @@ def build(lines: list[Line], n: int = MIN_QUERIES, seed: int = SEED) -> list[Nee
             for s in strings:
                 for tok in candidates(s):
                     places[tok][loc] += 1
+                    home.setdefault(tok, (line.rel, line.number))
     buckets: dict[tuple[str, str], list[str]] = defaultdict(list)
     for tok in sorted(places):
         shape = shape_of(tok)
@@ -240,14 +246,19 @@ def build(lines: list[Line], n: int = MIN_QUERIES, seed: int = SEED) -> list[Nee
         by_session[line.session].append(line)
     blobs = {s: "\n".join(x.text for x in ls).lower() for s, ls in by_session.items()}
     out: list[Needle] = []
+    per_line: Counter[tuple[str, int]] = Counter()
     order = sorted(buckets)
     while len(out) < n and any(buckets[k] for k in order):
         for key in order:
             if len(out) >= n:
                 break
             while buckets[key]:
-                needle = _verify(buckets[key].pop(), key, blobs, by_session)
+                tok = buckets[key].pop()
+                if per_line[home[tok]] >= MAX_PER_LINE:
+                    continue
+                needle = _verify(tok, key, blobs, by_session)
                 if needle:
+                    per_line[home[tok]] += 1
                     out.append(needle)
                     break
     return sorted(out, key=lambda x: x.text)
