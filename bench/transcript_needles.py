@@ -95,6 +95,8 @@ def candidates(text: str) -> Iterator[str]:
         tok = m.group().rstrip("./-").removeprefix("./").lstrip("-")
         if tok.startswith("."):  # a dotfile path keeps its dot; a lone leading dot is punctuation
             tok = tok if "/" in tok else tok.lstrip(".")
+        if tok.startswith("//"):
+            tok = tok.lstrip("/")  # a URL after its scheme's colon
         if tok.startswith("/") and "/" not in tok[1:]:
             tok = tok[1:]  # the tail of a glob or a longer path ("**/app.js")
         if tok:
