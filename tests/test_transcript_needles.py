@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_config
 
+from conftest import make_config
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
 

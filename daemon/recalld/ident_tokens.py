@@ -141,7 +141,7 @@ def _derive(text: str, out: _Budget) -> None:
             out.add([g for run in _CJK.findall(tok) for g in cjk_bigrams(run)])
         else:
             parts = split_word(tok) if len(tok) <= MAX_SPLIT_CHARS else []
-            if 1 < len(parts) and not _noise(parts):
+            if len(parts) > 1 and not _noise(parts):
                 out.add(parts)
     for m in _UNDERSCORE_COMPOUND.finditer(text):
         if out.full:
