@@ -396,6 +396,12 @@ def run(modes: tuple[str, ...] = ("keyword", "hybrid"), out: Path = OUT) -> dict
     return result
 
 
+def load_last(out: Path = OUT) -> dict[str, Any] | None:
+    """The results of the last run, if any."""
+    path = out / "results.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
 def markdown(result: dict[str, Any]) -> list[str]:
     """The BENCHMARKS.md table: one row per slice, hit@1 / hit@10 / MRR@10 per mode."""
     modes = list(result["modes"])
