@@ -207,3 +207,49 @@ def test_property_any_text_is_safe(db: apsw.Connection, query: str, mode: str) -
     terms = query_terms(query)
     assert len(terms) == len(set(terms))
     assert all(t == t.casefold() and t for t in terms)
+
+
+# identifiers as typed beat their parts ----------------------------------------------------------
+
+IDENT_ROWS = {
+    1: "tool: Bash `git show --stat HEAD`",
+    2: "with {:ok, metadata} <- git_show(hash, git_cwd), {:ok, commit} <- update_commit(hash)",
+    3: "tool: test/support/fake_tmux.ex",
+    4: "2e91017 fix: use FakeTmux in all review-launch tests (spotter-bhj) and more words here",
+    5: "lib/spotter_web/router.ex:12: the router of lib, routes for spotter and web",
+    6: "spotter: lib holds web code; the router, an ex-router, lives in a long sentence here",
+}
+
+
+@pytest.fixture(scope="module")
+def ident_db() -> Iterator[apsw.Connection]:
+    from recalld.ident_tokens import ident_text
+
+    conn = apsw.Connection(":memory:")
+    conn.execute(
+        "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, context, ident, "
+        'tokenize = "porter unicode61 remove_diacritics 2")'
+    )
+    for rowid, text in IDENT_ROWS.items():
+        conn.execute(
+            "INSERT INTO chunks_fts(rowid, text, context, ident) VALUES (?, ?, '', ?)",
+            (rowid, text, ident_text(text)),
+        )
+    yield conn
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("query", "best"),
+    [
+        ("git_show", 2),  # the snake_case name, not the prose "git show"
+        ("FakeTmux", 4),  # the CamelCase name as typed, not fake_tmux
+        ("fake_tmux", 3),  # and the other way round
+        ("lib/spotter_web/router.ex", 5),  # the exact sequence, not the parts scattered
+    ],
+)
+def test_identifier_as_typed_ranks_first(ident_db: apsw.Connection, query: str, best: int) -> None:
+    match = build_match(query, partial=True)
+    assert match is not None
+    rows = [int(r[0]) for r in ident_db.execute(SEARCH, (match,))]
+    assert rows[:1] == [best], (match, rows)
