@@ -337,7 +337,9 @@ OUT = ROOT / "bench" / "out" / "transcript-needles"
 KEYS = ("hit@1", "hit@10", "mrr@10")
 
 
-def score_recalld(mode: str, out: Path = OUT, *, fresh: bool = True) -> dict[str, Any]:
+def score_recalld(
+    mode: str, out: Path = OUT, *, fresh: bool = True, tag: str = ""
+) -> dict[str, Any]:
     """recalld's scores on the set in ``out`` (``keyword``: no embedder; ``hybrid``: local).
 
     The index lives in a throwaway home under ``bench/out/quality``. ``fresh`` rebuilds it (a
@@ -347,7 +349,7 @@ def score_recalld(mode: str, out: Path = OUT, *, fresh: bool = True) -> dict[str
     from recalld.engine import Engine
     from recalld.evaluation import eval_config, run_eval
 
-    home = ROOT / "bench" / "out" / "quality" / f"transcript-needles-{mode}"
+    home = ROOT / "bench" / "out" / "quality" / f"transcript-needles-{mode}{tag}"
     home.mkdir(parents=True, exist_ok=True)
     corpus = out / "corpus"
     over: dict[str, Value] = {
@@ -375,7 +377,9 @@ def summary(res: dict[str, Any]) -> dict[str, dict[str, float]]:
     return rows
 
 
-def run(modes: tuple[str, ...] = ("keyword", "hybrid"), out: Path = OUT) -> dict[str, Any]:
+def run(
+    modes: tuple[str, ...] = ("keyword", "hybrid"), out: Path = OUT, tag: str = ""
+) -> dict[str, Any]:
     """Build the set, score recalld in each mode and plain BM25; the results as one dict."""
     import time
 
@@ -386,7 +390,7 @@ def run(modes: tuple[str, ...] = ("keyword", "hybrid"), out: Path = OUT) -> dict
     result["bm25"] = bm25_baseline(lines, needles)
     for mode in modes:
         t0 = time.perf_counter()
-        res = score_recalld(mode, out)
+        res = score_recalld(mode, out, tag=tag)
         result["modes"][mode] = {
             "rows": summary(res),
             "index": res["index"],
@@ -425,11 +429,15 @@ def markdown(result: dict[str, Any]) -> list[str]:
 
 
 def main() -> None:
-    """``python bench/transcript_needles.py [keyword,hybrid]``: build, score, print."""
-    import sys
+    """Build the set, score it, print the table (``--help``)."""
+    import argparse
 
-    modes = tuple(sys.argv[1].split(",")) if len(sys.argv) > 1 else ("keyword", "hybrid")
-    print("\n".join(markdown(run(modes))))
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("modes", nargs="?", default="keyword,hybrid", help="comma-separated modes")
+    p.add_argument("--out", type=Path, default=OUT, help="where the set and results go")
+    p.add_argument("--tag", default="", help="suffix of the index homes (to keep versions apart)")
+    args = p.parse_args()
+    print("\n".join(markdown(run(tuple(args.modes.split(",")), args.out, args.tag))))
 
 
 if __name__ == "__main__":
