@@ -203,7 +203,10 @@ def boundary(needle: str) -> re.Pattern[str]:
     ``_`` is a boundary as it is to the index (``add_x`` inside ``20240101_add_x``), and case
     is ignored as the index ignores it: a needle must be unambiguous to a case-blind search.
     """
-    return re.compile(r"(?<![A-Za-z0-9])" + re.escape(needle) + r"(?![A-Za-z0-9])", re.IGNORECASE)
+    # An end that is punctuation is a boundary itself ("/lib/x.ex" inside "a/lib/x.ex").
+    head = r"(?<![A-Za-z0-9])" if needle[:1].isalnum() else ""
+    tail = r"(?![A-Za-z0-9])" if needle[-1:].isalnum() else ""
+    return re.compile(head + re.escape(needle) + tail, re.IGNORECASE)
 
 
 @dataclass(frozen=True)
