@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recalld.fts_query import MAX_MATCH_CHARS, MAX_TERMS, build_match, query_terms
+from recalld.ident_tokens import ident_text
 
 DDL = (
     "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, path UNINDEXED, "
@@ -223,8 +224,6 @@ IDENT_ROWS = {
 
 @pytest.fixture(scope="module")
 def ident_db() -> Iterator[apsw.Connection]:
-    from recalld.ident_tokens import ident_text
-
     conn = apsw.Connection(":memory:")
     conn.execute(
         "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, context, ident, "
@@ -253,3 +252,26 @@ def test_identifier_as_typed_ranks_first(ident_db: apsw.Connection, query: str, 
     assert match is not None
     rows = [int(r[0]) for r in ident_db.execute(SEARCH, (match,))]
     assert rows[:1] == [best], (match, rows)
+
+
+def test_dotted_name_beats_prose_with_its_words() -> None:
+    conn = apsw.Connection(":memory:")
+    conn.execute(
+        "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, context, ident, "
+        'tokenize = "porter unicode61 remove_diacritics 2")'
+    )
+    rows = {
+        1: "the agent made a tool call to read the file",
+        2: "span = tracer.start_span(name) and attrs = tool.call(span, args)",
+    }
+    # Unrelated rows, so that inverse document frequencies mean something.
+    rows.update({i: f"note {i}: the build passed and the tests ran green" for i in range(3, 30)})
+    for rowid, text in rows.items():
+        conn.execute(
+            "INSERT INTO chunks_fts(rowid, text, context, ident) VALUES (?, ?, '', ?)",
+            (rowid, text, ident_text(text)),
+        )
+    match = build_match("tool.call", partial=True)
+    assert match is not None
+    found = [int(r[0]) for r in conn.execute(SEARCH, (match,))]
+    assert found[:1] == [2], (match, found)

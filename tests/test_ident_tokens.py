@@ -15,7 +15,7 @@ from recalld.fts_query import build_match
 from recalld.ident_tokens import MAX_IDENT_CHARS, decode_escapes, ident_text
 
 DDL = (
-    "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, ident, "
+    "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, context, ident, "
     'tokenize = "porter unicode61 remove_diacritics 2")'
 )
 

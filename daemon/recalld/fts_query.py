@@ -67,7 +67,7 @@ STOPWORDS = _STOPWORDS
 class _Term:
     source: str  # the query text spanning the term's tokens
     parts: tuple[str, ...]  # its tokens, case-folded
-    snake: bool = False  # the tokens were joined by "_" only (``git_show``)
+    joined: bool = False  # the tokens were joined by "_" and "." only (``git_show``, ``a.b``)
 
     @property
     def stopword(self) -> bool:
@@ -100,9 +100,10 @@ class _Term:
                 # The identifier as typed counts twice (BM25 sums the phrases that match): the
                 # exact token sequence in the text beats its parts scattered or re-cased.
                 alts.append(f"{{{_TEXT_COLUMNS}}} : {exact}")
-                if self.snake:
+                if self.joined:
                     # ``git_show``'s squashed form: in the ident column of ``git_show`` and
-                    # ``Git_Show`` only, not of the prose "git show" that shares its tokens.
+                    # ``Git_Show`` only, not of the prose "git show" that shares its tokens
+                    # (the same for ``tool.call``).
                     alts.append('"' + "".join(self.parts) + '"')
                 near = " ".join(f'"{p}"' + ("*" if len(p) >= 3 else "") for p in sub)
                 alts.append(f"NEAR({near}, {len(sub) + 1})")
@@ -148,7 +149,7 @@ def _scan(query: str) -> list[_Term]:
                     continue
                 seen.add(parts)
                 gaps = {word[a.end() : b.start()] for a, b in itertools.pairwise(piece)}
-                term = _Term(_source(word, piece), parts, gaps == {"_"})
+                term = _Term(_source(word, piece), parts, bool(gaps) and gaps <= {"_", "."})
                 terms.append(term)
                 content += not term.stopword
                 if content >= MAX_TERMS:

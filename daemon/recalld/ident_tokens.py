@@ -8,7 +8,9 @@ Each chunk therefore gets a third column of derived tokens, computed here at ind
 - the parts of every mixed-case or letter/digit word (``useState`` -> ``use state``,
   ``sha512sum`` -> ``sha 512 sum``, ``HTTPServer`` -> ``http server``);
 - the squashed form of every ``_``-joined compound (``ERR_CONN_RESET`` -> ``errconnreset``), so
-  that ``ErrConnReset`` matches it as one token;
+  that ``ErrConnReset`` matches it as one token, and of every ``.``-joined one
+  (``SpotterWeb.Router`` -> ``spotterwebrouter``), so that ``tool.call`` can outrank the prose
+  "tool call" that has the same tokens;
 - overlapping character bigrams of every CJK run (``東京タワー`` -> ``東京 京タ タワ ワー``), the
   classic way to give CJK text a keyword index without a dictionary; a one-character run is
   kept as itself;
@@ -38,6 +40,9 @@ _TOKEN = re.compile(r"[^\W_]+")
 # Starts only where a token starts, and possessive: on a long token without "_" a plain
 # [^\W_]+(?:_+[^\W_]+)+ backtracks from every position (40 s for one 40k-character token).
 _UNDERSCORE_COMPOUND = re.compile(r"(?<![^\W_])[^\W_]++(?:_++[^\W_]++)++")
+# The same for a compound joined by "." (and "_"): ``SpotterWeb.Router``, ``tool.call``.
+_DOTTED_COMPOUND = re.compile(r"(?<![^\W_])[^\W_]++(?:[._]++[^\W_]++)++")
+_SEPARATORS = re.compile(r"[._]+")
 # A whitespace-separated word that holds a JSON escape or a terminal control sequence. It starts
 # only where a word starts: tried at every position, a long word would cost quadratic time.
 _DIRTY_WORD = re.compile(r"(?<!\S)[^\s\\\x1b]*+[\\\x1b]\S*+")
@@ -143,12 +148,15 @@ def _derive(text: str, out: _Budget) -> None:
             parts = split_word(tok) if len(tok) <= MAX_SPLIT_CHARS else []
             if len(parts) > 1 and not _noise(parts):
                 out.add(parts)
-    for m in _UNDERSCORE_COMPOUND.finditer(text):
-        if out.full:
-            return
-        squashed = m.group().replace("_", "").casefold()
-        if not _CJK.search(squashed):
-            out.add([squashed])
+    for rx in (_UNDERSCORE_COMPOUND, _DOTTED_COMPOUND):
+        for m in rx.finditer(text):
+            if out.full:
+                return
+            if rx is _DOTTED_COMPOUND and "." not in m.group():
+                continue  # a "_" compound: squashed above
+            squashed = _SEPARATORS.sub("", m.group()).casefold()
+            if not _CJK.search(squashed):
+                out.add([squashed])
 
 
 def ident_text(text: str) -> str:
