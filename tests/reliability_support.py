@@ -54,12 +54,13 @@ def disk_files(roots: Iterable[Path]) -> dict[str, bytes]:
 
 
 def check_consistent(index: Path, context: str) -> dict[str, int]:
-    """Integrity, chunks = FTS rows = vector rows, no orphans; returns the counts."""
+    """Integrity, chunks = FTS rows = vector rows (+ keyword-only chunks), no orphans."""
     store = Store(index, readonly=True)
     try:
         assert store.integrity_ok(), f"integrity_check failed; {context}"
         counts = store.counts()
-        assert counts["chunks"] == counts["fts_rows"] == counts["vectors"], (
+        embedded = counts["vectors"] + counts["keyword_only_chunks"]  # no vector by policy
+        assert counts["chunks"] == counts["fts_rows"] == embedded, (
             f"chunks/fts/vectors differ: {counts}; {context}"
         )
 

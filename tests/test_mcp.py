@@ -130,6 +130,19 @@ def test_mcp_tools_over_stdio(home: Path) -> None:
             unknown = await session.call_tool("memory_search", {"q": "x"})
             assert unknown.is_error and "unknown argument 'q'" in text_of(unknown)
 
+            # The kind filter goes through to the daemon: notes only, or no tool output at all.
+            notes = await session.call_tool(
+                "memory_search", {"query": "sqlite-vec", "kinds": ["note"]}
+            )
+            hits = json.loads(text_of(notes))["results"]
+            assert hits and {r["kind"] for r in hits} == {"note"}
+            outputs = await session.call_tool(
+                "memory_search", {"query": "sqlite-vec", "kinds": ["tool_output"]}
+            )
+            assert json.loads(text_of(outputs))["results"] == []
+            wrong = await session.call_tool("memory_search", {"query": "x", "kinds": ["logs"]})
+            assert wrong.is_error and "kinds must be a list" in text_of(wrong)
+
             # The server survived every error.
             ok = await session.call_tool(
                 "memory_search", {"query": "Marek reviews", "source": "memory"}

@@ -200,3 +200,20 @@ def test_real_session_with_the_model_tokenizer() -> None:
     open_chunk = [c for c in half if c.kind == "message"][-1]  # only it may still grow
     final = [c for c in half if c != open_chunk]
     assert final and all(c in chunks for c in final)
+
+
+def test_tool_output_parts_do_not_cut_identifiers() -> None:
+    names = [f"module_{i}_handler_fn" for i in range(400)]
+    blob = ",".join(names)  # minified: no line ends, no spaces
+    result = Message(7, "tool", blob, "tool_result", tool="Read")
+    chunks = chunk_messages([result], count, tool_head_chars=300)
+    assert [c.embed for c in chunks][:1] == [True] and not any(c.embed for c in chunks[2:])
+    assert {(c.kind, c.tool, c.start_line, c.end_line) for c in chunks} == {
+        ("tool_output", "Read", 7, 7)
+    }
+    found = set()
+    for c in chunks:
+        body = c.text.removeprefix("tool: ")
+        found.update(p for p in body.split(",") if p)
+    assert set(names) <= found  # every name whole in some part
+    assert sum(len(c.text) for c in chunks if not c.embed) < len(blob)  # no part repeated

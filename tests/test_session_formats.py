@@ -387,6 +387,73 @@ def test_codex_envelope() -> None:
     assert (7, "assistant", "thinking", "**Looking at the test**") in texts(with_thinking)
 
 
+def test_codex_calls_whole_and_results_named() -> None:
+    messages, _, _ = parse_lines(numbered(CODEX_RECORDS))
+    by_line = {m.line: m for m in messages}
+    patch = by_line[12]
+    assert patch.tool == "apply_patch" and "-    time.sleep(0.1)" in patch.text  # the whole patch
+    assert by_line[10].text.endswith("cmd: rg -n sleep tests") or "rg -n sleep" in by_line[10].text
+    assert [(m.line, m.tool) for m in messages if m.kind == "tool_result"] == [
+        (9, "shell"),
+        (11, "exec_command"),
+        (13, "apply_patch"),
+    ]
+
+
+def test_tool_call_arguments_are_decoded_and_whole() -> None:
+    new = "def set_span_attributes(span):\n    return span  # \u00e9t\u00e9"
+    args = {"file_path": "lib/app/router.ex", "old_string": "pass", "new_string": new}
+    block = {"type": "tool_use", "id": "e1", "name": "Edit", "input": args}
+    record = {"type": "assistant", "message": {"role": "assistant", "content": [block]}}
+    raw = json.dumps(record).replace("lib/app/router.ex", "lib\\/app\\/router.ex")
+    assert "lib\\/app" in raw  # JSON's escaped slash, as some writers emit it
+    (message,), _, _ = parse_lines([(1, raw)])
+    assert message.text.split("\n")[0] == "tool: Edit lib/app/router.ex"
+    assert "new_string: def set_span_attributes(span):\n    return span  # \u00e9t\u00e9" in (
+        message.text
+    )
+    assert "old_string: pass" in message.text and message.tool == "Edit"
+
+
+def test_openclaw_and_generic_results_are_named() -> None:
+    records = [
+        {"type": "session", "version": 3, "id": "x", "timestamp": "2026-01-01T00:00:00Z"},
+        {
+            "type": "message",
+            "message": {
+                "role": "assistant",
+                "content": [{"type": "toolCall", "id": "k1", "name": "read", "arguments": {}}],
+            },
+        },
+        {
+            "type": "message",
+            "message": {"role": "toolResult", "toolCallId": "k1", "content": "file body"},
+        },
+    ]
+    messages, _, _ = parse_lines(numbered(records))
+    assert [(m.kind, m.tool) for m in messages] == [("tool_call", "read"), ("tool_result", "read")]
+    generic = [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "g1", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}
+        ]},
+        {"role": "tool", "tool_call_id": "g1", "content": "sunny"},
+    ]  # fmt: skip
+    messages, _, _ = parse_lines(numbered(generic))
+    assert [m.tool for m in messages] == ["get_weather", "get_weather"]
+
+
+def test_a_late_result_is_named_across_feeds() -> None:
+    parser = TranscriptParser()
+    call = {"type": "tool_use", "id": "t1", "name": "Grep", "input": {"pattern": "x"}}
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": "hit"}
+    first = {"type": "assistant", "message": {"role": "assistant", "content": [call]}}
+    second = {"type": "user", "message": {"role": "user", "content": [result]}}
+    parser.feed([(1, json.dumps(first))])
+    assert parser.calls == {"t1": "Grep"}
+    (message,) = parser.feed([(2, json.dumps(second))])
+    assert (message.kind, message.tool) == ("tool_result", "Grep") and parser.calls == {}
+
+
 def test_codex_legacy_without_envelope() -> None:
     records = [
         {"id": "c27a914d", "timestamp": "2025-08-20T13:20:47.060Z", "instructions": None},

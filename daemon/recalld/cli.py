@@ -375,6 +375,7 @@ def _print_status(res: dict[str, Any], as_json: bool) -> None:
         f"files:     {counts.get('files', 0)} ({counts.get('memory_files', 0)} memory, "
         f"{counts.get('session_files', 0)} sessions)",
         f"chunks:    {counts.get('chunks', 0)} ({counts.get('vectors', 0)} with vectors, "
+        f"{counts.get('keyword_only_chunks', 0)} keyword-only by policy, "
         f"{counts.get('cached_embeddings', 0)} cached embeddings)",
         f"last sync: {_when(last)}",
         f"memory:    {', '.join(res.get('memory_roots', []))}",

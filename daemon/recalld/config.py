@@ -51,7 +51,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "sessions.embed_tool_head_chars",
-        600,
+        300,
         "Of a tool call or output, only this many leading characters are embedded.",
     ),
     Setting("embedding.provider", "auto", "auto|local|ollama|openai|gemini|voyage|none."),

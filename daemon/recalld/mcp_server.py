@@ -53,7 +53,8 @@ SEARCH_DESCRIPTION = (
     "Search the user's memory (Markdown notes) and past agent session transcripts with hybrid "
     f"keyword + semantic search. Call this BEFORE answering anything about {_WHEN}; do not guess "
     "from your own context when memory may know. Returns JSON: results ranked by score, each "
-    "with a citation 'path#Lx-Ly', its source, score (0-1) and a short snippet; plus a "
+    "with a citation 'path#Lx-Ly', its source, kind (note, message, tool_call, tool_output; "
+    "tool content names its tool), score (0-1) and a short snippet; plus a "
     "'degraded' note when semantic search is off (keyword-only). Snippets are previews: call "
     f"{GET_TOOL} with the citation to read the exact lines before relying on them, and cite "
     "sources in your answer as path#Lx-Ly. No results means memory holds nothing on it: say so."
@@ -64,6 +65,8 @@ GET_DESCRIPTION = (
     "transcripts; other paths are refused). Pass the citation's path with from = first line "
     "and lines = how many, or the whole citation 'path#Lx-Ly' as path. Use it after "
     f"{SEARCH_TOOL} to quote or check what memory says, and cite what you use as path#Lx-Ly. "
+    "For a transcript hit, decoded = true returns the readable text of the cited line (the "
+    "message, the tool call's arguments or the tool's output) instead of raw JSON. "
     "Returns a header line 'path#Lx-Ly (of N lines)' followed by the text."
 )
 

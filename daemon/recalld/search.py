@@ -369,6 +369,7 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
             "weights": {"vector": round(vw, 4), "keyword": round(tw, 4)},
             "match": match,
             "candidates": {"vector": len(vector_hits), "keyword": len(keyword_hits)},
+            "keyword_only": len(no_vector),  # candidates without a vector by policy
         }
     if req.max_tokens:
         answer["budget"] = fit_to_budget(answer, req.max_tokens)

@@ -22,9 +22,8 @@ from typing import Any
 from recalld.access import glob_base
 from recalld.config import Config
 from recalld.embedding.base import Embedder
-from recalld.errors import ConfigError
 from recalld.sessions import SessionChunk, SessionChunker, TailState, TranscriptParser, read_delta
-from recalld.sessions.chunking import CHUNK_KINDS
+from recalld.sessions.chunking import carried, checked_kinds, to_carry
 from recalld.store import FileChange, FileRow, NewChunk, Store
 
 log = logging.getLogger(__name__)
@@ -109,7 +108,7 @@ class SessionIndexer:
             self.count_tokens,
             max_tokens=self.max_tokens,
             target_tokens=self.target_tokens,
-            embed_kinds=embed_kinds(self.config),
+            embed_kinds=checked_kinds(self.config.list("sessions.embed_kinds")),
             tool_head_chars=self.config.int("sessions.embed_tool_head_chars"),
         )
 
@@ -227,40 +226,11 @@ class SessionIndexer:
             self.on_change(change)
 
 
-def embed_kinds(config: Config) -> list[str]:
-    """``sessions.embed_kinds``, checked (ConfigError naming the unknown kind)."""
-    kinds = config.list("sessions.embed_kinds")
-    if bad := [k for k in kinds if k not in CHUNK_KINDS]:
-        raise ConfigError(
-            f"sessions.embed_kinds: unknown kind {bad[0]!r}; known: {', '.join(CHUNK_KINDS)}"
-        )
-    return kinds
-
-
 def new_chunk(c: SessionChunk) -> NewChunk:
     """The store row of a transcript chunk."""
     return NewChunk(
         c.start_line, c.end_line, c.text, _hash(c.text), kind=c.kind, tool=c.tool, embed=c.embed
     )
-
-
-def to_carry(chunks: list[SessionChunk], open_start: int | None) -> list[list[Any]]:
-    """Final message chunks that start on the open chunk's first line, JSON-able."""
-    if open_start is None:
-        return []
-    return [
-        [c.start_line, c.end_line, c.text, c.kind, c.tool, c.embed]
-        for c in chunks
-        if c.start_line >= open_start and c.kind == "message"
-    ]
-
-
-def carried(state: dict[str, Any]) -> list[SessionChunk]:
-    """:func:`to_carry` output back as chunks."""
-    return [
-        SessionChunk(int(a), int(b), str(t), str(k), str(tool), bool(e))
-        for a, b, t, k, tool, e in state.get("carry") or []
-    ]
 
 
 def _hash(text: str) -> str:

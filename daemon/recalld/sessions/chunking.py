@@ -33,13 +33,50 @@ from typing import Any
 
 from recalld.sessions.formats import Message
 
-__all__ = ["CHUNK_KINDS", "SessionChunk", "SessionChunker", "chunk_kind", "chunk_messages"]
+__all__ = [
+    "CHUNK_KINDS", "SessionChunk", "SessionChunker", "carried", "checked_kinds", "chunk_kind",
+    "chunk_messages", "to_carry",
+]  # fmt: skip
 
 #: Kinds of transcript chunks (memory notes are ``note``).
 CHUNK_KINDS = ("message", "tool_call", "tool_output")
 _TOOL_KINDS = {"tool_call": "tool_call", "tool_result": "tool_output"}
 #: Size of a keyword-only part of a long tool call or output.
 KEYWORD_PART_CHARS = 1200
+
+
+def checked_kinds(kinds: Iterable[str]) -> list[str]:
+    """``sessions.embed_kinds``, checked (ConfigError naming the unknown kind)."""
+    from recalld.errors import ConfigError
+
+    kinds = list(kinds)
+    if bad := [k for k in kinds if k not in CHUNK_KINDS]:
+        raise ConfigError(
+            f"sessions.embed_kinds: unknown kind {bad[0]!r}; known: {', '.join(CHUNK_KINDS)}"
+        )
+    return kinds
+
+
+def to_carry(chunks: Iterable[SessionChunk], open_start: int | None) -> list[list[Any]]:
+    """Final message chunks on or after the open chunk's first line, JSON-able.
+
+    Delta sync rewrites message chunks from that line on, so these are written again with it.
+    """
+    if open_start is None:
+        return []
+    return [
+        [c.start_line, c.end_line, c.text, c.kind, c.tool, c.embed]
+        for c in chunks
+        if c.start_line >= open_start and c.kind == "message"
+    ]
+
+
+def carried(state: dict[str, Any]) -> list[SessionChunk]:
+    """:func:`to_carry` output (kept under ``"carry"`` in ``state``) back as chunks."""
+    return [
+        SessionChunk(int(a), int(b), str(t), str(k), str(tool), bool(e))
+        for a, b, t, k, tool, e in state.get("carry") or []
+    ]
 
 
 def chunk_kind(message_kind: str) -> str:
@@ -53,6 +90,7 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _DATE_ROW = re.compile(r"\[\d{4}-\d{2}-\d{2}\]")
 _LINES = re.compile(r"[^\n]*\n|[^\n]+")
 _WORDS = re.compile(r"\S+\s*|\s+")
+_LAST_BREAK = re.compile(r"[^\w.\-/](?=[\w.\-/]*\Z)")  # the last char no identifier holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +130,7 @@ class SessionChunker:
         target_tokens: int = 160,
         dates: bool = True,
         embed_kinds: Iterable[str] = CHUNK_KINDS,
-        tool_head_chars: int = 2000,
+        tool_head_chars: int = 300,
         keyword_part_chars: int = KEYWORD_PART_CHARS,
     ) -> None:
         if max_tokens < 16 + _SPECIALS:
@@ -230,6 +268,9 @@ def _cut(text: str, size: int) -> tuple[str, str]:
     end = text.rfind("\n", size // 2, size)
     if end == -1:
         end = text.rfind(" ", size // 2, size)
+    if end == -1:  # minified JSON, a base64 blob: at least do not cut an identifier in two
+        match = _LAST_BREAK.search(text, size // 2, size)
+        end = match.start() if match else -1
     end = size if end == -1 else end + 1
     return text[:end], text[end:]
 

@@ -31,10 +31,20 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from recalld.sessions.content import (
+    EXEC_HEADER,
+    LINENO,
+    call_text,
+    clean,
+    plain,
+    record_time,
+    same,
+    short,
+    tool_line,
+)
 from recalld.sessions.redaction import redact
 
 __all__ = [
@@ -75,7 +85,6 @@ TOOL_RESULT_CHARS = MAX_LINE_BYTES
 MAX_OPEN_CALLS = 256
 #: Valid records :func:`detect_format` looks at.
 DETECT_RECORDS = 20
-_TOOL_ARG_CHARS = 200
 # Redaction runs on a window a bit larger than the kept head so that a secret cut by the head is
 # still recognised whole (a PEM block is ~3 KB).
 _REDACT_MARGIN = 4096
@@ -123,187 +132,6 @@ class ParseStats:
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
-# --- text helpers --------------------------------------------------------------------------------
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_BLANKS = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
-_LINENO = re.compile(r"(?m)^ {0,8}\d{1,7}\u2192")  # Claude Code's "    12→" Read prefixes
-_SPACE = re.compile(r"\s+")
-_PATCH_FILE = re.compile(r"(?m)^\*\*\* (?:Add|Update|Delete) File: (.+)$")
-_EXEC_HEADER = re.compile(
-    r"Exit code: (-?\d+)\nWall time: [^\n]*\n(?:[A-Z][^\n:]{0,40}: [^\n]*\n)*?Output:\n"
-)
-_REMINDER_OPEN, _REMINDER_CLOSE = "<system-reminder>", "</system-reminder>"
-
-
-def _strip_reminders(text: str) -> str:
-    # Harness-injected reminders say nothing about the work; str.find keeps this linear.
-    out, pos = [], 0
-    while (start := text.find(_REMINDER_OPEN, pos)) != -1:
-        end = text.find(_REMINDER_CLOSE, start)
-        if end == -1:
-            break
-        out.append(text[pos:start])
-        pos = end + len(_REMINDER_CLOSE)
-    return "".join(out) + text[pos:] if out else text
-
-
-def _clean(text: str) -> str:
-    if "\x1b" in text:
-        text = _ANSI.sub("", text)
-    if _REMINDER_OPEN in text:
-        text = _strip_reminders(text)
-    if "\n\n\n" in text or "\n \n" in text:
-        text = _BLANKS.sub("\n\n", text)
-    return text.strip()
-
-
-def _short(value: str, limit: int = _TOOL_ARG_CHARS) -> str:
-    value = _SPACE.sub(" ", value).strip()
-    return value if len(value) <= limit else value[: limit - 1].rstrip() + "…"
-
-
-def _plain(content: Any) -> str:
-    """The text of a content value: a string, or the text parts of a list of blocks."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for block in content:
-            if isinstance(block, str):
-                parts.append(block)
-            elif isinstance(block, Mapping):
-                text = block.get("text")
-                if isinstance(text, str):
-                    parts.append(text)
-                elif block.get("type") in ("image", "input_image"):
-                    parts.append("[image]")
-        return "\n".join(parts)
-    if isinstance(content, Mapping):
-        for key in ("output", "text", "content"):
-            if isinstance(content.get(key), str | list):
-                return _plain(content[key])
-        return json.dumps(content, ensure_ascii=False, separators=(",", ":"))
-    return "" if content is None else str(content)
-
-
-def _patch_files(patch: str) -> str:
-    return ", ".join(_PATCH_FILE.findall(patch)) or "patch"
-
-
-def _arg_text(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value or None
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        if value[0] == "apply_patch" and len(value) > 1:
-            return _patch_files(value[1])
-        # ["bash", "-lc", "git status"] is Codex's way of running "git status".
-        if len(value) == 3 and value[1] in ("-c", "-lc") and value[0].rsplit("/", 1)[-1] in (
-            "bash", "sh", "zsh"
-        ):  # fmt: skip
-            return str(value[2])
-        return " ".join(value)
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    return None
-
-
-# Argument that says what a call did, best first; CODE ones are shown in backticks.
-_KEY_ARGS = ("command", "cmd", "file_path", "notebook_path", "pattern", "path", "url", "query",
-             "skill", "description", "prompt", "task_id", "subagent_type", "plan")  # fmt: skip
-_CODE_ARGS = frozenset({"command", "cmd", "pattern"})
-
-
-def _same(text: str) -> str:
-    return text
-
-
-def tool_line(name: Any, args: Any, clean: Callable[[str], str] = _same) -> str:
-    """One line for a tool call: ``tool: Bash `git status```, ``tool: Read src/app.py``.
-
-    ``clean`` (redaction) sees each argument before it is shortened, so that a secret cut by
-    the length limit is still recognised.
-    """
-    name = _short(str(name), 60) if name else "tool"
-    if isinstance(args, str):
-        stripped = args.strip()
-        if stripped.startswith("{"):
-            with contextlib.suppress(ValueError):
-                args = json.loads(stripped)
-        elif stripped.startswith("*** Begin Patch"):
-            return f"tool: {name} {_short(clean(_patch_files(stripped)))}"
-        elif stripped:
-            return f"tool: {name} {_short(clean(stripped.splitlines()[0]))}"
-    if not isinstance(args, Mapping):
-        return f"tool: {name}"
-    for key in _KEY_ARGS:
-        text = _arg_text(args.get(key))
-        if text is None:
-            continue
-        text = _short(clean(text))
-        if key == "pattern" and isinstance(path := args.get("path"), str):
-            return f"tool: {name} `{text}` in {_short(clean(path), 120)}"
-        return f"tool: {name} `{text}`" if key in _CODE_ARGS else f"tool: {name} {text}"
-    return f"tool: {name}"
-
-
-def _value_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if value is None or isinstance(value, bool):
-        return ""
-    if isinstance(value, int | float):
-        return str(value)
-    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
-
-
-def _shown(value: str, head: str) -> bool:
-    """Whether the summary line already shows ``value`` whole (no need to repeat it)."""
-    return len(value) <= _TOOL_ARG_CHARS // 2 and "\n" not in value and value in head
-
-
-def call_text(name: Any, args: Any, clean: Callable[[str], str] = _same) -> str:
-    """A tool call whole: its :func:`tool_line` summary, then every argument in full.
-
-    Arguments are decoded (a JSON string of arguments is parsed), so an escaped path or an edit's
-    ``new_string`` is indexed as the text the agent meant, one ``key: value`` row each.
-    """
-    head = tool_line(name, args, clean)
-    if isinstance(args, str):
-        stripped = args.strip()
-        if stripped.startswith("{"):
-            with contextlib.suppress(ValueError):
-                args = json.loads(stripped)
-    if isinstance(args, Mapping):
-        rows = [
-            f"{key}: {text}"
-            for key, v in args.items()
-            if (text := _value_text(v).strip()) and not _shown(text, head)
-        ]
-        body = "\n".join(rows)
-    else:
-        body = _value_text(args).strip()
-    return f"{head}\n{clean(body)}" if body else head
-
-
-def _timestamp(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        try:  # epoch milliseconds (OpenClaw message.timestamp)
-            return datetime.fromtimestamp(value / 1000, UTC).isoformat().replace("+00:00", "Z")
-        except (OverflowError, OSError, ValueError):
-            return ""
-    return ""
-
-
-def _record_time(rec: Mapping[str, Any]) -> str:
-    stamp = rec.get("timestamp")
-    if stamp is None and isinstance(message := rec.get("message"), Mapping):
-        stamp = message.get("timestamp")  # OpenClaw entries without their own time
-    return _timestamp(stamp)
-
-
 # --- the message builder shared by all formats ----------------------------------------------------
 
 
@@ -329,13 +157,13 @@ class _Out:
         return self.calls.pop(call_id, "") if isinstance(call_id, str) else ""
 
     def text(self, role: str, content: Any, name: str = "") -> None:
-        text = _clean(_plain(content))
+        text = clean(plain(content))
         if text:
             self._add(role, text, "text", name)
 
     def call(self, name: Any, args: Any, role: str = "assistant", call_id: Any = None) -> None:
-        text = call_text(name, args, redact if self.redact else _same)
-        tool = _short(str(name), 60) if name else "tool"
+        text = call_text(name, args, redact if self.redact else same)
+        tool = short(str(name), 60) if name else "tool"
         if isinstance(call_id, str) and call_id:
             self.calls[call_id] = tool
             while len(self.calls) > MAX_OPEN_CALLS:  # calls whose result never came
@@ -346,16 +174,16 @@ class _Out:
         limit = self.tool_result_chars
         if limit <= 0:
             return
-        text = _plain(content)
+        text = plain(content)
         if text.startswith('{"output":'):
             with contextlib.suppress(ValueError):  # older Codex: {"output": ..., "metadata": ...}
-                text = _plain(json.loads(text))
-        if (header := _EXEC_HEADER.match(text)) is not None:
+                text = plain(json.loads(text))
+        if (header := EXEC_HEADER.match(text)) is not None:
             code = header.group(1)
             text = (
                 text[header.end() :] if code == "0" else f"exit code {code}\n{text[header.end() :]}"
             )
-        text = _clean(_LINENO.sub("", text) if "\u2192" in text else text)
+        text = clean(LINENO.sub("", text) if "\u2192" in text else text)
         if error:
             text = f"error: {text}"
         if not text:
@@ -374,14 +202,14 @@ class _Out:
         )
 
     def thinking(self, content: Any) -> None:
-        text = _clean(_plain(content))
+        text = clean(plain(content))
         if not self.include_thinking:
             self.stats.dropped_thinking += 1
         elif text:
             self._add("assistant", text, "thinking")
 
     def meta(self, content: Any = None) -> None:
-        if self.include_meta and (text := _clean(_plain(content))):
+        if self.include_meta and (text := clean(plain(content))):
             self._add("system", text, "meta")
 
     def blocks(self, content: Any, role: str, name: str = "") -> None:
@@ -487,7 +315,7 @@ def _codex_item(item: Mapping[str, Any], out: _Out) -> int:
     kind = item.get("type")
     if kind == "message":
         role, content = item.get("role"), item.get("content")
-        if role == "user" and _plain(content).lstrip().startswith(_CODEX_BOILERPLATE):
+        if role == "user" and plain(content).lstrip().startswith(_CODEX_BOILERPLATE):
             role = "system"
         if role not in ("user", "assistant"):
             out.meta(content)
@@ -504,7 +332,7 @@ def _codex_item(item: Mapping[str, Any], out: _Out) -> int:
         out.result(item.get("output"), tool=out.tool_of(item.get("call_id")))
     elif kind == "reasoning":
         out.thinking(
-            "\n".join(_plain(item.get(k)) for k in ("summary", "content") if item.get(k)).strip()
+            "\n".join(plain(item.get(k)) for k in ("summary", "content") if item.get(k)).strip()
         )
     elif kind == "ghost_snapshot":
         return _META
@@ -709,7 +537,7 @@ class TranscriptParser:
                 if fmt == UNKNOWN:
                     stats.skipped_unknown += 1
                     continue
-            out.line, out.timestamp = number, _record_time(rec)
+            out.line, out.timestamp = number, record_time(rec)
             kept = len(out.messages)
             try:
                 status = _PARSERS[fmt](rec, out)
