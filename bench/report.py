@@ -317,6 +317,7 @@ def markdown(sheet: Sheet, meta: dict[str, Any]) -> str:
     out += ["", "## Quality", ""]
     out += _quality_md(sheet)
     out += _ablation_md(sheet)
+    out += _needles_md(sheet)
     out += ["", "## Method", ""]
     out += [f"- **{k}**: {v}" for k, v in sheet.notes.items()]
     out += ["", *_corpus_md(m)]
@@ -522,6 +523,29 @@ def _ablation_md(sheet: Sheet) -> list[str]:
     return [*out, markdown(results).rstrip()]
 
 
+def _needles_md(sheet: Sheet) -> list[str]:
+    result = sheet.tables.get("transcript_needles")
+    if not result:
+        return []
+    from bench.transcript_needles import markdown as needles_table
+
+    out = [
+        "",
+        "## Transcript needles",
+        "",
+        f"`bench/transcript_needles.py` (issue 13): {result['queries']} exact identifiers cut from "
+        "the decoded text of every JSONL line of `../shared/bench/transcripts` (messages, tool "
+        "inputs, tool outputs; thinking left out), each found in one session only (subagent files "
+        "count with their session; case-blind); sampled with a fixed seed, balanced over shape "
+        "and location, at most 2 first seen on one line. Relevant rows: every line of that "
+        "session holding the identifier. `run_eval`, k = 10, min score 0, default config; "
+        "keyword = no embedder. Target: hit@1 >= 0.90 and hit@10 >= 0.98 overall.",
+    ]
+    if result.get("reused"):
+        out += ["", "Not rerun in this run: the last results from bench/out/transcript-needles."]
+    return [*out, "", *needles_table(result)]
+
+
 def _quality_md(sheet: Sheet) -> list[str]:
     rows = sheet.tables.get("quality")
     if not rows:
@@ -589,6 +613,8 @@ def write(sheet: Sheet, meta: dict[str, Any], md_path: Path, json_path: Path) ->
         data["quality_meta"] = sheet.tables.get("quality_meta")
     if "ablation" in sheet.tables:
         data["ablation"] = sheet.tables["ablation"]
+    if "transcript_needles" in sheet.tables:
+        data["transcript_needles"] = sheet.tables["transcript_needles"]
     data["notes"] = sheet.notes
     if sheet.errors:
         data["errors"] = sheet.errors

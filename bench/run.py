@@ -5,7 +5,8 @@
     .venv/bin/python bench/run.py --skip-quality     # speed only (quality: last full results)
     .venv/bin/python bench/run.py --only large,noop  # some parts -> bench/out/BENCHMARKS.partial.*
 
-Parts: client_import, throughput, rss_indexing, small, large, noop, transcripts, quality.
+Parts: client_import, throughput, rss_indexing, small, large, noop, transcripts, quality,
+ablation, needles (bench/transcript_needles.py).
 Corpora, homes and the embedding cache live under bench/out/ (gitignored).
 """
 
@@ -54,7 +55,15 @@ def _snapshot() -> tuple[Path, str]:
 
 SNAPSHOT, SOURCE_HASH = _snapshot()
 
-from bench import ablation, common, corpora, quality, report, speed  # noqa: E402
+from bench import (  # noqa: E402
+    ablation,
+    common,
+    corpora,
+    quality,
+    report,
+    speed,
+    transcript_needles,
+)
 from bench.cache import VectorCache  # noqa: E402
 from bench.common import FULL, OUT, QUICK, ROOT, Sheet, log, stage  # noqa: E402
 
@@ -68,6 +77,7 @@ PARTS = (
     "transcripts",
     "quality",
     "ablation",
+    "needles",
 )
 
 
@@ -138,6 +148,13 @@ def main(argv: list[str] | None = None) -> int:
             if last:
                 sheet.tables["ablation"] = last
                 sheet.tables["ablation_reused"] = True
+        if not args.skip_quality and (only is None or "needles" in only):
+            with stage("needles", timings):
+                sheet.tables["transcript_needles"] = transcript_needles.run()
+        elif only is None:
+            last = transcript_needles.load_last()
+            if last:
+                sheet.tables["transcript_needles"] = {**last, "reused": True}
         sheet.put("embedded_for_corpora", cache.embedded_now)
     finally:
         cache.close()

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recalld.fts_query import MAX_MATCH_CHARS, MAX_TERMS, build_match, query_terms
+from recalld.ident_tokens import ident_text
 
 DDL = (
     "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, path UNINDEXED, "
@@ -207,3 +208,70 @@ def test_property_any_text_is_safe(db: apsw.Connection, query: str, mode: str) -
     terms = query_terms(query)
     assert len(terms) == len(set(terms))
     assert all(t == t.casefold() and t for t in terms)
+
+
+# identifiers as typed beat their parts ----------------------------------------------------------
+
+IDENT_ROWS = {
+    1: "tool: Bash `git show --stat HEAD`",
+    2: "with {:ok, metadata} <- git_show(hash, git_cwd), {:ok, commit} <- update_commit(hash)",
+    3: "tool: test/support/fake_tmux.ex",
+    4: "2e91017 fix: use FakeTmux in all review-launch tests (spotter-bhj) and more words here",
+    5: "lib/spotter_web/router.ex:12: the router of lib, routes for spotter and web",
+    6: "spotter: lib holds web code; the router, an ex-router, lives in a long sentence here",
+}
+
+
+@pytest.fixture(scope="module")
+def ident_db() -> Iterator[apsw.Connection]:
+    conn = apsw.Connection(":memory:")
+    conn.execute(
+        "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, context, ident, "
+        'tokenize = "porter unicode61 remove_diacritics 2")'
+    )
+    for rowid, text in IDENT_ROWS.items():
+        conn.execute(
+            "INSERT INTO chunks_fts(rowid, text, context, ident) VALUES (?, ?, '', ?)",
+            (rowid, text, ident_text(text)),
+        )
+    yield conn
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("query", "best"),
+    [
+        ("git_show", 2),  # the snake_case name, not the prose "git show"
+        ("FakeTmux", 4),  # the CamelCase name as typed, not fake_tmux
+        ("fake_tmux", 3),  # and the other way round
+        ("lib/spotter_web/router.ex", 5),  # the exact sequence, not the parts scattered
+    ],
+)
+def test_identifier_as_typed_ranks_first(ident_db: apsw.Connection, query: str, best: int) -> None:
+    match = build_match(query, partial=True)
+    assert match is not None
+    rows = [int(r[0]) for r in ident_db.execute(SEARCH, (match,))]
+    assert rows[:1] == [best], (match, rows)
+
+
+def test_dotted_name_beats_prose_with_its_words() -> None:
+    conn = apsw.Connection(":memory:")
+    conn.execute(
+        "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, context, ident, "
+        'tokenize = "porter unicode61 remove_diacritics 2")'
+    )
+    rows = {
+        1: "the agent made a tool call to read the file",
+        2: "span = tracer.start_span(name) and attrs = tool.call(span, args)",
+    }
+    # Unrelated rows, so that inverse document frequencies mean something.
+    rows.update({i: f"note {i}: the build passed and the tests ran green" for i in range(3, 30)})
+    for rowid, text in rows.items():
+        conn.execute(
+            "INSERT INTO chunks_fts(rowid, text, context, ident) VALUES (?, ?, '', ?)",
+            (rowid, text, ident_text(text)),
+        )
+    match = build_match("tool.call", partial=True)
+    assert match is not None
+    found = [int(r[0]) for r in conn.execute(SEARCH, (match,))]
+    assert found[:1] == [2], (match, found)

@@ -38,6 +38,8 @@ MAX_PHRASE_TOKENS = 8
 MAX_TOKEN_CHARS = 100
 #: Upper bound on the length of the returned expression.
 MAX_MATCH_CHARS = 8192
+# The index's columns of real text (the third, ``ident``, holds derived tokens).
+_TEXT_COLUMNS = "text context"
 
 # Token characters of unicode61's default categories "L* N* Co": [^\W_] is Python's letters and
 # digits, the ranges are the private-use planes.
@@ -65,6 +67,7 @@ STOPWORDS = _STOPWORDS
 class _Term:
     source: str  # the query text spanning the term's tokens
     parts: tuple[str, ...]  # its tokens, case-folded
+    joined: bool = False  # the tokens were joined by "_" and "." only (``git_show``, ``a.b``)
 
     @property
     def stopword(self) -> bool:
@@ -94,6 +97,14 @@ class _Term:
         else:
             sub = [p for t in tokens for p in split_word(t)]
             if len(sub) >= 2:
+                # The identifier as typed counts twice (BM25 sums the phrases that match): the
+                # exact token sequence in the text beats its parts scattered or re-cased.
+                alts.append(f"{{{_TEXT_COLUMNS}}} : {exact}")
+                if self.joined:
+                    # ``git_show``'s squashed form: in the ident column of ``git_show`` and
+                    # ``Git_Show`` only, not of the prose "git show" that shares its tokens
+                    # (the same for ``tool.call``).
+                    alts.append('"' + "".join(self.parts) + '"')
                 near = " ".join(f'"{p}"' + ("*" if len(p) >= 3 else "") for p in sub)
                 alts.append(f"NEAR({near}, {len(sub) + 1})")
         if not alts:
@@ -137,7 +148,8 @@ def _scan(query: str) -> list[_Term]:
                 if parts in seen:
                     continue
                 seen.add(parts)
-                term = _Term(_source(word, piece), parts)
+                gaps = {word[a.end() : b.start()] for a, b in itertools.pairwise(piece)}
+                term = _Term(_source(word, piece), parts, bool(gaps) and gaps <= {"_", "."})
                 terms.append(term)
                 content += not term.stopword
                 if content >= MAX_TERMS:

@@ -8,27 +8,48 @@ Each chunk therefore gets a third column of derived tokens, computed here at ind
 - the parts of every mixed-case or letter/digit word (``useState`` -> ``use state``,
   ``sha512sum`` -> ``sha 512 sum``, ``HTTPServer`` -> ``http server``);
 - the squashed form of every ``_``-joined compound (``ERR_CONN_RESET`` -> ``errconnreset``), so
-  that ``ErrConnReset`` matches it as one token;
+  that ``ErrConnReset`` matches it as one token, and of every ``.``-joined one
+  (``SpotterWeb.Router`` -> ``spotterwebrouter``), so that ``tool.call`` can outrank the prose
+  "tool call" that has the same tokens;
 - overlapping character bigrams of every CJK run (``東京タワー`` -> ``東京 京タ タワ ワー``), the
   classic way to give CJK text a keyword index without a dictionary; a one-character run is
-  kept as itself.
+  kept as itself;
+- the tokens of every word that holds JSON escapes or terminal colour codes, decoded and stripped
+  (``lib\\/spotter_web\\/router.ex`` -> ``lib spotter web router ex``,
+  ``\\x1b[31mfoo_bar`` -> ``foo bar``): tool output often is JSON or coloured terminal text,
+  and unicode61 would read ``\\nadd_item`` as ``nadd item`` and ``\\x1b[31mfoo`` as ``31mfoo``.
 
 The query side (:mod:`recalld.fts_query`) cuts query words the same way, so both meet in the
-middle. Nothing here is FTS5 syntax: the output is plain space-separated words.
+middle. Nothing here is FTS5 syntax: the output is plain space-separated words. The work is
+linear in the text (a megabyte-long minified or base64 line included) and the output bounded.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["cjk_bigrams", "ident_text", "is_cjk", "split_word"]
+__all__ = ["cjk_bigrams", "decode_escapes", "ident_text", "is_cjk", "split_word"]
 
 #: Longest derived text per chunk; a pathological chunk (minified code) cannot bloat the index.
 MAX_IDENT_CHARS = 20_000
+#: Longer tokens are not split: nobody types a part of them (fts_query drops such query tokens).
+MAX_SPLIT_CHARS = 100
 
 # unicode61's token characters (letters, digits; "_" separates) and a compound joined by "_".
 _TOKEN = re.compile(r"[^\W_]+")
-_UNDERSCORE_COMPOUND = re.compile(r"[^\W_]+(?:_+[^\W_]+)+")
+# Starts only where a token starts, and possessive: on a long token without "_" a plain
+# [^\W_]+(?:_+[^\W_]+)+ backtracks from every position (40 s for one 40k-character token).
+_UNDERSCORE_COMPOUND = re.compile(r"(?<![^\W_])[^\W_]++(?:_++[^\W_]++)++")
+# The same for a compound joined by "." (and "_"): ``SpotterWeb.Router``, ``tool.call``.
+_DOTTED_COMPOUND = re.compile(r"(?<![^\W_])[^\W_]++(?:[._]++[^\W_]++)++")
+_SEPARATORS = re.compile(r"[._]+")
+# A whitespace-separated word that holds a JSON escape or a terminal control sequence. It starts
+# only where a word starts: tried at every position, a long word would cost quadratic time.
+_DIRTY_WORD = re.compile(r"(?<!\S)[^\s\\\x1b]*+[\\\x1b]\S*+")
+# CSI (colours, cursor) and OSC (titles, links) sequences; any other ESC and the byte after it.
+_ANSI = re.compile(r"\x1b\[[0-?]*+[ -/]*+[@-~]|\x1b\][^\x07\x1b]*+(?:\x07|\x1b\\)?|\x1b.?")
+# JSON's escapes; \b and \f are left alone, as they are far likelier a Windows path's "\bin".
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|([nrt])|([/\"\\]))")
 # Boundaries inside one token: lower->Upper, UPPER->Upper+lower (HTTPServer), letter<->digit.
 _CAMEL_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _CJK = re.compile(
@@ -70,29 +91,84 @@ def cjk_bigrams(run: str) -> list[str]:
     return [run[i : i + 2] for i in range(len(run) - 1)]
 
 
-def ident_text(text: str) -> str:
-    """The derived tokens of a chunk's text (empty when it has none)."""
-    out: list[str] = []
-    size = 0
+def _unescape(m: re.Match[str]) -> str:
+    code, control, char = m.groups()
+    if code:
+        ch = chr(int(code, 16))
+        return " " if 0xD800 <= ord(ch) <= 0xDFFF else ch  # half a surrogate pair: no text
+    return " " if control else char
+
+
+def decode_escapes(text: str) -> str:
+    """``text`` with JSON escapes decoded and terminal control sequences removed.
+
+    Twice, for JSON inside a JSON string (``\\\\n``); anything undecodable is left as it is.
+    """
+    for _ in range(2):
+        if "\\" not in text:
+            break
+        text = _ESCAPE.sub(_unescape, text)
+    return _ANSI.sub("", text)  # after decoding: JSON holds ESC as "\\u001b"
+
+
+class _Budget:
+    """Derived words up to MAX_IDENT_CHARS; ``full`` once the budget is spent."""
+
+    def __init__(self) -> None:
+        self.words: list[str] = []
+        self.size = 0
+
+    @property
+    def full(self) -> bool:
+        return self.size > MAX_IDENT_CHARS
+
+    def add(self, words: list[str]) -> None:
+        self.words.extend(words)
+        self.size += sum(map(len, words)) + len(words)
+
+
+def _noise(parts: list[str]) -> bool:
+    """Whether a token's parts look like base64 or a hash, not a name (they spend the budget).
+
+    Names have a few parts of a few letters (``getExecutorFromAssigns``); ``iVBORw0KGgo`` has
+    many, and single characters among them.
+    """
+    return len(parts) > 8 or sum(len(p) == 1 for p in parts) >= 3
+
+
+def _derive(text: str, out: _Budget) -> None:
+    """Identifier parts and CJK bigrams of the tokens, then squashed ``_`` compounds."""
     for m in _TOKEN.finditer(text):
+        if out.full:
+            return
         tok = m.group()
         if _CJK.search(tok):
-            for run in _CJK.findall(tok):
-                for gram in cjk_bigrams(run):
-                    out.append(gram)
-                    size += len(gram) + 1
+            out.add([g for run in _CJK.findall(tok) for g in cjk_bigrams(run)])
         else:
-            parts = split_word(tok)
-            if len(parts) > 1:
-                out.extend(parts)
-                size += len(tok) + len(parts)
-        if size > MAX_IDENT_CHARS:
-            break
-    for m in _UNDERSCORE_COMPOUND.finditer(text):
-        if size > MAX_IDENT_CHARS:
-            break
-        squashed = m.group().replace("_", "").casefold()
-        if not _CJK.search(squashed):
-            out.append(squashed)
-            size += len(squashed) + 1
-    return " ".join(out)[:MAX_IDENT_CHARS]
+            parts = split_word(tok) if len(tok) <= MAX_SPLIT_CHARS else []
+            if len(parts) > 1 and not _noise(parts):
+                out.add(parts)
+    for rx in (_UNDERSCORE_COMPOUND, _DOTTED_COMPOUND):
+        for m in rx.finditer(text):
+            if out.full:
+                return
+            if rx is _DOTTED_COMPOUND and "." not in m.group():
+                continue  # a "_" compound: squashed above
+            squashed = _SEPARATORS.sub("", m.group()).casefold()
+            if not _CJK.search(squashed):
+                out.add([squashed])
+
+
+def ident_text(text: str) -> str:
+    """The derived tokens of a chunk's text (empty when it has none)."""
+    out = _Budget()
+    _derive(text, out)
+    if "\\" in text or "\x1b" in text:
+        for m in _DIRTY_WORD.finditer(text):
+            if out.full:
+                break
+            clean = decode_escapes(m.group()[: 2 * MAX_IDENT_CHARS])
+            # The decoded word's own tokens in order, so that a phrase query meets them.
+            out.add([t.casefold() for t in _TOKEN.findall(clean)])
+            _derive(clean, out)
+    return " ".join(out.words)[:MAX_IDENT_CHARS]
