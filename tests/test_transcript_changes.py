@@ -208,3 +208,33 @@ def test_huge_word_in_a_message_is_chunked_in_linear_time() -> None:
     assert all(real(c.text) <= 254 for c in chunks)
     assert any(blob[:40] in c.text for c in chunks) and any(blob[-40:] in c.text for c in chunks)
     assert counted < 12 * len(blob), counted / len(blob)
+
+
+def test_index_from_the_previous_version_is_not_reindexed(home: Path) -> None:
+    # Tail states saved before this version have no "tail" entry in their JSON state: the first
+    # sync hashes what was read (one read of the file) and re-indexes nothing.
+    tdir = home / "sessions"
+    tdir.mkdir()
+    t = tdir / "chat.jsonl"
+    t.write_text(conversation(300, special=150))
+    eng = keyword_engine(home, str(tdir / "*.jsonl"))
+    try:
+        eng.sync()
+        assert eng.writer is not None
+        rows = list(eng.writer.conn.execute("SELECT path, state FROM session_state"))
+        with eng.writer.conn:
+            for path, state in rows:
+                old = json.loads(state)
+                old.pop("tail")
+                old.pop("long_lines")
+                eng.writer.conn.execute(
+                    "UPDATE session_state SET state = ? WHERE path = ?", (json.dumps(old), path)
+                )
+        report = eng.sync_sessions([t])
+        assert report["files_reset"] == 0 and report["lines"] == 0
+        assert hits(eng, WORD) == 1
+        scrub(t, WORD)  # and from now on a same-size edit is caught
+        assert eng.sync_sessions([t])["files_reset"] == 1
+        assert hits(eng, WORD) == 0
+    finally:
+        eng.close()
