@@ -351,6 +351,19 @@ def test_state_from_an_older_version_gets_its_hash_without_reset(tmp_path: Path)
     assert delta.state.chain_hash and delta.state == read_delta(path, None).state
 
 
+def test_state_from_an_older_version_without_new_bytes_gets_its_hash(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    body = _numbered(2000)
+    path.write_bytes(body)
+    full = read_delta(path, None).state
+    old_keys = ("offset", "line_count", "messages", "last_line_hash", "inode", "size")
+    legacy = TailState.from_dict({k: full.to_dict()[k] for k in old_keys})
+    idle = read_delta(path, legacy)  # the first read after the upgrade hashes what was read
+    assert not idle.reset and idle.lines == [] and idle.state.chain_hash == full.chain_hash
+    _edit_in_place(path, body.index(b"line 001000"), b"LINE")  # so a same-size edit is caught
+    assert read_delta(path, idle.state).reset
+
+
 # -- unfinished and over-long lines (issue 14 item 11) -------------------------------------------
 
 

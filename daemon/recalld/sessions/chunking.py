@@ -287,19 +287,31 @@ def _pack(pieces: list[str], budget: int, count: CountTokens) -> list[str]:
 
 
 def _split_chars(text: str, budget: int, count: CountTokens) -> list[str]:
-    """Longest prefixes that fit, by binary search (a single huge "word")."""
-    parts = []
-    while text:
-        lo, hi = 1, len(text)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if count(text[:mid]) <= budget:
-                lo = mid
-            else:
-                hi = mid - 1
-        parts.append(text[:lo])
-        text = text[lo:]
-    return parts
+    """Parts of a single huge "word" that each fit, in order: content-defined segments packed
+    greedily, each segment and each part counted once (linear; a binary search over the rest
+    of the text for every part was quadratic: 40 s for a 107 KB base64 blob)."""
+    from itertools import pairwise
+
+    from recalld.line_pieces import char_runs, segment_cuts
+
+    cuts = [0, *segment_cuts(text, 0, len(text)), len(text)]
+    packed: list[str] = []
+    start = total = 0
+    for a, b in pairwise(cuts):
+        n = count(text[a:b])
+        if total and total + n > budget:
+            packed.append(text[start:a])
+            start, total = a, 0
+        total += n
+    packed.append(text[start:])
+    parts: list[str] = []
+    for part in packed:  # a cut inside a word can change its count: check, split if needed
+        if count(part) <= budget:
+            parts.append(part)
+        else:
+            runs = char_runs(part, 0, len(part), lambda s: count(s) <= budget)
+            parts.extend(part[x:y] for x, y in runs)
+    return [p for p in parts if p]
 
 
 def chunk_messages(

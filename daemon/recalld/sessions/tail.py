@@ -243,7 +243,7 @@ def read_delta(
         f = _Counting(raw)
         start = state if state is not None and _still_valid(f, st, state) else None
         reset = state is not None and start is None
-        if start is not None and st.st_size == start.scan_end:
+        if start is not None and st.st_size == start.scan_end and start.chain_hash:
             # Nothing new: keep the state (new times, so a touch is verified only once).
             same = replace(start, mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns)
             return Delta([], same, False, start.scanned, False, f.count)
