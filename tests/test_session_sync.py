@@ -202,6 +202,33 @@ def test_transcript_linked_from_outside_is_not_indexed(home: Path, local_embedde
         eng.close()
 
 
+def test_transcript_swapped_for_a_link_after_its_check_is_not_read(
+    home: Path, local_embedder: Any
+) -> None:
+    """The read keeps to the checked file: a link swapped in after the glob admitted the path
+    (or named in an explicit sync) is refused, and the file's old rows stay."""
+    sessions = home / "sessions"
+    sessions.mkdir()
+    outside = home / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.jsonl").write_text(msg("user", "the vault combination is plover-nine"))
+    t = sessions / "a.jsonl"
+    t.write_text(msg("user", "the garden needs tulip bulbs"))
+    eng = make_engine(home, local_embedder, str(sessions / "*.jsonl"))
+    try:
+        eng.sync()
+        t.unlink()
+        t.symlink_to(outside / "secret.jsonl")  # swapped in after the last check
+        eng.sync_sessions([t])
+        found = eng.search({"query": "plover-nine", "mode": "keyword", "min_score": 0})
+        assert found["results"] == []
+        kept = eng.search({"query": "tulip bulbs", "mode": "keyword", "min_score": 0})
+        assert [Path(r["path"]).name for r in kept["results"]] == ["a.jsonl"]
+        assert any("out of the transcript folders" in r for r in eng.skipped.values())
+    finally:
+        eng.close()
+
+
 def test_watcher_asks_for_a_same_size_edit(home: Path, tmp_path: Path) -> None:
     t = tmp_path / "a.jsonl"
     t.write_text(msg("user", "hello there"))

@@ -14,17 +14,17 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import apsw
 
 from recalld.access import glob_base
 from recalld.config import Config
 from recalld.embedding.base import Embedder
-from recalld.path_rule import inside, name_problem, shown
+from recalld.path_rule import Swapped, Verdict, inside, name_problem, open_checked, shown
 from recalld.sessions import SessionChunk, SessionChunker, TailState, TranscriptParser, read_delta
 from recalld.sessions.chunking import carried, checked_kinds, to_carry
 from recalld.store import FileChange, FileRow, NewChunk, Store
@@ -63,6 +63,28 @@ def transcript_files(globs: Iterable[str], skipped: dict[str, str] | None = None
             if skipped is not None:
                 skipped[shown(path)] = reason
     return sorted(found.values())
+
+
+def transcript_bases(globs: Iterable[str]) -> list[str]:
+    """The real folders the transcript globs start from (``/`` when a glob has no fixed part)."""
+    bases = {os.path.realpath(glob_base(os.path.expanduser(g))) for g in globs}
+    return sorted(b if b not in ("", ".") else "/" for b in bases)
+
+
+def open_transcript(path: Path, bases: Sequence[str]) -> BinaryIO:
+    """A transcript opened for reading, the same file that was checked.
+
+    The read is what reaches the index, so it must not follow a link swapped in after
+    :func:`transcript_files` admitted the path: the real path must lie under a glob's folder,
+    the last part is opened with ``O_NOFOLLOW`` and the descriptor is compared with what was
+    checked (:func:`recalld.path_rule.open_checked`). Raises ``OSError`` (``Swapped``) otherwise.
+    """
+    real = os.path.realpath(path)
+    if not inside(real, bases):
+        raise Swapped(0, f"{shown(path)} leads out of the transcript folders (a link?)")
+    st = os.stat(real)
+    fd = open_checked(Verdict(True, real=real, st=st), bases)
+    return os.fdopen(fd, "rb")
 
 
 @dataclass
@@ -161,6 +183,10 @@ class SessionIndexer:
                 self.skipped[str(path)] = f"indexing failed: {exc}"
         return report
 
+    def _open(self, path: Path) -> BinaryIO:
+        """``path`` opened as checked: never through a link swapped in out of the folders."""
+        return open_transcript(path, transcript_bases(self.config.session_globs()))
+
     def _sync_file(self, path: Path, report: SessionReport) -> None:
         key = str(path)
         saved = self.store.session_state(key)
@@ -171,7 +197,11 @@ class SessionIndexer:
         long_lines = int(extra.get("long_lines", 0))
         while True:
             delta = read_delta(
-                path, tail, max_bytes=MAX_DELTA_BYTES, max_line_bytes=self.max_line_bytes
+                path,
+                tail,
+                max_bytes=MAX_DELTA_BYTES,
+                max_line_bytes=self.max_line_bytes,
+                opener=self._open,
             )
             fresh = delta.reset or tail is None
             if delta.reset or tail is None:
