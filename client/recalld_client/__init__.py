@@ -9,6 +9,7 @@
 It depends on msgpack and platformdirs only, so agents and tools can import it cheaply.
 """
 
+from recalld_client.citation import Citation, parse_citation
 from recalld_client.client import Client, is_running
 from recalld_client.errors import (
     BadRequest,
@@ -45,6 +46,7 @@ __version__ = "0.1.0"
 __all__ = [
     "PROTOCOL_VERSION",
     "BadRequest",
+    "Citation",
     "Client",
     "ConfigError",
     "ConnectionLost",
@@ -70,4 +72,5 @@ __all__ = [
     "Unavailable",
     "VersionMismatch",
     "is_running",
+    "parse_citation",
 ]

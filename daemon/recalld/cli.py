@@ -20,20 +20,12 @@ from recalld import __version__
 from recalld.config import Config
 from recalld.errors import BadRequest, RecalldError
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE = 0, 1, 2, 3, 4
-# The configuration is invalid (a value out of range, an unknown key): fix config.toml.
-EXIT_CONFIG = 5
-# The index cannot be opened or written (a read-only home, a folder of another user).
-EXIT_INDEX = 6
-_EXIT_BY_CODE = {
-    "bad_request": EXIT_USAGE,
-    "not_found": EXIT_NOT_FOUND,
-    "forbidden": EXIT_USAGE,
-    "unavailable": EXIT_UNAVAILABLE,
-    "too_many_connections": EXIT_UNAVAILABLE,
-    "config": EXIT_CONFIG,
-    "index": EXIT_INDEX,
-}
+from recalld import exit_codes
+
+# The table lives in recalld.exit_codes; these names stay for callers and tests.
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = exit_codes.OK, exit_codes.ERROR, exit_codes.USAGE
+EXIT_NOT_FOUND, EXIT_UNAVAILABLE = exit_codes.NOT_FOUND, exit_codes.UNAVAILABLE
+EXIT_CONFIG, EXIT_INDEX = exit_codes.CONFIG, exit_codes.INDEX
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -122,19 +114,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(args)
     except KeyboardInterrupt:
-        return 130
+        return exit_codes.INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
     except RecalldError as exc:
         print(f"recalld: {exc}", file=sys.stderr)
-        return _EXIT_BY_CODE.get(exc.code, EXIT_ERROR)
+        return exit_codes.for_code(exc.code)
     except Exception as exc:  # the client's exceptions, translated at this boundary
         if _damaged_index(exc):
             return EXIT_INDEX
         code = getattr(exc, "code", None)
         if code is not None or type(exc).__module__.startswith("recalld_client"):
             print(f"recalld: {exc}", file=sys.stderr)
-            return _EXIT_BY_CODE.get(code, EXIT_ERROR) if isinstance(code, str) else EXIT_ERROR
+            return exit_codes.for_code(code)
         raise
 
 
@@ -223,18 +215,6 @@ def _search_params(args: argparse.Namespace) -> dict[str, Any]:
     return params
 
 
-def _get_params(target: str) -> dict[str, Any]:
-    from recalld.engine import _split_range
-
-    if os.path.exists(target):
-        return {"path": target}
-    path, first, count = _split_range(target, 1, None)
-    params: dict[str, Any] = {"path": path, "from_line": first}
-    if count is not None:
-        params["lines"] = count
-    return params
-
-
 def _via_client(args: argparse.Namespace, client: Any) -> int:
     cmd = args.command
     if cmd == "search":
@@ -242,8 +222,8 @@ def _via_client(args: argparse.Namespace, client: Any) -> int:
         query = p.pop("query")
         _print_search(client.search(query, **p), args.json)
     elif cmd == "get":
-        p = _get_params(args.target)
-        _print_get(client.get(p["path"], p.get("from_line", 1), p.get("lines")), args.json)
+        # Citations (PATH#L3-L9, PATH:3-9...) are parsed by the daemon: recalld_client.citation.
+        _print_get(client.get(args.target), args.json)
     elif cmd == "status":
         _print_status(client.status(), args.json)
     elif cmd == "sync":
@@ -284,7 +264,7 @@ def _local(args: argparse.Namespace) -> int:
         if cmd == "search":
             _print_search(engine.search(_search_params(args)), args.json)
         elif cmd == "get":
-            _print_get(engine.get(_get_params(args.target)), args.json)
+            _print_get(engine.get({"path": args.target}), args.json)
         elif cmd == "status":
             from recalld.security import config_warnings
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from recalld import __version__, paths
+from recalld_client.citation import parse_citation
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +141,6 @@ _ALIASES = {
     "fromLine": "from",
 }
 
-_CITATION = re.compile(r"^(?P<path>.+)#L(?P<start>\d+)(?:-L?(?P<end>\d+))?$")
-
 
 class ToolError(Exception):
     """A failure to report to the agent as a tool error (the message is what it reads)."""
@@ -216,13 +214,13 @@ def get_params(args: Mapping[str, Any] | None) -> dict[str, Any]:
     path = _str("path", a["path"])
     first: int | None = None
     count: int | None = None
-    m = _CITATION.match(path)
-    if m is not None:
+    try:
+        cited = parse_citation(path)
+    except ValueError as exc:
+        raise ToolError(str(exc)) from None
+    if cited is not None:
         # A whole citation: its range applies unless from/lines are given explicitly.
-        path = m["path"]
-        first = int(m["start"])
-        end = int(m["end"]) if m["end"] else first
-        count = max(end - first + 1, 1)
+        path, first, count = cited.path, cited.first, cited.lines
     if a.get("from") is not None:
         first = _int("from", a["from"], 1)
     if a.get("lines") is not None:
