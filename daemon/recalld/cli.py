@@ -16,11 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from recalld import __version__
+from recalld import __version__, exit_codes
 from recalld.config import Config
 from recalld.errors import BadRequest, RecalldError
-
-from recalld import exit_codes
 
 # The table lives in recalld.exit_codes; these names stay for callers and tests.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = exit_codes.OK, exit_codes.ERROR, exit_codes.USAGE
@@ -208,11 +206,20 @@ def _search_params(args: argparse.Namespace) -> dict[str, Any]:
         params["sources"] = args.sources
     if args.path_prefix:
         params["path_prefix"] = args.path_prefix
-    if args.max_tokens is not None:
-        params["max_tokens"] = args.max_tokens
+    if args.max_tokens is not None:  # fitted on the printed text, see _print_search
+        _check_budget(args.max_tokens)
     if args.explain:
         params["explain"] = True
     return params
+
+
+def _check_budget(max_tokens: int) -> None:
+    from recalld.answer_budget import MIN_BUDGET_TOKENS
+
+    if not MIN_BUDGET_TOKENS <= max_tokens <= 1_000_000:
+        raise BadRequest(
+            f"--max-tokens must be an integer from {MIN_BUDGET_TOKENS} to 1000000, got {max_tokens}"
+        )
 
 
 def _via_client(args: argparse.Namespace, client: Any) -> int:
@@ -220,7 +227,7 @@ def _via_client(args: argparse.Namespace, client: Any) -> int:
     if cmd == "search":
         p = _search_params(args)
         query = p.pop("query")
-        _print_search(client.search(query, **p), args.json)
+        _print_search(client.search(query, **p), args.json, args.max_tokens)
     elif cmd == "get":
         # Citations (PATH#L3-L9, PATH:3-9...) are parsed by the daemon: recalld_client.citation.
         _print_get(client.get(args.target), args.json)
@@ -262,7 +269,7 @@ def _local(args: argparse.Namespace) -> int:
     engine = Engine(config, writable=False)
     try:
         if cmd == "search":
-            _print_search(engine.search(_search_params(args)), args.json)
+            _print_search(engine.search(_search_params(args)), args.json, args.max_tokens)
         elif cmd == "get":
             _print_get(engine.get({"path": args.target}), args.json)
         elif cmd == "status":
@@ -279,45 +286,61 @@ def _local(args: argparse.Namespace) -> int:
 # output ---------------------------------------------------------------------------------------
 
 
-def _print_search(res: dict[str, Any], as_json: bool) -> None:
+def _print_search(res: dict[str, Any], as_json: bool, max_tokens: int | None = None) -> None:
+    if max_tokens is not None:
+        # Fitted here, on the text printed (stdout and stderr), not on the daemon's JSON.
+        from recalld.answer_budget import fit_rendered
+
+        def render(results: list[dict[str, Any]], report: dict[str, Any]) -> str:
+            out, err = _search_text({**res, "results": results, "budget": report}, as_json)
+            return out + err
+
+        res["budget"] = fit_rendered(res.get("results", []), max_tokens, render)
+    out, err = _search_text(res, as_json)
+    sys.stdout.write(out)
+    sys.stdout.flush()
+    sys.stderr.write(err)
+
+
+def _search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
+    """What ``search`` prints: (stdout, stderr)."""
     if as_json:
-        print(json.dumps(res, ensure_ascii=False))
-        return
+        return json.dumps(res, ensure_ascii=False) + "\n", ""
+    out: list[str] = []
+    err: list[str] = []
     if res.get("degraded"):
-        print(f"note: {res['degraded']}", file=sys.stderr)
+        err.append(f"note: {res['degraded']}")
     results = res.get("results", [])
     if not results:
-        print("no results")
+        out.append("no results")
     for i, r in enumerate(results, 1):
         sc = r.get("scores") or {}
         parts = [
             f"{name} {sc[name]:.2f}" for name in ("vector", "keyword") if sc.get(name) is not None
         ]
-        print(f"{i}. {r['citation']}  score {r['score']:.3f} ({', '.join(parts)}) [{r['source']}]")
-        for place in r.get("also", []):
-            print(f"   also at {place['citation']} [{place['source']}]")
+        out.append(
+            f"{i}. {r['citation']}  score {r['score']:.3f} ({', '.join(parts)}) [{r['source']}]"
+        )
+        out.extend(f"   also at {p['citation']} [{p['source']}]" for p in r.get("also", []))
         if "explain" in r:
-            print(f"   explain: {_explain_line(r['explain'])}")
-        for line in r["snippet"].splitlines()[:4]:
-            print(f"   {line[:160]}")
+            out.append(f"   explain: {_explain_line(r['explain'])}")
+        out.extend(f"   {line[:160]}" for line in r["snippet"].splitlines()[:4])
     if "explain" in res:
         e = res["explain"]
         w = e.get("weights", {})
-        print(
+        out.append(
             f"-- query shape {e.get('shape')}, fusion {e.get('fusion')}, weights vector "
             f"{w.get('vector')} / keyword {w.get('keyword')}, literals {e.get('literals')}, "
             f"candidates {e.get('candidates')}\n-- match: {e.get('match')}"
         )
     if "budget" in res:
         b = res["budget"]
-        print(
+        err.append(
             f"-- budget {b['max_tokens']} tokens: used ~{b['used_tokens']}, "
-            f"{b['snippets_trimmed']} snippets trimmed, {b['dropped']} results dropped",
-            file=sys.stderr,
+            f"{b['snippets_trimmed']} snippets trimmed, {b['dropped']} results dropped"
         )
-    print(
-        f"-- {res.get('mode')} · {res.get('provider')} · {res.get('took_ms')} ms", file=sys.stderr
-    )
+    err.append(f"-- {res.get('mode')} · {res.get('provider')} · {res.get('took_ms')} ms")
+    return "".join(f"{line}\n" for line in out), "".join(f"{line}\n" for line in err)
 
 
 def _explain_line(e: dict[str, Any]) -> str:

@@ -428,7 +428,20 @@ def run_tool(link: DaemonLink, name: str, args: Mapping[str, Any] | None) -> str
     if name == SEARCH_TOOL:
         params = search_params(args)
         query = params.pop("query")
-        return format_search(link.call(lambda c: c.search(query, **params)))
+        # The budget is fitted here, on the text the agent gets, not on the daemon's answer.
+        max_tokens = params.pop("max_tokens", None)
+        res = dict(link.call(lambda c: c.search(query, **params)))
+        if max_tokens is not None:
+            from recalld.answer_budget import fit_rendered
+
+            res["budget"] = fit_rendered(
+                res["results"],
+                max_tokens,
+                lambda results, report: format_search(
+                    {**res, "results": results, "budget": report}
+                ),
+            )
+        return format_search(res)
     if name == GET_TOOL:
         params = get_params(args)
         return format_get(link.call(lambda c: c.get(**params)))
