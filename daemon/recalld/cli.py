@@ -424,6 +424,17 @@ def _print_json_or(res: dict[str, Any], as_json: bool, what: str) -> None:
     if as_json:
         print(json.dumps(res, ensure_ascii=False, default=str))
         return
+    if isinstance(res.get("report"), dict):  # the daemon's answer to a job waited for
+        res = res["report"]
+    elif "queued" in res:
+        wait = f", `recalld {what} --wait` waits for it" if what == "sync" else ""
+        print(
+            f"{what}: queued; the daemon runs it in the background (`recalld status` shows "
+            f"progress{wait})"
+            if res["queued"]
+            else f"{what}: done"
+        )
+        return
     if "files_changed" in res:
         print(
             f"{what}: {res.get('files_changed', 0)} changed, {res.get('files_unchanged', 0)} "
@@ -434,7 +445,7 @@ def _print_json_or(res: dict[str, Any], as_json: bool, what: str) -> None:
         if res.get("embed_error"):
             print(f"warning: embedding failed: {res['embed_error']}", file=sys.stderr)
     else:
-        print(json.dumps(res, ensure_ascii=False, default=str))
+        print(f"{what}: done (details with --json)")
 
 
 class _ProgressBar:

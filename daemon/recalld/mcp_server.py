@@ -372,7 +372,8 @@ class DaemonLink:
 
 def spawn_daemon(log_path: Path) -> subprocess.Popen[bytes]:
     """``recalld serve`` in its own session, detached from this process's stdio."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    from recalld.security import open_private_log
+
     kwargs: dict[str, Any] = {}
     if sys.platform == "win32":
         kwargs["creationflags"] = (
@@ -381,7 +382,7 @@ def spawn_daemon(log_path: Path) -> subprocess.Popen[bytes]:
     else:
         # Its own session: the agent host killing our process group must not kill the daemon.
         kwargs["start_new_session"] = True
-    with log_path.open("ab") as logf:
+    with open_private_log(log_path) as logf:  # 0600 in a 0700 folder: logs quote notes
         # stdin/stdout must not be ours: stdout is the MCP wire.
         return subprocess.Popen(
             [sys.executable, "-m", "recalld.cli", "serve"],
