@@ -24,10 +24,16 @@ from recalld.errors import BadRequest, RecalldError
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = exit_codes.OK, exit_codes.ERROR, exit_codes.USAGE
 EXIT_NOT_FOUND, EXIT_UNAVAILABLE = exit_codes.NOT_FOUND, exit_codes.UNAVAILABLE
 EXIT_CONFIG, EXIT_INDEX = exit_codes.CONFIG, exit_codes.INDEX
+_JSON_HELP = "print the answer as one JSON object"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="recalld", description="Always-on memory for local AI agents.")
+    p = argparse.ArgumentParser(
+        prog="recalld",
+        description="Always-on memory for local AI agents.",
+        epilog=exit_codes.HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"recalld {__version__}")
     p.add_argument("--config", type=Path, help="config file (default: RECALLD_CONFIG or platform)")
     p.add_argument("-v", "--verbose", action="store_true", help="log more")
@@ -36,38 +42,83 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("serve", help="run the daemon in the foreground")
 
     s = sub.add_parser("search", help="hybrid search of memory and sessions")
-    s.add_argument("query", nargs="+")
+    s.add_argument("query", nargs="+", help="what to look for: words, a question, identifiers")
     s.add_argument("--max", type=int, dest="max_results", help="results (default 6)")
     s.add_argument("--min-score", type=float, help="score floor (default 0.35)")
-    s.add_argument("--source", choices=["memory", "sessions"], action="append", dest="sources")
-    s.add_argument("--path-prefix")
-    s.add_argument("--mode", choices=["hybrid", "keyword", "vector"], default="hybrid")
-    s.add_argument("--max-tokens", type=int, help="fit the whole answer in this many tokens")
+    s.add_argument(
+        "--source",
+        choices=["memory", "sessions"],
+        action="append",
+        dest="sources",
+        help="only notes (memory) or only agent transcripts (sessions); repeat for both",
+    )
+    s.add_argument(
+        "--path-prefix",
+        metavar="FOLDER",
+        help="only files under FOLDER (relative to the first memory folder, or absolute)",
+    )
+    s.add_argument(
+        "--mode",
+        choices=["hybrid", "keyword", "vector"],
+        default="hybrid",
+        help="hybrid (default): keyword and semantic fused; keyword: BM25 only; "
+        "vector: embeddings only",
+    )
+    s.add_argument(
+        "--max-tokens",
+        type=int,
+        help="fit what is printed in this many tokens (at least 100): the best result whole, "
+        "the others trimmed, the lowest dropped",
+    )
     s.add_argument(
         "--explain", action="store_true", help="per result: channel ranks, scores, fusion"
     )
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     g = sub.add_parser("get", help="print lines of an indexed file: PATH[:FROM[-TO]]")
-    g.add_argument("target")
-    g.add_argument("--json", action="store_true")
+    g.add_argument(
+        "target",
+        metavar="PATH[:FROM[-TO]]",
+        help="a file (absolute, or relative to a memory folder) with an optional line range: "
+        "PATH:FROM-TO, PATH:FROM (to the end), or a citation as search prints it, PATH#Lx-Ly",
+    )
+    g.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     st = sub.add_parser("status", help="index state, provider, pending work, counts")
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     sy = sub.add_parser("sync", help="sync now (in-process when no daemon runs)")
     sy.add_argument("--wait", action="store_true", help="wait for the daemon's sync to finish")
-    sy.add_argument("--json", action="store_true")
+    sy.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     r = sub.add_parser("reindex", help="full rebuild (temporary database + atomic swap)")
-    r.add_argument("--json", action="store_true")
+    r.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     e = sub.add_parser("eval", help="retrieval quality on a benchmark corpus")
-    e.add_argument("--corpus", type=Path, required=True)
-    e.add_argument("--queries", type=Path, required=True)
-    e.add_argument("--qrels", type=Path, required=True)
-    e.add_argument("--k", type=int, default=10)
-    e.add_argument("--mode", choices=["hybrid", "keyword", "vector", "rrf"], default="hybrid")
+    e.add_argument(
+        "--corpus", type=Path, required=True, help="folder of the notes to index (Markdown)"
+    )
+    e.add_argument(
+        "--queries",
+        type=Path,
+        required=True,
+        help='queries.jsonl: one {"id": "q1", "text": "..."} object a line '
+        '(optional "scope", "tags")',
+    )
+    e.add_argument(
+        "--qrels",
+        type=Path,
+        required=True,
+        help="qrels.tsv: query id <TAB> path relative to the corpus <TAB> line (0: the whole "
+        "file) [<TAB> grade, default 1]",
+    )
+    e.add_argument("--k", type=int, default=10, help="results per query scored (default 10)")
+    e.add_argument(
+        "--mode",
+        choices=["hybrid", "keyword", "vector", "rrf"],
+        default="hybrid",
+        help="channel(s) to evaluate; rrf: hybrid with reciprocal rank fusion",
+    )
     e.add_argument(
         "--min-score",
         type=float,
@@ -80,7 +131,7 @@ def _parser() -> argparse.ArgumentParser:
         help="where the throwaway index and its embedding cache live "
         "(default: eval/<corpus-name> in the data dir)",
     )
-    e.add_argument("--limit", type=int, help="only the first N queries")
+    e.add_argument("--limit", type=int, metavar="N", help="only the first N queries")
     e.add_argument(
         "--set",
         action="append",
@@ -88,12 +139,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a config key for this run (TOML value)",
     )
-    e.add_argument("--json", action="store_true")
+    e.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     sub.add_parser("mcp", help="MCP server over stdio (memory_search, memory_get)")
     sub.add_parser("tray", help="tray icon showing sync state")
     sv = sub.add_parser("service", help="systemd / launchd service files")
-    sv.add_argument("action", choices=["install", "uninstall", "print"])
+    sv.add_argument(
+        "action",
+        choices=["install", "uninstall", "print"],
+        help="install: write the systemd user unit / launchd agent and start it; uninstall: "
+        "stop and remove it; print: show the file without installing",
+    )
     return p
 
 
