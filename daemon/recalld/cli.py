@@ -416,6 +416,11 @@ def _explain_line(e: dict[str, Any]) -> str:
     if e.get("collapsed"):
         parts.append(f"{e['collapsed']} duplicates collapsed")
     parts.append(f"final {e.get('final', 0):.3f}")
+    floor = e.get("floor")
+    if floor:  # why a score under the floor is shown (docs/DECISIONS.md)
+        parts.append(f"kept: {floor['why']}")
+        if e.get("final", 0) < floor["min_score"] and e.get("recency", 1) < 1:
+            parts.append("recency lowered it after the floor")
     return ", ".join(parts)
 
 
