@@ -389,13 +389,14 @@ def _search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
             f"{w.get('vector')} / keyword {w.get('keyword')}, literals {e.get('literals')}, "
             f"candidates {e.get('candidates')}\n-- match: {e.get('match')}"
         )
-    if "budget" in res:
+    if "budget" in res:  # one short line: it counts against the budget too
         b = res["budget"]
         err.append(
-            f"-- budget {b['max_tokens']} tokens: used ~{b['used_tokens']}, "
-            f"{b['snippets_trimmed']} snippets trimmed, {b['dropped']} results dropped"
+            f"-- {res.get('mode')} · budget {b['max_tokens']}: ~{b['used_tokens']} used, "
+            f"{b['snippets_trimmed']} trimmed, {b['dropped']} dropped"
         )
-    err.append(f"-- {res.get('mode')} · {res.get('provider')} · {res.get('took_ms')} ms")
+    else:
+        err.append(f"-- {res.get('mode')} · {res.get('provider')} · {res.get('took_ms')} ms")
     return "".join(f"{line}\n" for line in out), "".join(f"{line}\n" for line in err)
 
 
