@@ -9,7 +9,6 @@
 It depends on msgpack and platformdirs only, so agents and tools can import it cheaply.
 """
 
-from recalld_client.citation import Citation, parse_citation
 from recalld_client.client import Client, is_running
 from recalld_client.errors import (
     BadRequest,
@@ -46,7 +45,6 @@ __version__ = "0.1.0"
 __all__ = [
     "PROTOCOL_VERSION",
     "BadRequest",
-    "Citation",
     "Client",
     "ConfigError",
     "ConnectionLost",
@@ -72,5 +70,4 @@ __all__ = [
     "Unavailable",
     "VersionMismatch",
     "is_running",
-    "parse_citation",
 ]
