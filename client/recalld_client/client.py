@@ -200,7 +200,12 @@ class Client:
         return cast(SearchResponse, self.call("search", params))
 
     def get(self, path: str | Path, from_line: int = 1, lines: int | None = None) -> GetResponse:
-        """``lines`` lines of an indexed file from ``from_line`` (1-based; None: to the end)."""
+        """``lines`` lines of an indexed file from ``from_line`` (1-based; None: to the end).
+
+        ``path`` may be a citation as search prints it (``path#L3-L9``, ``path:3-9``, see
+        :mod:`recalld_client.citation`); the daemon parses it. A ``from_line`` past the end of
+        the file raises :class:`NotFound` saying how many lines it has.
+        """
         params: dict[str, Any] = {"path": str(path), "from_line": from_line}
         if lines is not None:
             params["lines"] = lines
