@@ -21,7 +21,7 @@ from daemon_process import wait_for
 from recalld import mcp_server
 from recalld.answer_budget import count_tokens
 from recalld.tokens import default_tokenizer
-from recalld_client import Client, is_running
+from recalld_client import Client, RecalldClientError, is_running
 
 NOTES = {
     "decisions.md": "# Decisions\n\n## Storage\n\n"
@@ -89,9 +89,13 @@ def homes() -> Iterator[dict[str, Path]]:
             c.sync(wait=True)
         yield {"served": served, "local": local}
     finally:
-        with Client(socket, timeout=10) as c:
-            c.shutdown()
-        proc.wait(60)
+        try:
+            with Client(socket, timeout=10) as c:
+                c.shutdown()
+            proc.wait(60)
+        except (RecalldClientError, subprocess.TimeoutExpired):
+            proc.kill()  # it never started, or hangs: the test already failed
+            proc.wait(10)
         import shutil
 
         shutil.rmtree(base, ignore_errors=True)
