@@ -11,7 +11,7 @@ import pytest
 from conftest import make_config, make_engine, write
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
-from recalld.errors import BadRequest, Forbidden, IndexError_
+from recalld.errors import BadRequest, Forbidden, IndexError_, NotFound
 from recalld.store import Identity, Store
 
 NOTES = {
@@ -150,8 +150,8 @@ def test_get_line_ranges(engine: Engine, home: Path) -> None:
     assert rel["text"] == "# Bob"
     ranged = engine.get({"path": path + ":3-3"})
     assert ranged["text"].startswith("Bob prefers")
-    past_end = engine.get({"path": path, "from_line": 99})
-    assert past_end["text"] == "" or past_end["start_line"] <= past_end["total_lines"]
+    with pytest.raises(NotFound, match="has 4 lines: line 99 is past its end"):
+        engine.get({"path": path, "from_line": 99})
 
 
 def test_get_refuses_outside_roots(engine: Engine, home: Path, tmp_path: Path) -> None:

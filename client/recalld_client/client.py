@@ -215,6 +215,10 @@ class Client:
 
         ``decoded``: of a transcript, the readable (redacted) text of each line instead of its
         raw JSON.
+
+        ``path`` may be a citation as search prints it (``path#L3-L9``, ``path:3-9``, see
+        :mod:`recalld_client.citation`); the daemon parses it. A ``from_line`` past the end of
+        the file raises :class:`NotFound` saying how many lines it has.
         """
         params: dict[str, Any] = {"path": str(path), "from_line": from_line}
         if lines is not None:

@@ -50,7 +50,7 @@ class SearchResult(_SearchResultBase, total=False):
     tool: str  # tool calls and outputs: the tool's name
     also: list[Place]  # the same passage elsewhere (near-duplicate collapse)
     truncated: bool  # the snippet was cut to fit max_tokens
-    explain: dict[str, Any]  # with explain=True: channel ranks/scores, boosts, recency
+    explain: dict[str, Any]  # with explain=True: channel ranks/scores, boosts, recency, floor
 
 
 class IndexInfo(TypedDict):

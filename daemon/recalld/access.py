@@ -223,7 +223,8 @@ def read_lines(
     lines: int | None = None,
     redact: Callable[[str], str] | None = None,
 ) -> dict[str, Any]:
-    """Lines ``from_line .. from_line + lines - 1`` of a text file (1-based, clamped).
+    """Lines ``from_line .. from_line + lines - 1`` of a text file (1-based; the end is clamped,
+    a start past the end is :class:`NotFound` saying how many lines the file has).
 
     The file is streamed, never read whole: a get of a few lines of a 1 GB transcript costs two
     passes over it but at most :data:`MAX_GET_BYTES` of memory; a single line longer than that
@@ -236,7 +237,12 @@ def read_lines(
     want = min(lines if lines is not None else MAX_GET_LINES, MAX_GET_LINES)
     with open_checked(path) as fh:
         total = _count_lines(fh)
-        start = min(from_line, max(total, 1))
+        if from_line > max(total, 1):  # clamping would answer with lines nobody asked for
+            raise NotFound(
+                f"{path} has {total} line{'' if total == 1 else 's'}: line {from_line} "
+                "is past its end"
+            )
+        start = from_line
         fh.seek(0)
         _skip_lines(fh, start - 1)
         out: list[str] = []

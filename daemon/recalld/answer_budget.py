@@ -1,31 +1,52 @@
-"""Fit a search answer into a token budget (the ``max_tokens`` search parameter).
+"""Fit a search answer into a token budget (``max_tokens``), counted on what the caller receives.
 
-Tokens are estimated as characters / 4 of the answer's JSON, the usual ratio of English text under
-the BPE tokenizers agents use; the estimate errs high for code. Snippets are trimmed first, evenly
-(water-filling: short snippets keep all their text, long ones share what is left), at a word
-boundary with an ellipsis; when even a short snippet each would not fit, the lowest-ranked results
-are dropped. The answer says what was cut.
+The budget is measured on the rendered text the caller gets: the daemon's answer as JSON for a
+client, the printed lines for the CLI, the tool text for MCP (each passes its own ``render``).
+Tokens are counted by :func:`count_tokens`, an estimate that errs high for the BPE tokenizers
+agents use. The best result keeps its whole snippet first; the others share what is left
+(each capped at one common length, so short snippets stay whole); results that cannot get
+:data:`MIN_SNIPPET_CHARS` each are dropped from the bottom. A snippet is never emptied: the best
+result keeps at least :data:`MIN_BEST_CHARS` characters. The ``budget`` report says what was cut.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MIN_BUDGET_TOKENS", "estimate_tokens", "fit_to_budget"]
+__all__ = [
+    "MIN_BUDGET_TOKENS",
+    "count_tokens",
+    "estimate_tokens",
+    "fit_rendered",
+    "fit_to_budget",
+]
 
 #: Smallest budget accepted: one result with a short snippet.
 MIN_BUDGET_TOKENS = 100
-#: A snippet is never trimmed below this many characters; results are dropped instead.
+#: Results other than the best are dropped rather than trimmed below this many characters.
 MIN_SNIPPET_CHARS = 120
-CHARS_PER_TOKEN = 4
+#: The best result's snippet is never trimmed below this (never an empty or "#…" snippet).
+MIN_BEST_CHARS = 40
 ELLIPSIS = "…"
+
+# A word piece of up to 4 ASCII letters, up to 3 digits, 1-3 ASCII punctuation marks (JSON's
+# `":"`), or any other single character (CJK, emoji): what cl100k-style tokenizers make, or more.
+_TOKEN = re.compile(r"[A-Za-z]{1,4}|[0-9]{1,3}|[!-/:-@\[-`{-~]{1,3}|\S")
+
+Render = Callable[[list[dict[str, Any]], dict[str, Any]], str]
+
+
+def count_tokens(text: str) -> int:
+    """Estimated tokens of ``text`` (errs high)."""
+    return len(_TOKEN.findall(text))
 
 
 def estimate_tokens(obj: Any) -> int:
     """Estimated tokens of ``obj`` as compact JSON."""
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
-    return -(-len(text) // CHARS_PER_TOKEN)
+    return count_tokens(json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str))
 
 
 def _trim(text: str, chars: int) -> str:
@@ -38,52 +59,68 @@ def _trim(text: str, chars: int) -> str:
     return cut.rstrip() + ELLIPSIS
 
 
-def _shares(lengths: list[int], total: int) -> list[int]:
-    """Water-filling: each gets min(its length, an equal share of what the shorter ones left)."""
-    out = [0] * len(lengths)
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    left, n = total, len(lengths)
-    for pos, i in enumerate(order):
-        share = left // (n - pos)
-        out[i] = min(lengths[i], share)
-        left -= out[i]
-    return out
+def _largest(fits: Callable[[int], bool], low: int, high: int) -> int | None:
+    """The largest n in [low, high] with ``fits(n)`` (``fits`` grows false as n grows)."""
+    if not fits(low):
+        return None
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def fit_rendered(results: list[dict[str, Any]], max_tokens: int, render: Render) -> dict[str, Any]:
+    """Trim ``results`` in place until ``render(results, report)`` fits; returns the report.
+
+    ``render`` must produce exactly what the caller receives, the report included.
+    """
+    originals = [r["snippet"] for r in results]
+    longest = max((len(t) for t in originals), default=0)
+    # The report shows used_tokens; measuring with max_tokens there never under-counts it.
+    report: dict[str, Any] = {
+        "max_tokens": max_tokens,
+        "used_tokens": max_tokens,
+        "snippets_trimmed": 0,
+        "dropped": 0,
+    }
+
+    def used(best: int, others: int) -> int:
+        trimmed = 0
+        for i, (r, text) in enumerate(zip(results, originals, strict=False)):
+            cap = best if i == 0 else others
+            r["snippet"] = _trim(text, cap)
+            if r["snippet"] != text:
+                r["truncated"] = True
+                trimmed += 1
+            else:
+                r.pop("truncated", None)
+        report["snippets_trimmed"] = trimmed
+        report["dropped"] = len(originals) - len(results)
+        return count_tokens(render(results, report))
+
+    if used(longest, longest) > max_tokens:
+        # Keep the best whole and as many others (at a short snippet each) as fit.
+        while len(results) > 1 and used(longest, MIN_SNIPPET_CHARS) > max_tokens:
+            results.pop()
+        if len(results) > 1:
+            others = _largest(lambda c: used(longest, c) <= max_tokens, MIN_SNIPPET_CHARS, longest)
+            used(longest, others or MIN_SNIPPET_CHARS)
+        elif used(longest, longest) > max_tokens:
+            best = _largest(lambda c: used(c, 0) <= max_tokens, MIN_BEST_CHARS, longest)
+            used(best or MIN_BEST_CHARS, 0)
+    report["used_tokens"] = count_tokens(render(results, report))
+    return report
 
 
 def fit_to_budget(answer: dict[str, Any], max_tokens: int) -> dict[str, Any]:
-    """Trim ``answer['results']`` in place to fit ``max_tokens``; returns the ``budget`` report."""
-    results: list[dict[str, Any]] = answer["results"]
-    trimmed = 0
-    dropped = 0
-    budget_chars = max_tokens * CHARS_PER_TOKEN
-    # Everything but the snippets: the envelope, the report itself, each result's fields.
-    report = {"max_tokens": max_tokens, "used_tokens": 0, "snippets_trimmed": 0, "dropped": 0}
-    while True:
-        skeleton = {**answer, "results": [{**r, "snippet": ""} for r in results], "budget": report}
-        fixed = estimate_tokens(skeleton) * CHARS_PER_TOKEN + 64  # + took_ms and rounding
-        room = budget_chars - fixed
-        if not results or room >= MIN_SNIPPET_CHARS * len(results) or len(results) == 1:
-            break
-        results.pop()
-        dropped += 1
-    originals = [r["snippet"] for r in results]
-    lengths = [len(text) for text in originals]
-    # JSON escapes make the estimate slightly off: shrink the room until the answer really fits.
-    for _ in range(8):
-        trimmed = 0
-        if results and sum(lengths) > room:
-            for r, text, share in zip(
-                results, originals, _shares(lengths, max(room, 0)), strict=True
-            ):
-                r["snippet"] = _trim(text, max(share, 1)) if share < len(text) else text
-                if share < len(text):
-                    r["truncated"] = True
-                    trimmed += 1
-        report["snippets_trimmed"] = trimmed
-        report["dropped"] = dropped
-        report["used_tokens"] = estimate_tokens({**answer, "budget": report}) + 16
-        excess = report["used_tokens"] - max_tokens
-        if excess <= 0 or room <= len(results):
-            break
-        room -= excess * CHARS_PER_TOKEN
-    return report
+    """Trim ``answer['results']`` in place so its compact JSON fits; returns the report."""
+
+    def render(results: list[dict[str, Any]], report: dict[str, Any]) -> str:
+        # took_ms is set after the budget: a placeholder of its usual width stands in for it.
+        whole = {**answer, "results": results, "budget": report, "took_ms": 12345.678}
+        return json.dumps(whole, ensure_ascii=False, separators=(",", ":"), default=str)
+
+    return fit_rendered(answer["results"], max_tokens, render)

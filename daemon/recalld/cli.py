@@ -16,28 +16,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from recalld import __version__
+from recalld import __version__, exit_codes
 from recalld.config import Config
 from recalld.errors import BadRequest, RecalldError
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE = 0, 1, 2, 3, 4
-# The configuration is invalid (a value out of range, an unknown key): fix config.toml.
-EXIT_CONFIG = 5
-# The index cannot be opened or written (a read-only home, a folder of another user).
-EXIT_INDEX = 6
-_EXIT_BY_CODE = {
-    "bad_request": EXIT_USAGE,
-    "not_found": EXIT_NOT_FOUND,
-    "forbidden": EXIT_USAGE,
-    "unavailable": EXIT_UNAVAILABLE,
-    "too_many_connections": EXIT_UNAVAILABLE,
-    "config": EXIT_CONFIG,
-    "index": EXIT_INDEX,
-}
+# The table lives in recalld.exit_codes; these names stay for callers and tests.
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = exit_codes.OK, exit_codes.ERROR, exit_codes.USAGE
+EXIT_NOT_FOUND, EXIT_UNAVAILABLE = exit_codes.NOT_FOUND, exit_codes.UNAVAILABLE
+EXIT_CONFIG, EXIT_INDEX = exit_codes.CONFIG, exit_codes.INDEX
+_JSON_HELP = "print the answer as one JSON object"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="recalld", description="Always-on memory for local AI agents.")
+    p = argparse.ArgumentParser(
+        prog="recalld",
+        description="Always-on memory for local AI agents.",
+        epilog=exit_codes.HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"recalld {__version__}")
     p.add_argument("--config", type=Path, help="config file (default: RECALLD_CONFIG or platform)")
     p.add_argument("-v", "--verbose", action="store_true", help="log more")
@@ -46,11 +42,21 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("serve", help="run the daemon in the foreground")
 
     s = sub.add_parser("search", help="hybrid search of memory and sessions")
-    s.add_argument("query", nargs="+")
+    s.add_argument("query", nargs="+", help="what to look for: words, a question, identifiers")
     s.add_argument("--max", type=int, dest="max_results", help="results (default 6)")
     s.add_argument("--min-score", type=float, help="score floor (default 0.35)")
-    s.add_argument("--source", choices=["memory", "sessions"], action="append", dest="sources")
-    s.add_argument("--path-prefix")
+    s.add_argument(
+        "--source",
+        choices=["memory", "sessions"],
+        action="append",
+        dest="sources",
+        help="only notes (memory) or only agent transcripts (sessions); repeat for both",
+    )
+    s.add_argument(
+        "--path-prefix",
+        metavar="FOLDER",
+        help="only files under FOLDER (relative to the first memory folder, or absolute)",
+    )
     s.add_argument(
         "--kind",
         choices=["note", "message", "tool_call", "tool_output"],
@@ -58,36 +64,71 @@ def _parser() -> argparse.ArgumentParser:
         dest="kinds",
         help="only this kind of content (repeatable)",
     )
-    s.add_argument("--mode", choices=["hybrid", "keyword", "vector"], default="hybrid")
-    s.add_argument("--max-tokens", type=int, help="fit the whole answer in this many tokens")
+    s.add_argument(
+        "--mode",
+        choices=["hybrid", "keyword", "vector"],
+        default="hybrid",
+        help="hybrid (default): keyword and semantic fused; keyword: BM25 only; "
+        "vector: embeddings only",
+    )
+    s.add_argument(
+        "--max-tokens",
+        type=int,
+        help="fit what is printed in this many tokens (at least 100): the best result whole, "
+        "the others trimmed, the lowest dropped",
+    )
     s.add_argument(
         "--explain", action="store_true", help="per result: channel ranks, scores, fusion"
     )
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     g = sub.add_parser("get", help="print lines of an indexed file: PATH[:FROM[-TO]]")
-    g.add_argument("target")
+    g.add_argument(
+        "target",
+        metavar="PATH[:FROM[-TO]]",
+        help="a file (absolute, or relative to a memory folder) with an optional line range: "
+        "PATH:FROM-TO, PATH:FROM (to the end), or a citation as search prints it, PATH#Lx-Ly",
+    )
     g.add_argument(
         "--decoded", action="store_true", help="transcripts: readable text, not raw JSON lines"
     )
-    g.add_argument("--json", action="store_true")
+    g.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     st = sub.add_parser("status", help="index state, provider, pending work, counts")
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     sy = sub.add_parser("sync", help="sync now (in-process when no daemon runs)")
     sy.add_argument("--wait", action="store_true", help="wait for the daemon's sync to finish")
-    sy.add_argument("--json", action="store_true")
+    sy.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     r = sub.add_parser("reindex", help="full rebuild (temporary database + atomic swap)")
-    r.add_argument("--json", action="store_true")
+    r.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     e = sub.add_parser("eval", help="retrieval quality on a benchmark corpus")
-    e.add_argument("--corpus", type=Path, required=True)
-    e.add_argument("--queries", type=Path, required=True)
-    e.add_argument("--qrels", type=Path, required=True)
-    e.add_argument("--k", type=int, default=10)
-    e.add_argument("--mode", choices=["hybrid", "keyword", "vector", "rrf"], default="hybrid")
+    e.add_argument(
+        "--corpus", type=Path, required=True, help="folder of the notes to index (Markdown)"
+    )
+    e.add_argument(
+        "--queries",
+        type=Path,
+        required=True,
+        help='queries.jsonl: one {"id": "q1", "text": "..."} object a line '
+        '(optional "scope", "tags")',
+    )
+    e.add_argument(
+        "--qrels",
+        type=Path,
+        required=True,
+        help="qrels.tsv: query id <TAB> path relative to the corpus <TAB> line (0: the whole "
+        "file) [<TAB> grade, default 1]",
+    )
+    e.add_argument("--k", type=int, default=10, help="results per query scored (default 10)")
+    e.add_argument(
+        "--mode",
+        choices=["hybrid", "keyword", "vector", "rrf"],
+        default="hybrid",
+        help="channel(s) to evaluate; rrf: hybrid with reciprocal rank fusion",
+    )
     e.add_argument(
         "--min-score",
         type=float,
@@ -100,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
         help="where the throwaway index and its embedding cache live "
         "(default: eval/<corpus-name> in the data dir)",
     )
-    e.add_argument("--limit", type=int, help="only the first N queries")
+    e.add_argument("--limit", type=int, metavar="N", help="only the first N queries")
     e.add_argument(
         "--set",
         action="append",
@@ -108,12 +149,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a config key for this run (TOML value)",
     )
-    e.add_argument("--json", action="store_true")
+    e.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     sub.add_parser("mcp", help="MCP server over stdio (memory_search, memory_get)")
     sub.add_parser("tray", help="tray icon showing sync state")
     sv = sub.add_parser("service", help="systemd / launchd service files")
-    sv.add_argument("action", choices=["install", "uninstall", "print"])
+    sv.add_argument(
+        "action",
+        choices=["install", "uninstall", "print"],
+        help="install: write the systemd user unit / launchd agent and start it; uninstall: "
+        "stop and remove it; print: show the file without installing",
+    )
     return p
 
 
@@ -132,19 +178,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(args)
     except KeyboardInterrupt:
-        return 130
+        return exit_codes.INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
     except RecalldError as exc:
         print(f"recalld: {exc}", file=sys.stderr)
-        return _EXIT_BY_CODE.get(exc.code, EXIT_ERROR)
+        return exit_codes.for_code(exc.code)
     except Exception as exc:  # the client's exceptions, translated at this boundary
         if _damaged_index(exc):
             return EXIT_INDEX
         code = getattr(exc, "code", None)
         if code is not None or type(exc).__module__.startswith("recalld_client"):
             print(f"recalld: {exc}", file=sys.stderr)
-            return _EXIT_BY_CODE.get(code, EXIT_ERROR) if isinstance(code, str) else EXIT_ERROR
+            return exit_codes.for_code(code)
         raise
 
 
@@ -226,8 +272,8 @@ def _search_params(args: argparse.Namespace) -> dict[str, Any]:
         params["sources"] = args.sources
     if args.path_prefix:
         params["path_prefix"] = args.path_prefix
-    if args.max_tokens is not None:
-        params["max_tokens"] = args.max_tokens
+    if args.max_tokens is not None:  # fitted on the printed text, see _print_search
+        _check_budget(args.max_tokens)
     if args.explain:
         params["explain"] = True
     if args.kinds:
@@ -235,16 +281,13 @@ def _search_params(args: argparse.Namespace) -> dict[str, Any]:
     return params
 
 
-def _get_params(target: str) -> dict[str, Any]:
-    from recalld.engine import _split_range
+def _check_budget(max_tokens: int) -> None:
+    from recalld.answer_budget import MIN_BUDGET_TOKENS
 
-    if os.path.exists(target):
-        return {"path": target}
-    path, first, count = _split_range(target, 1, None)
-    params: dict[str, Any] = {"path": path, "from_line": first}
-    if count is not None:
-        params["lines"] = count
-    return params
+    if not MIN_BUDGET_TOKENS <= max_tokens <= 1_000_000:
+        raise BadRequest(
+            f"--max-tokens must be an integer from {MIN_BUDGET_TOKENS} to 1000000, got {max_tokens}"
+        )
 
 
 def _via_client(args: argparse.Namespace, client: Any) -> int:
@@ -252,11 +295,10 @@ def _via_client(args: argparse.Namespace, client: Any) -> int:
     if cmd == "search":
         p = _search_params(args)
         query = p.pop("query")
-        _print_search(client.search(query, **p), args.json)
+        _print_search(client.search(query, **p), args.json, args.max_tokens)
     elif cmd == "get":
-        p = _get_params(args.target)
-        got = client.get(p["path"], p.get("from_line", 1), p.get("lines"), decoded=args.decoded)
-        _print_get(got, args.json)
+        # Citations (PATH#L3-L9, PATH:3-9...) are parsed by the daemon: recalld_client.citation.
+        _print_get(client.get(args.target, decoded=args.decoded), args.json)
     elif cmd == "status":
         _print_status(client.status(), args.json)
     elif cmd == "sync":
@@ -295,9 +337,9 @@ def _local(args: argparse.Namespace) -> int:
     engine = Engine(config, writable=False)
     try:
         if cmd == "search":
-            _print_search(engine.search(_search_params(args)), args.json)
+            _print_search(engine.search(_search_params(args)), args.json, args.max_tokens)
         elif cmd == "get":
-            params = _get_params(args.target)
+            params: dict[str, Any] = {"path": args.target}
             if args.decoded:
                 params["decoded"] = True
             _print_get(engine.get(params), args.json)
@@ -315,15 +357,33 @@ def _local(args: argparse.Namespace) -> int:
 # output ---------------------------------------------------------------------------------------
 
 
-def _print_search(res: dict[str, Any], as_json: bool) -> None:
+def _print_search(res: dict[str, Any], as_json: bool, max_tokens: int | None = None) -> None:
+    if max_tokens is not None:
+        # Fitted here, on the text printed (stdout and stderr), not on the daemon's JSON.
+        from recalld.answer_budget import fit_rendered
+
+        def render(results: list[dict[str, Any]], report: dict[str, Any]) -> str:
+            out, err = _search_text({**res, "results": results, "budget": report}, as_json)
+            return out + err
+
+        res["budget"] = fit_rendered(res.get("results", []), max_tokens, render)
+    out, err = _search_text(res, as_json)
+    sys.stdout.write(out)
+    sys.stdout.flush()
+    sys.stderr.write(err)
+
+
+def _search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
+    """What ``search`` prints: (stdout, stderr)."""
     if as_json:
-        print(json.dumps(res, ensure_ascii=False))
-        return
+        return json.dumps(res, ensure_ascii=False) + "\n", ""
+    out: list[str] = []
+    err: list[str] = []
     if res.get("degraded"):
-        print(f"note: {res['degraded']}", file=sys.stderr)
+        err.append(f"note: {res['degraded']}")
     results = res.get("results", [])
     if not results:
-        print("no results")
+        out.append("no results")
     for i, r in enumerate(results, 1):
         sc = r.get("scores") or {}
         parts = [
@@ -331,31 +391,28 @@ def _print_search(res: dict[str, Any], as_json: bool) -> None:
         ]
         what = r["source"] if r.get("kind") in (None, "note") else f"{r['source']} {r['kind']}"
         what += f" {r['tool']}" if r.get("tool") else ""
-        print(f"{i}. {r['citation']}  score {r['score']:.3f} ({', '.join(parts)}) [{what}]")
-        for place in r.get("also", []):
-            print(f"   also at {place['citation']} [{place['source']}]")
+        out.append(f"{i}. {r['citation']}  score {r['score']:.3f} ({', '.join(parts)}) [{what}]")
+        out.extend(f"   also at {p['citation']} [{p['source']}]" for p in r.get("also", []))
         if "explain" in r:
-            print(f"   explain: {_explain_line(r['explain'])}")
-        for line in r["snippet"].splitlines()[:4]:
-            print(f"   {line[:160]}")
+            out.append(f"   explain: {_explain_line(r['explain'])}")
+        out.extend(f"   {line[:160]}" for line in r["snippet"].splitlines()[:4])
     if "explain" in res:
         e = res["explain"]
         w = e.get("weights", {})
-        print(
+        out.append(
             f"-- query shape {e.get('shape')}, fusion {e.get('fusion')}, weights vector "
             f"{w.get('vector')} / keyword {w.get('keyword')}, literals {e.get('literals')}, "
             f"candidates {e.get('candidates')}\n-- match: {e.get('match')}"
         )
-    if "budget" in res:
+    if "budget" in res:  # one short line: it counts against the budget too
         b = res["budget"]
-        print(
-            f"-- budget {b['max_tokens']} tokens: used ~{b['used_tokens']}, "
-            f"{b['snippets_trimmed']} snippets trimmed, {b['dropped']} results dropped",
-            file=sys.stderr,
+        err.append(
+            f"-- {res.get('mode')} · budget {b['max_tokens']}: ~{b['used_tokens']} used, "
+            f"{b['snippets_trimmed']} trimmed, {b['dropped']} dropped"
         )
-    print(
-        f"-- {res.get('mode')} · {res.get('provider')} · {res.get('took_ms')} ms", file=sys.stderr
-    )
+    else:
+        err.append(f"-- {res.get('mode')} · {res.get('provider')} · {res.get('took_ms')} ms")
+    return "".join(f"{line}\n" for line in out), "".join(f"{line}\n" for line in err)
 
 
 def _explain_line(e: dict[str, Any]) -> str:
@@ -375,6 +432,11 @@ def _explain_line(e: dict[str, Any]) -> str:
     if e.get("collapsed"):
         parts.append(f"{e['collapsed']} duplicates collapsed")
     parts.append(f"final {e.get('final', 0):.3f}")
+    floor = e.get("floor")
+    if floor:  # why a score under the floor is shown (docs/DECISIONS.md)
+        parts.append(f"kept: {floor['why']}")
+        if e.get("final", 0) < floor["min_score"] and e.get("recency", 1) < 1:
+            parts.append("recency lowered it after the floor")
     return ", ".join(parts)
 
 
@@ -440,6 +502,17 @@ def _print_json_or(res: dict[str, Any], as_json: bool, what: str) -> None:
     if as_json:
         print(json.dumps(res, ensure_ascii=False, default=str))
         return
+    if isinstance(res.get("report"), dict):  # the daemon's answer to a job waited for
+        res = res["report"]
+    elif "queued" in res:
+        wait = f", `recalld {what} --wait` waits for it" if what == "sync" else ""
+        print(
+            f"{what}: queued; the daemon runs it in the background (`recalld status` shows "
+            f"progress{wait})"
+            if res["queued"]
+            else f"{what}: done"
+        )
+        return
     if "files_changed" in res:
         print(
             f"{what}: {res.get('files_changed', 0)} changed, {res.get('files_unchanged', 0)} "
@@ -450,7 +523,7 @@ def _print_json_or(res: dict[str, Any], as_json: bool, what: str) -> None:
         if res.get("embed_error"):
             print(f"warning: embedding failed: {res['embed_error']}", file=sys.stderr)
     else:
-        print(json.dumps(res, ensure_ascii=False, default=str))
+        print(f"{what}: done (details with --json)")
 
 
 class _ProgressBar:

@@ -468,6 +468,7 @@ def serve(config: Config) -> int:
     index = paths.index_path(config.base_dir)
     index_health.ensure_writable(index.parent, "index")
     index_health.ensure_writable(socket_path.parent, "socket")
+    security.private_log_dir(paths.log_dir())  # 0700, daemon.log 0600 (older homes: 0755/0644)
     for loose in security.tighten(security.index_files(paths.index_path(config.base_dir))):
         log.warning("%s was readable by other users; it is now private (0600)", loose)
     for warning in security.config_warnings(config):

@@ -370,8 +370,8 @@ class Engine:
         access.check_path_text(raw)  # length, NUL: before anything parses or stats it
         from_line = params.get("from_line", params.get("from", 1))
         lines = params.get("lines")
-        if ":" in raw and from_line == 1 and not access.exists(raw):
-            raw, from_line, lines = _split_range(raw, from_line, lines)
+        if from_line == 1 and not access.exists(raw):
+            raw, from_line, lines = _split_citation(raw, lines)
         from recalld.filters import make_filter
 
         decoded = params.get("decoded", False)
@@ -692,22 +692,19 @@ def _absolute_prefix(request: Any, roots: list[Path]) -> Any:
     return replace(request, path_prefix=prefix)
 
 
-def _split_range(raw: str, from_line: Any, lines: Any) -> tuple[str, Any, Any]:
-    """``PATH:FROM-TO`` / ``PATH:FROM`` → (PATH, FROM, count)."""
-    head, _, tail = raw.rpartition(":")
-    start, _, end = tail.partition("-")
-    if not head or not _digits(start) or (end and not _digits(end)):
-        return raw, from_line, lines
-    first = int(start)
-    count = int(end) - first + 1 if end else lines
-    if count is not None and count < 1:
-        raise BadRequest(f"empty line range in {raw!r}")
-    return head, first, count
+def _split_citation(raw: str, lines: Any) -> tuple[str, int, Any]:
+    """Any citation form (``PATH#L3-L9``, ``PATH:3-9``...) → (PATH, FROM, count).
 
+    An explicit ``lines`` wins over the citation's range."""
+    from recalld_client.citation import parse_citation
 
-def _digits(text: str) -> bool:
-    """ASCII digits only (``"²".isdigit()`` is true but ``int("²")`` fails)."""
-    return text.isascii() and text.isdigit()
+    try:
+        cited = parse_citation(raw)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    if cited is None:
+        return raw, 1, lines
+    return cited.path, cited.first, lines if lines is not None else cited.lines
 
 
 def _mount_roots(store: Store) -> list[str]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from recalld import __version__, paths
+from recalld_client.citation import parse_citation
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +158,6 @@ _ALIASES = {
     "kind": "kinds",
 }
 
-_CITATION = re.compile(r"^(?P<path>.+)#L(?P<start>\d+)(?:-L?(?P<end>\d+))?$")
-
 
 class ToolError(Exception):
     """A failure to report to the agent as a tool error (the message is what it reads)."""
@@ -239,13 +237,13 @@ def get_params(args: Mapping[str, Any] | None) -> dict[str, Any]:
     path = _str("path", a["path"])
     first: int | None = None
     count: int | None = None
-    m = _CITATION.match(path)
-    if m is not None:
+    try:
+        cited = parse_citation(path)
+    except ValueError as exc:
+        raise ToolError(str(exc)) from None
+    if cited is not None:
         # A whole citation: its range applies unless from/lines are given explicitly.
-        path = m["path"]
-        first = int(m["start"])
-        end = int(m["end"]) if m["end"] else first
-        count = max(end - first + 1, 1)
+        path, first, count = cited.path, cited.first, cited.lines
     if a.get("from") is not None:
         first = _int("from", a["from"], 1)
     if a.get("lines") is not None:
@@ -405,7 +403,8 @@ class DaemonLink:
 
 def spawn_daemon(log_path: Path) -> subprocess.Popen[bytes]:
     """``recalld serve`` in its own session, detached from this process's stdio."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    from recalld.security import open_private_log
+
     kwargs: dict[str, Any] = {}
     if sys.platform == "win32":
         kwargs["creationflags"] = (
@@ -414,7 +413,7 @@ def spawn_daemon(log_path: Path) -> subprocess.Popen[bytes]:
     else:
         # Its own session: the agent host killing our process group must not kill the daemon.
         kwargs["start_new_session"] = True
-    with log_path.open("ab") as logf:
+    with open_private_log(log_path) as logf:  # 0600 in a 0700 folder: logs quote notes
         # stdin/stdout must not be ours: stdout is the MCP wire.
         return subprocess.Popen(
             [sys.executable, "-m", "recalld.cli", "serve"],
@@ -461,7 +460,20 @@ def run_tool(link: DaemonLink, name: str, args: Mapping[str, Any] | None) -> str
     if name == SEARCH_TOOL:
         params = search_params(args)
         query = params.pop("query")
-        return format_search(link.call(lambda c: c.search(query, **params)))
+        # The budget is fitted here, on the text the agent gets, not on the daemon's answer.
+        max_tokens = params.pop("max_tokens", None)
+        res = dict(link.call(lambda c: c.search(query, **params)))
+        if max_tokens is not None:
+            from recalld.answer_budget import fit_rendered
+
+            res["budget"] = fit_rendered(
+                res["results"],
+                max_tokens,
+                lambda results, report: format_search(
+                    {**res, "results": results, "budget": report}
+                ),
+            )
+        return format_search(res)
     if name == GET_TOOL:
         params = get_params(args)
         return format_get(link.call(lambda c: c.get(**params)))

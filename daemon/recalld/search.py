@@ -312,6 +312,8 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     ]
     if not kept and fused and not vector_hits:
         kept = fused[:1]  # never drop every keyword-only match
+    if notes is not None:
+        _note_floor(kept, req.min_score, notes)
     kept = kept[: max(req.max_results, 1) * 4]
     # Recency reorders what passed the floor and never hides a note: an old answer is still one.
     kept = _recency(kept, rows, cfg, notes)
@@ -397,6 +399,30 @@ def _channel_notes(
             "fused": round(f.score, 6),
         }
     return notes
+
+
+def _note_floor(kept: list[fusion.Fused], floor: float, notes: dict[int, dict[str, Any]]) -> None:
+    """Why each result passed the floor (for --explain; the rule is in docs/DECISIONS.md)."""
+    for f in kept:
+        if f.score >= floor:
+            by, why = "score", f"score {f.score:.3f} reaches the floor {floor}"
+        elif f.vector is not None and f.vector >= floor:
+            by, why = (
+                "cosine",
+                (
+                    f"cosine {f.vector:.3f} reaches the floor {floor} although the score "
+                    f"{f.score:.3f} does not (a paraphrase the keyword channel missed)"
+                ),
+            )
+        else:
+            by, why = (
+                "best_keyword",
+                (
+                    f"score {f.score:.3f} is under the floor {floor}, kept as the best match of a "
+                    "keyword-only answer"
+                ),
+            )
+        notes[f.chunk_id]["floor"] = {"min_score": floor, "kept_by": by, "why": why}
 
 
 def _boost(

@@ -17,6 +17,7 @@ import stat
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 from recalld.config import SETTINGS, Config
 
@@ -99,6 +100,29 @@ def tighten(paths: list[Path]) -> list[Path]:
                 os.chmod(path, stat.S_IMODE(st.st_mode) & 0o700)
                 changed.append(path)
     return changed
+
+
+def private_log_dir(folder: Path) -> Path:
+    """Create the log folder 0700 (and tighten it and its logs if they are open to others).
+
+    Logs quote note paths, queries and errors: as private as the index."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if sys.platform != "win32":
+        with contextlib.suppress(OSError):
+            st = os.lstat(folder)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o077:
+                os.chmod(folder, 0o700)
+        with contextlib.suppress(OSError):
+            tighten([p for p in folder.iterdir() if p.name.endswith(".log")])
+    return folder
+
+
+def open_private_log(path: Path) -> BinaryIO:
+    """``path`` opened for appending, created 0600 (an existing file is tightened to 0600)."""
+    private_log_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    tighten([path])
+    return os.fdopen(fd, "ab")
 
 
 def index_files(index_path: Path) -> list[Path]:

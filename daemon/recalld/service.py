@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from recalld import paths
+from recalld import paths, security
 
 UNIT_NAME = "recalld.service"
 LABEL = "dev.recalld"
@@ -248,6 +248,7 @@ class Installer:
         """Write the file and enable + start the service."""
         for folder in self.layout.create:
             folder.mkdir(parents=True, exist_ok=True)
+        security.private_log_dir(self.layout.log_dir)  # launchd writes the logs there
         self.target.parent.mkdir(parents=True, exist_ok=True)
         self.target.write_text(render(self.kind, self.layout), encoding="utf-8")
         self.out(f"wrote {self.target}")
