@@ -114,6 +114,9 @@ class Line:
     content: dict[str, list[str]]  # location -> content strings
 
 
+_ID_KEY = re.compile(r"^(?:id|uuid)$|_(?:id|uuid)$|[a-z](?:Id|ID|Uuid)$")
+
+
 def session_of(rel: str) -> str:
     """``spotter/<id>.jsonl`` and ``spotter/<id>/subagents/x.jsonl`` are one session."""
     parts = rel.split("/")
@@ -122,8 +125,12 @@ def session_of(rel: str) -> str:
     return rel.removesuffix(".jsonl")
 
 
-def _strings(value: Any) -> Iterator[str]:
-    """Every string inside ``value``; strings that hold JSON are decoded and walked too."""
+def _strings(value: Any, skip_ids: bool = False) -> Iterator[str]:
+    """Every string inside ``value``; strings that hold JSON are decoded and walked too.
+
+    ``skip_ids`` leaves out the values of id fields (``tool_use_id``, ``uuid``): bookkeeping
+    that nobody typed or read, so no needle is cut from them (they still count for uniqueness).
+    """
     if isinstance(value, str):
         yield value
         if value[:1] in "{[" and len(value) > 1:
@@ -132,13 +139,14 @@ def _strings(value: Any) -> Iterator[str]:
             except ValueError:
                 return
             if not isinstance(inner, str):
-                yield from _strings(inner)
+                yield from _strings(inner, skip_ids)
     elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
+        for k, v in value.items():
+            if not (skip_ids and isinstance(k, str) and _ID_KEY.search(k)):
+                yield from _strings(v, skip_ids)
     elif isinstance(value, list):
         for v in value:
-            yield from _strings(v)
+            yield from _strings(v, skip_ids)
 
 
 def _blocks(content: Any, out: dict[str, list[str]], text_kind: str) -> None:
@@ -152,11 +160,11 @@ def _blocks(content: Any, out: dict[str, list[str]], text_kind: str) -> None:
             continue
         kind = block.get("type")
         if kind in ("text", "input_text", "output_text"):
-            out[text_kind].extend(_strings(block.get("text")))
+            out[text_kind].extend(_strings(block.get("text"), True))
         elif kind == "tool_use":
-            out["tool_call"].extend(_strings(block.get("input")))
+            out["tool_call"].extend(_strings(block.get("input"), True))
         elif kind == "tool_result":
-            out["tool_output"].extend(_strings(block.get("content")))
+            out["tool_output"].extend(_strings(block.get("content"), True))
 
 
 def content_of(record: Any) -> dict[str, list[str]]:
@@ -167,16 +175,18 @@ def content_of(record: Any) -> dict[str, list[str]]:
     if record.get("type") in ("user", "assistant") and isinstance(record.get("message"), dict):
         _blocks(record["message"].get("content"), out, "message")
         if "toolUseResult" in record:
-            out["tool_output"].extend(_strings(record["toolUseResult"]))
+            out["tool_output"].extend(_strings(record["toolUseResult"], True))
     payload = record.get("payload")
     if record.get("type") == "response_item" and isinstance(payload, dict):
         kind = payload.get("type")
         if kind == "message":
             _blocks(payload.get("content"), out, "message")
         elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
-            out["tool_call"].extend(_strings(payload.get("arguments") or payload.get("input")))
+            out["tool_call"].extend(
+                _strings(payload.get("arguments") or payload.get("input"), True)
+            )
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            out["tool_output"].extend(_strings(payload.get("output")))
+            out["tool_output"].extend(_strings(payload.get("output"), True))
     return out
 
 
