@@ -9,10 +9,12 @@ string or a subagent file holds is a needle like any other.
    ``tool_call`` (a tool's input) or ``tool_output`` (a tool's result); thinking is left out,
    as recalld leaves it out by default. Identifier candidates are cut from them by shape:
    ``path`` (``a/b/c.ext``, ``file.ext``), ``snake``, ``camel``, ``dotted`` (``Foo.Bar``)
-   and ``other`` (kebab-case, CONSTANTS, migration names).
-2. A candidate is kept when it occurs as a whole token (no letter, digit or ``_`` on either side)
-   in exactly one session: a session's subagent files count with it, and every string value of
-   every line counts (metadata and progress lines too), so "unique" is strict.
+   and ``other`` (kebab-case, CONSTANTS, migration names). Id fields (``tool_use_id``) are
+   bookkeeping, not content.
+2. A candidate is kept when it occurs as a whole token (no letter or digit glued to it; ``_``
+   separates, as in the index) in exactly one session, case-blind: a session's subagent files
+   count with it, and every string value of every line counts (metadata and progress lines
+   too), so "unique" is strict.
 3. A seeded sample, balanced over shape x location, of at least MIN_QUERIES needles, at most
    MAX_PER_LINE of them first seen on the same line.
 4. Relevant rows: every line of that session whose decoded strings hold the needle.
