@@ -9,10 +9,12 @@ string or a subagent file holds is a needle like any other.
    ``tool_call`` (a tool's input) or ``tool_output`` (a tool's result); thinking is left out,
    as recalld leaves it out by default. Identifier candidates are cut from them by shape:
    ``path`` (``a/b/c.ext``, ``file.ext``), ``snake``, ``camel``, ``dotted`` (``Foo.Bar``)
-   and ``other`` (kebab-case, CONSTANTS, migration names).
-2. A candidate is kept when it occurs as a whole token (no letter, digit or ``_`` on either side)
-   in exactly one session: a session's subagent files count with it, and every string value of
-   every line counts (metadata and progress lines too), so "unique" is strict.
+   and ``other`` (kebab-case, CONSTANTS, migration names). Id fields (``tool_use_id``) are
+   bookkeeping, not content.
+2. A candidate is kept when it occurs as a whole token (no letter or digit glued to it; ``_``
+   separates, as in the index) in exactly one session, case-blind: a session's subagent files
+   count with it, and every string value of every line counts (metadata and progress lines
+   too), so "unique" is strict.
 3. A seeded sample, balanced over shape x location, of at least MIN_QUERIES needles, at most
    MAX_PER_LINE of them first seen on the same line.
 4. Relevant rows: every line of that session whose decoded strings hold the needle.
@@ -114,6 +116,9 @@ class Line:
     content: dict[str, list[str]]  # location -> content strings
 
 
+_ID_KEY = re.compile(r"^(?:id|uuid)$|_(?:id|uuid)$|[a-z](?:Id|ID|Uuid)$")
+
+
 def session_of(rel: str) -> str:
     """``spotter/<id>.jsonl`` and ``spotter/<id>/subagents/x.jsonl`` are one session."""
     parts = rel.split("/")
@@ -122,8 +127,12 @@ def session_of(rel: str) -> str:
     return rel.removesuffix(".jsonl")
 
 
-def _strings(value: Any) -> Iterator[str]:
-    """Every string inside ``value``; strings that hold JSON are decoded and walked too."""
+def _strings(value: Any, skip_ids: bool = False) -> Iterator[str]:
+    """Every string inside ``value``; strings that hold JSON are decoded and walked too.
+
+    ``skip_ids`` leaves out the values of id fields (``tool_use_id``, ``uuid``): bookkeeping
+    that nobody typed or read, so no needle is cut from them (they still count for uniqueness).
+    """
     if isinstance(value, str):
         yield value
         if value[:1] in "{[" and len(value) > 1:
@@ -132,13 +141,14 @@ def _strings(value: Any) -> Iterator[str]:
             except ValueError:
                 return
             if not isinstance(inner, str):
-                yield from _strings(inner)
+                yield from _strings(inner, skip_ids)
     elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
+        for k, v in value.items():
+            if not (skip_ids and isinstance(k, str) and _ID_KEY.search(k)):
+                yield from _strings(v, skip_ids)
     elif isinstance(value, list):
         for v in value:
-            yield from _strings(v)
+            yield from _strings(v, skip_ids)
 
 
 def _blocks(content: Any, out: dict[str, list[str]], text_kind: str) -> None:
@@ -152,11 +162,11 @@ def _blocks(content: Any, out: dict[str, list[str]], text_kind: str) -> None:
             continue
         kind = block.get("type")
         if kind in ("text", "input_text", "output_text"):
-            out[text_kind].extend(_strings(block.get("text")))
+            out[text_kind].extend(_strings(block.get("text"), True))
         elif kind == "tool_use":
-            out["tool_call"].extend(_strings(block.get("input")))
+            out["tool_call"].extend(_strings(block.get("input"), True))
         elif kind == "tool_result":
-            out["tool_output"].extend(_strings(block.get("content")))
+            out["tool_output"].extend(_strings(block.get("content"), True))
 
 
 def content_of(record: Any) -> dict[str, list[str]]:
@@ -167,16 +177,18 @@ def content_of(record: Any) -> dict[str, list[str]]:
     if record.get("type") in ("user", "assistant") and isinstance(record.get("message"), dict):
         _blocks(record["message"].get("content"), out, "message")
         if "toolUseResult" in record:
-            out["tool_output"].extend(_strings(record["toolUseResult"]))
+            out["tool_output"].extend(_strings(record["toolUseResult"], True))
     payload = record.get("payload")
     if record.get("type") == "response_item" and isinstance(payload, dict):
         kind = payload.get("type")
         if kind == "message":
             _blocks(payload.get("content"), out, "message")
         elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
-            out["tool_call"].extend(_strings(payload.get("arguments") or payload.get("input")))
+            out["tool_call"].extend(
+                _strings(payload.get("arguments") or payload.get("input"), True)
+            )
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            out["tool_output"].extend(_strings(payload.get("output")))
+            out["tool_output"].extend(_strings(payload.get("output"), True))
     return out
 
 
