@@ -21,7 +21,8 @@ from recalld.errors import ConfigError
 NUMERIC = [
     s for s in SETTINGS if isinstance(s.default, int | float) and not isinstance(s.default, bool)
 ]
-ENUMS = [s for s in SETTINGS if s.choices]
+ENUMS = [s for s in SETTINGS if s.choices and isinstance(s.default, str)]
+LIST_CHOICES = [s for s in SETTINGS if s.choices and isinstance(s.default, list)]
 
 
 def _load(tmp_path: Path, text: str) -> Config:
@@ -65,6 +66,16 @@ def test_each_numeric_key_refuses_values_just_outside(setting: Setting) -> None:
             Config({setting.key: int(bad) if is_int else float(bad)})
     Config({setting.key: setting.low})  # the bounds themselves are allowed
     Config({setting.key: setting.high})
+
+
+def test_list_keys_with_choices_refuse_unknown_items() -> None:
+    assert {s.key for s in LIST_CHOICES} >= {"sessions.embed_kinds"}
+    for s in LIST_CHOICES:
+        assert isinstance(s.default, list) and set(s.default) <= set(s.choices)
+        assert Config({s.key: list(s.choices)}).list(s.key) == list(s.choices)
+        assert Config({s.key: []}).list(s.key) == []
+        with pytest.raises(ConfigError, match=f"{s.key}: unknown kind 'bogus'"):
+            Config({s.key: [s.choices[0], "bogus"]})
 
 
 def test_enum_keys_accept_their_choices_and_nothing_else() -> None:

@@ -16,6 +16,7 @@ from conftest import make_engine
 from recalld import fusion, migrations
 from recalld.engine import Engine
 from recalld.errors import ConfigError
+from recalld.sessions.chunking import checked_kinds
 from recalld.store import FileRow, NewChunk, Store
 
 BENCH = Path(
@@ -159,14 +160,15 @@ def test_a_result_arriving_later_than_its_call_is_indexed_with_the_tool_name(hom
 def test_unknown_embed_kind_is_a_config_error(home: Path) -> None:
     (home / "s").mkdir()
     (home / "s" / "t.jsonl").write_text(_claude("user", "hello"))
-    eng = make_engine(
-        home, None, sessions__paths=[str(home / "s" / "*.jsonl")], sessions__embed_kinds=["logs"]
-    )
-    try:
-        with pytest.raises(ConfigError, match=r"sessions\.embed_kinds: unknown kind 'logs'"):
-            eng.sync()
-    finally:
-        eng.close()
+    with pytest.raises(ConfigError, match=r"sessions\.embed_kinds: unknown kind 'logs'"):
+        make_engine(
+            home,
+            None,
+            sessions__paths=[str(home / "s" / "*.jsonl")],
+            sessions__embed_kinds=["logs"],
+        )
+    with pytest.raises(ConfigError, match=r"sessions\.embed_kinds: unknown kind 'logs'"):
+        checked_kinds(["message", "logs"])  # the chunker's own check, for configs built in code
 
 
 def test_a_message_split_on_the_open_chunks_line_survives_delta_sync(home: Path) -> None:

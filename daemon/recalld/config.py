@@ -45,6 +45,13 @@ class Setting:
                 return f"{self.key} must be between {_num(self.low)} and {_num(self.high)}"
         elif isinstance(value, str) and self.choices and value.strip().lower() not in self.choices:
             return f"{self.key} must be one of {', '.join(self.choices)}"
+        elif isinstance(value, list) and self.choices:
+            bad = [v for v in value if not isinstance(v, str) or v not in self.choices]
+            if bad:
+                return (
+                    f"{self.key}: unknown kind {bad[0]!r}; each must be one of "
+                    f"{', '.join(self.choices)}"
+                )
         return None
 
 
@@ -90,6 +97,7 @@ SETTINGS: tuple[Setting, ...] = (
         "sessions.embed_kinds",
         ["message", "tool_call", "tool_output"],
         "Transcript chunk kinds that get vectors (the others are keyword-only).",
+        choices=("message", "tool_call", "tool_output"),
     ),
     Setting(
         "sessions.embed_tool_head_chars",
