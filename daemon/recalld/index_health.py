@@ -56,6 +56,15 @@ def is_corruption(exc: BaseException | None) -> bool:
     return False
 
 
+def is_index_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is about the index itself (disk full, I/O error, damage), not one file.
+
+    Per-file loops catch everything else so that one bad file never stops the others; these
+    must go up, so that the whole sync fails, is retried, and a damaged file is moved aside.
+    """
+    return isinstance(exc, apsw.FullError | apsw.IOError) or is_corruption(exc)
+
+
 def ensure_writable(folder: Path, what: str) -> None:
     """Create ``folder`` if needed and prove that files can be made in it, or raise one clear
     :class:`HomeNotWritable` (a read-only home, a folder of another user)."""

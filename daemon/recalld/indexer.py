@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import apsw
 import numpy as np
 import numpy.typing as npt
 
@@ -26,6 +25,7 @@ from recalld.chunking import Chunk, chunk_markdown
 from recalld.config import Config
 from recalld.embedding.base import Embedder
 from recalld.filters import PathFilter, make_filter
+from recalld.index_health import is_index_failure
 from recalld.path_rule import (
     PathRule,
     Swapped,
@@ -224,6 +224,8 @@ class Indexer:
             try:
                 prepared = self._prepare(path, report)
             except Exception as exc:  # one bad file never stops the others
+                if is_index_failure(exc):
+                    raise  # the index, not the file: the whole sync fails (retried / rebuilt)
                 log.exception("indexing %s failed", shown(path))
                 self._skip(report, path, f"indexing failed: {exc}")
                 prepared = None
@@ -304,7 +306,9 @@ class Indexer:
     def _remove(self, key: str, report: SyncReport) -> None:
         try:
             self._apply(self.store.remove_file(key))
-        except Exception:  # one bad row never stops the others
+        except Exception as exc:  # one bad row never stops the others
+            if is_index_failure(exc):
+                raise
             log.exception("removing %s from the index failed", key)
             return
         report.files_removed += 1
@@ -422,8 +426,8 @@ class Indexer:
             try:
                 change = self.store.replace_file(prepared.row, prepared.chunks, vectors)
             except Exception as exc:  # one bad file never stops the others
-                if isinstance(exc, apsw.FullError | apsw.IOError):
-                    raise  # the disk, not the file: the whole sync fails and is retried
+                if is_index_failure(exc):
+                    raise  # the index, not the file: the whole sync fails (retried / rebuilt)
                 log.exception("writing %s to the index failed", shown(prepared.row.path))
                 self._skip(report, prepared.row.path, f"indexing failed: {exc}")
                 continue

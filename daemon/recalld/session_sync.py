@@ -19,11 +19,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import apsw
-
 from recalld.access import glob_base
 from recalld.config import Config
 from recalld.embedding.base import Embedder
+from recalld.index_health import is_index_failure
 from recalld.path_rule import Swapped, Verdict, inside, name_problem, open_checked, shown
 from recalld.sessions import SessionChunk, SessionChunker, TailState, TranscriptParser, read_delta
 from recalld.sessions.chunking import carried, checked_kinds, to_carry
@@ -176,9 +175,9 @@ class SessionIndexer:
                 self._sync_file(path, report)
             except FileNotFoundError:
                 continue  # vanished mid-read; the next sync removes it
-            except (apsw.FullError, apsw.IOError):
-                raise  # the disk, not the file: the whole sync fails and is retried
             except Exception as exc:  # one bad transcript never stops the others
+                if is_index_failure(exc):
+                    raise  # the index, not the file: the whole sync fails (retried / rebuilt)
                 log.warning("skipping transcript %s: %s", path, exc, exc_info=True)
                 self.skipped[str(path)] = f"indexing failed: {exc}"
         return report
