@@ -202,3 +202,16 @@ def test_search_without_daemon_says_the_index_is_stale(home: Path) -> None:
     assert (
         out[0] == f"memory:    {home / 'memory'} (not watched: no daemon running (`recalld serve`))"
     )
+
+
+def test_provider_edit_resolves_the_embedder_again(daemon: DaemonProcess, home: Path) -> None:
+    """Keyword-only to the local model: vectors are back-filled (same chunks, no rebuild)."""
+    with daemon.client() as c:
+        assert c.status()["counts"]["vectors"] == 0
+        save(home, settings(home, [home / "memory"], []).replace('"none"', '"local"'))
+        wait_for(lambda: c.status()["provider"] == "local/all-MiniLM-L6-v2", 60)
+        wait_for(lambda: c.status()["counts"]["vectors"] == c.status()["counts"]["chunks"], 60)
+        st = c.status()
+        assert st["config"]["rebuild"] is None and st["degraded"] is None
+        hit = c.search("underwater seaweed woods", mode="vector", min_score=0.0)["results"][0]
+        assert hit["scores"]["vector"] is not None and hit["path"].endswith(".md")

@@ -169,7 +169,7 @@ class LiveConfig:
         """Load the file; apply it when valid, else keep the current config and say why."""
         try:
             new = self._load()
-        except RecalldError as exc:
+        except (RecalldError, OSError) as exc:  # OSError: unreadable (permissions, I/O)
             kept = time.strftime("%H:%M:%S", time.localtime(self.loaded_at))
             self.error = (
                 f"{exc} (the edit is not applied: recalld keeps the settings loaded at {kept}; "
