@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -215,3 +216,44 @@ def test_provider_edit_resolves_the_embedder_again(daemon: DaemonProcess, home: 
         assert st["config"]["rebuild"] is None and st["degraded"] is None
         hit = c.search("underwater seaweed woods", mode="vector", min_score=0.0)["results"][0]
         assert hit["scores"]["vector"] is not None and hit["path"].endswith(".md")
+
+
+def test_config_watcher_sees_a_file_created_later_and_in_place_writes(home: Path) -> None:
+    """No config.toml at start (a fresh install), then created, then written in place."""
+    from recalld.config_watch import ConfigWatcher
+
+    path = home / "conf" / "config.toml"
+    calls: list[str] = []
+    watcher = ConfigWatcher(path, calls.append, poll_s=0.05)
+    watcher.start()
+    try:
+        time.sleep(0.2)
+        assert calls == []
+        path.parent.mkdir()
+        path.write_text("[search]\nmax_results = 2\n")
+        wait_for(lambda: calls == ["the config file changed"], 5)
+        with path.open("r+") as fh:  # in place, same size: mtime/ctime tell
+            fh.write("[search]\nmax_results = 3\n")
+        wait_for(lambda: len(calls) == 2, 5)
+        watcher.ask()
+        wait_for(lambda: calls[-1] == "SIGHUP", 5)
+        time.sleep(0.3)
+        assert len(calls) == 3  # nothing changed since: no further reload
+    finally:
+        watcher.stop()
+
+
+def test_diff_sorts_keys_by_what_they_need() -> None:
+    from recalld.config import Config
+    from recalld.config_watch import diff
+
+    old = Config({})
+    weights = diff(old, old.with_overrides({"search.min_score": 0.5}))
+    assert weights.keys == ("search.min_score",)
+    assert not (weights.resync or weights.chunking or weights.provider or weights.rewatch_memory)
+    roots = diff(old, old.with_overrides({"memory.paths": ["/tmp/x"]}))
+    assert roots.resync and roots.rewatch_memory and not roots.chunking
+    thinking = diff(old, old.with_overrides({"sessions.include_thinking": True}))
+    assert thinking.chunking and not thinking.resync
+    model = diff(old, old.with_overrides({"embedding.model": "other"}))
+    assert model.provider and not model.chunking

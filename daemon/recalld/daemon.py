@@ -377,6 +377,7 @@ class Daemon:
             "paused": self.paused,
             "time": time.time(),
             "watch_warnings": self._watch_warnings(),
+            "config_error": self.live.error if self.live is not None else None,
         }
 
     def _watch_warnings(self) -> list[str]:
