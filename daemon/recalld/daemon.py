@@ -248,8 +248,9 @@ class Daemon:
                 if "sessions" in kinds and not kinds & {"full", "reindex"}:
                     due: set[Path] = set().union(*(j.paths for j in batch if j.kind == "sessions"))
                     report["sessions"] = self.engine.sync_sessions(sorted(due))
-                if self.sessions is not None:
-                    self.sessions.mark_indexed(self.engine.last_session_sizes)
+                sessions = self.sessions  # read once: a config edit may swap it
+                if sessions is not None:
+                    sessions.mark_indexed(self.engine.last_session_sizes)
                 if report.get("vectors_pending"):  # the next back-fill slice, after queued jobs
                     with contextlib.suppress(Unavailable):
                         self.submit(Job("paths"))
@@ -382,11 +383,13 @@ class Daemon:
 
     def _watch_warnings(self) -> list[str]:
         """Folders the watcher cannot watch (inotify limits) and that are scanned instead."""
-        return self.watcher.warnings() if self.watcher is not None else []
+        watcher = self.watcher  # read once: a config edit may swap it meanwhile
+        return watcher.warnings() if watcher is not None else []
 
     def pending(self) -> int:
         """Paths and jobs waiting."""
-        dirty = len(self.watcher.dirty) if self.watcher is not None else 0
+        watcher = self.watcher  # read once: a config edit may swap it meanwhile
+        dirty = len(watcher.dirty) if watcher is not None else 0
         return dirty + self.jobs.qsize() + self.chunker.pending()
 
     # handlers -----------------------------------------------------------------------------------
@@ -413,8 +416,9 @@ class Daemon:
             "pending": self.pending(),
             "retry_in_s": self.retry_in(),
         }
-        if self.sessions is not None:
-            status["sessions"] = self.sessions.stats()
+        sessions = self.sessions
+        if sessions is not None:
+            status["sessions"] = sessions.stats()
         status["warnings"] = security.config_warnings(self.config) + self._watch_warnings()
         if self.health_note:
             status["warnings"].append(self.health_note)
@@ -455,8 +459,9 @@ class Daemon:
         if not isinstance(paused, bool):
             raise BadRequest("paused must be true or false")
         self.paused = paused
-        if self.watcher is not None:
-            self.watcher.paused = paused
+        watcher = self.watcher
+        if watcher is not None:
+            watcher.paused = paused
         self._emit(self.status_event())
         return {"paused": paused}
 
