@@ -194,7 +194,7 @@ def test_search_without_daemon_says_the_index_is_stale(home: Path) -> None:
     stale = run(home, "search", "cormorants", "--mode", "keyword")
     assert "no results" in stale.stdout
     assert "no recalld daemon is running and the index was last updated" in stale.stderr
-    assert "1 new or changed (e.g. " in stale.stderr and "log.md" in stale.stderr
+    assert "1 file new or changed since then (e.g. " in stale.stderr and "log.md" in stale.stderr
     assert "`recalld serve`" in stale.stderr and "`recalld sync`" in stale.stderr
     run(home, "sync")
     synced = run(home, "search", "cormorants", "--mode", "keyword")
@@ -257,3 +257,25 @@ def test_diff_sorts_keys_by_what_they_need() -> None:
     assert thinking.chunking and not thinking.resync
     model = diff(old, old.with_overrides({"embedding.model": "other"}))
     assert model.provider and not model.chunking
+
+
+def test_freshness_counts_deleted_files_and_says_when_cut_short(home: Path) -> None:
+    from conftest import make_engine
+    from recalld import freshness
+
+    for i in range(3):
+        write(home / "memory" / f"n{i}.md", f"# N{i}\n\nnote {i}\n")
+    eng = make_engine(home, None)
+    try:
+        eng.sync()
+        (home / "memory" / "n0.md").unlink()
+        with eng.reader() as store:
+            found = freshness.check(store, eng.config)
+            cut = freshness.check(store, eng.config, budget_s=0.0)
+    finally:
+        eng.close()
+    assert found.complete and found.removed == 1 and found.changed == []
+    line = freshness.note(found)
+    assert line is not None and "1 deleted since then" in line
+    assert not cut.complete and cut.removed == 0  # not counted from a partial walk
+    assert "could not check the files" in (freshness.note(cut) or "")

@@ -95,16 +95,19 @@ def note(found: Freshness, now: float | None = None) -> str | None:
     if found.changed or found.removed:
         parts = []
         if found.changed:
-            parts.append(f"{len(found.changed)} new or changed (e.g. {_short(found.changed[0])})")
+            n = len(found.changed)
+            parts.append(f"{n} file{'s' if n != 1 else ''} new or changed")
         if found.removed:
             parts.append(f"{found.removed} deleted")
-        what = f"{' and '.join(parts)} file(s) since"
+        what = f"{' and '.join(parts)} since then"
+        if found.changed:
+            what += f" (e.g. {_short(found.changed[0])})"
         if not found.complete:
             what = f"at least {what}"
     else:
         what = f"could not check the files within {BUDGET_S:g} s"
     return (
-        f"note: no recalld daemon is running and the index was last updated {age}; {what}. "
+        f"note: no recalld daemon is running and the index {age}; {what}. "
         "This answer may miss them: run `recalld sync` once, or keep the daemon running "
         "(`recalld serve`, or `recalld service install`) to index edits as they happen."
     )
@@ -112,13 +115,13 @@ def note(found: Freshness, now: float | None = None) -> str | None:
 
 def _age(ts: float | None, now: float) -> str:
     if ts is None:
-        return "never"
+        return "has never been synced"
     minutes = max(now - ts, 0.0) / 60
     if minutes < 1:
-        return "less than a minute ago"
+        return "was last updated less than a minute ago"
     if minutes < 120:
-        return f"{minutes:.0f} minutes ago"
-    return f"{minutes / 60:.0f} hours ago"
+        return f"was last updated {minutes:.0f} minutes ago"
+    return f"was last updated {minutes / 60:.0f} hours ago"
 
 
 def _short(path: str) -> str:
