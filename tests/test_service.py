@@ -65,6 +65,7 @@ KNOWN_KEYS = {
     "Service": {
         "Type",
         "ExecStart",
+        "ExecReload",
         "Environment",
         "Restart",
         "RestartSec",

@@ -233,7 +233,7 @@ def _run(args: argparse.Namespace) -> int:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         from recalld.daemon import serve
 
-        return serve(_load_config(args))
+        return serve(_load_config(args), args.config)
     if cmd == "eval":
         from recalld.evaluation import run_eval_cli
 
@@ -339,6 +339,7 @@ def _local(args: argparse.Namespace) -> int:
     try:
         if cmd == "search":
             _print_search(engine.search(_search_params(args)), args.json, args.max_tokens)
+            _warn_if_stale(engine, config)
         elif cmd == "get":
             params: dict[str, Any] = {"path": args.target}
             if args.decoded:
@@ -363,6 +364,16 @@ def _local(args: argparse.Namespace) -> int:
     finally:
         engine.close()
     return EXIT_OK
+
+
+def _warn_if_stale(engine: Any, config: Config) -> None:
+    """Without a daemon nothing indexes edits: say so when files changed since the last sync."""
+    from recalld import freshness
+
+    with engine.reader() as store:
+        line = freshness.note(freshness.check(store, config))
+    if line:
+        print(line, file=sys.stderr)
 
 
 # output ---------------------------------------------------------------------------------------
@@ -464,18 +475,19 @@ def _print_status(res: dict[str, Any], as_json: bool) -> None:
         return
     counts = res.get("counts", {})
     last = res.get("last_sync")
+    from recalld.overview import status_head
+
     lines = [
+        *status_head(res),  # where notes live and what is watched, first
         f"state:     {res.get('state')} ({_daemon_line(res.get('daemon'))})",
         f"provider:  {res.get('provider')} — {res.get('provider_reason')}",
         f"degraded:  {res.get('degraded') or 'no'}",
-        f"index:     {res.get('index_path')}",
         f"files:     {counts.get('files', 0)} ({counts.get('memory_files', 0)} memory, "
         f"{counts.get('session_files', 0)} sessions)",
         f"chunks:    {counts.get('chunks', 0)} ({counts.get('vectors', 0)} with vectors, "
         f"{counts.get('keyword_only_chunks', 0)} keyword-only by policy, "
         f"{counts.get('cached_embeddings', 0)} cached embeddings)",
         f"last sync: {_when(last)}",
-        f"memory:    {', '.join(res.get('memory_roots', []))}",
     ]
     tr = res.get("transcripts") or {}
     if tr.get("files"):

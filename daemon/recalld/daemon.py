@@ -24,6 +24,7 @@ from recalld import index_health, paths, security
 from recalld.big_files import BACKFILL_SLICE, BackgroundChunker
 from recalld.chunking import Chunk
 from recalld.config import Config
+from recalld.config_watch import LiveConfig
 from recalld.engine import Engine
 from recalld.errors import BadRequest, IndexError_, Unavailable
 from recalld.filters import make_filter
@@ -45,8 +46,9 @@ STOP_WAIT_S = 2.0
 class Job:
     """One unit of work for the writer thread."""
 
-    kind: str  # "paths" | "full" | "reindex" | "sessions" | "recover"
+    kind: str  # "paths" | "full" | "reindex" | "sessions" | "recover" | "call"
     paths: set[Path] = field(default_factory=set)
+    run: Callable[[], None] | None = None  # "call": run on the writer thread before the rest
     done: threading.Event = field(default_factory=threading.Event)
     result: dict[str, Any] | None = None
     error: str | None = None
@@ -81,6 +83,7 @@ class Daemon:
         # Big notes are chunked on a thread of their own; a sync writes them when ready.
         self.chunker: BackgroundChunker[list[Chunk]] = BackgroundChunker(self._on_chunked)
         self.engine.background, self.engine.backfill_slice = self.chunker, BACKFILL_SLICE
+        self.live: LiveConfig | None = None  # set by serve(): the config file's watcher
 
     # lifecycle ----------------------------------------------------------------------------------
 
@@ -88,18 +91,40 @@ class Daemon:
         """Start the writer; reconcile with the disk, then watch."""
         self._writer.start()
         self._create_default_root()
-        if self.config.bool("sync.watch"):
-            self.watcher = Watcher(
-                self.config.memory_roots(),
-                make_filter(self.config.list("memory.extensions")),
-                self.config.float("sync.debounce_s"),
-                self._on_batch,
-                self._on_roots_changed,
-                scan_interval_s=self.config.float("sync.scan_interval_s"),
-            )
-            # Watching starts before the reconcile so that no edit made during it is missed.
-            self.watcher.start()
+        # Watching starts before the reconcile so that no edit made during it is missed.
+        self.watcher = self._new_watcher()
         self.submit(Job("full"))
+        self._start_sessions()
+
+    def _new_watcher(self) -> Watcher | None:
+        """A started watcher over the configured memory folders (None when sync.watch is off)."""
+        if not self.config.bool("sync.watch"):
+            return None
+        watcher = Watcher(
+            self.config.memory_roots(),
+            make_filter(self.config.list("memory.extensions")),
+            self.config.float("sync.debounce_s"),
+            self._on_batch,
+            self._on_roots_changed,
+            scan_interval_s=self.config.float("sync.scan_interval_s"),
+        )
+        watcher.paused = self.paused
+        watcher.start()
+        return watcher
+
+    def restart_watcher(self) -> None:
+        """Watch the memory folders of the current config (after a config edit)."""
+        old, self.watcher = self.watcher, None
+        if old is not None:
+            old.stop()  # its dirty paths are covered by the full sync that follows an edit
+        self._create_default_root()
+        self.watcher = self._new_watcher()
+
+    def restart_sessions(self) -> None:
+        """Poll the transcript globs of the current config (after a config edit)."""
+        old, self.sessions = self.sessions, None
+        if old is not None:
+            old.stop()
         self._start_sessions()
 
     def _create_default_root(self) -> None:
@@ -207,6 +232,9 @@ class Daemon:
             kinds = {j.kind for j in batch}
             try:
                 report: dict[str, Any] = {}
+                for job in batch:
+                    if job.run is not None:
+                        job.run()
                 if "recover" in kinds:
                     self._recover("a search or status read hit a damaged page")
                     kinds.add("full")
@@ -220,8 +248,9 @@ class Daemon:
                 if "sessions" in kinds and not kinds & {"full", "reindex"}:
                     due: set[Path] = set().union(*(j.paths for j in batch if j.kind == "sessions"))
                     report["sessions"] = self.engine.sync_sessions(sorted(due))
-                if self.sessions is not None:
-                    self.sessions.mark_indexed(self.engine.last_session_sizes)
+                sessions = self.sessions  # read once: a config edit may swap it
+                if sessions is not None:
+                    sessions.mark_indexed(self.engine.last_session_sizes)
                 if report.get("vectors_pending"):  # the next back-fill slice, after queued jobs
                     with contextlib.suppress(Unavailable):
                         self.submit(Job("paths"))
@@ -349,15 +378,18 @@ class Daemon:
             "paused": self.paused,
             "time": time.time(),
             "watch_warnings": self._watch_warnings(),
+            "config_error": self.live.error if self.live is not None else None,
         }
 
     def _watch_warnings(self) -> list[str]:
         """Folders the watcher cannot watch (inotify limits) and that are scanned instead."""
-        return self.watcher.warnings() if self.watcher is not None else []
+        watcher = self.watcher  # read once: a config edit may swap it meanwhile
+        return watcher.warnings() if watcher is not None else []
 
     def pending(self) -> int:
         """Paths and jobs waiting."""
-        dirty = len(self.watcher.dirty) if self.watcher is not None else 0
+        watcher = self.watcher  # read once: a config edit may swap it meanwhile
+        dirty = len(watcher.dirty) if watcher is not None else 0
         return dirty + self.jobs.qsize() + self.chunker.pending()
 
     # handlers -----------------------------------------------------------------------------------
@@ -384,11 +416,14 @@ class Daemon:
             "pending": self.pending(),
             "retry_in_s": self.retry_in(),
         }
-        if self.sessions is not None:
-            status["sessions"] = self.sessions.stats()
+        sessions = self.sessions
+        if sessions is not None:
+            status["sessions"] = sessions.stats()
         status["warnings"] = security.config_warnings(self.config) + self._watch_warnings()
         if self.health_note:
             status["warnings"].append(self.health_note)
+        if self.live is not None:
+            self.live.annotate(status)
         return status
 
     def _run_job(self, job: Job, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -424,8 +459,9 @@ class Daemon:
         if not isinstance(paused, bool):
             raise BadRequest("paused must be true or false")
         self.paused = paused
-        if self.watcher is not None:
-            self.watcher.paused = paused
+        watcher = self.watcher
+        if watcher is not None:
+            watcher.paused = paused
         self._emit(self.status_event())
         return {"paused": paused}
 
@@ -456,10 +492,18 @@ class Daemon:
                 self._listeners.remove(listener)
 
 
-def serve(config: Config) -> int:
-    """Run the daemon in the foreground until SIGTERM/SIGINT or a ``shutdown`` request."""
+def serve(config: Config, config_path: Path | None = None) -> int:
+    """Run the daemon in the foreground until SIGTERM/SIGINT or a ``shutdown`` request.
+
+    ``config_path`` is the file to watch for edits (default: the one ``config`` was read from,
+    else the platform's, which may not exist yet); SIGHUP reloads it at once.
+    """
+    from recalld.overview import describe_config
     from recalld.server import Server, tune_allocator
 
+    config_path = config_path or config.source or paths.config_path()
+    for line in describe_config(config, config_path):
+        log.info("%s", line)
     tune_allocator()  # before the model loads: large blocks go back to the system when freed
     security.protect_logs(config)  # no API key in the log, whatever prints it
     socket_path: Path = paths.socket_path()
@@ -474,6 +518,7 @@ def serve(config: Config) -> int:
     for warning in security.config_warnings(config):
         log.warning("%s", warning)
     daemon = _open_daemon(config, index)
+    daemon.live = LiveConfig(daemon, config_path)
     servers: list[Server] = []
 
     async def main() -> None:
@@ -489,6 +534,10 @@ def serve(config: Config) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, server.request_shutdown)
+        live = daemon.live
+        assert live is not None
+        with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError):
+            loop.add_signal_handler(signal.SIGHUP, live.watcher.ask)  # no SIGHUP on Windows
         await server.start()
         log.info(
             "recalld listening on %s (provider %s)",
@@ -496,11 +545,13 @@ def serve(config: Config) -> int:
             daemon.engine.embedder.label if daemon.engine.embedder else "none",
         )
         daemon.start()
+        live.start()
         await server.serve_forever()
 
     try:
         asyncio.run(main())
     finally:
+        daemon.live.watcher.stop()
         clean = daemon.stop()
         if clean:  # otherwise the exit below releases it, once nothing writes any more
             for server in servers:

@@ -201,6 +201,26 @@ class Engine:
                 self._guard = ProviderGuard(emb, index_deadline_s=deadline)
             return self._guard
 
+    def reconfigure(self, config: Config, *, reranker: bool) -> None:
+        """Use an edited config from the next request on (``reranker``: its settings changed)."""
+        self.config = config
+        if reranker:
+            self._reranker, self._reranker_loaded = None, False
+
+    def check_config(self, *, provider_changed: bool) -> str | None:
+        """After a config edit, on the writer thread: resolve the embedder again when its
+        settings changed and compare the index with the new settings; why a rebuild is due."""
+        if provider_changed:
+            with self._choice_lock:
+                guard, self._choice, self._guard = self._guard, None, None
+            if guard is not None:
+                guard.close()
+            with self._vectors_lock:
+                self._vectors = None  # reloaded for the new provider's vector size
+        self.needs_reindex = None  # an edit undone before its rebuild ran needs none
+        self._check_identity()
+        return self.needs_reindex
+
     def _check_identity(self) -> None:
         assert self.writer is not None
         stored = self.writer.identity()
@@ -454,7 +474,8 @@ class Engine:
             problems = self.root_problems(self.writer)
             indexer.unavailable_roots = problems  # their indexed files are kept, not removed
             report = indexer.sync(dirty)
-            if dirty is None and self.config.session_globs():
+            # Also with no globs left: transcripts of globs removed from the config then go.
+            if dirty is None and (self.config.session_globs() or _has_sessions(self.writer)):
                 session_indexer = self._session_indexer(self.writer, indexer, self._on_change)
                 sessions = session_indexer.sync()
                 report.skipped += [
@@ -715,6 +736,12 @@ def _mount_roots(store: Store) -> list[str]:
     except ValueError:
         return []
     return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _has_sessions(store: Store) -> bool:
+    """Whether any transcript is indexed."""
+    row = store.conn.execute("SELECT 1 FROM files WHERE source = 'sessions' LIMIT 1").fetchone()
+    return row is not None
 
 
 def _files_under(store: Store, root: Path) -> int:
