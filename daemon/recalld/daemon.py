@@ -502,8 +502,6 @@ def serve(config: Config, config_path: Path | None = None) -> int:
     from recalld.server import Server, tune_allocator
 
     config_path = config_path or config.source or paths.config_path()
-    for line in describe_config(config, config_path):
-        log.info("%s", line)
     tune_allocator()  # before the model loads: large blocks go back to the system when freed
     security.protect_logs(config)  # no API key in the log, whatever prints it
     socket_path: Path = paths.socket_path()
@@ -512,6 +510,9 @@ def serve(config: Config, config_path: Path | None = None) -> int:
     index = paths.index_path(config.base_dir)
     index_health.ensure_writable(index.parent, "index")
     index_health.ensure_writable(socket_path.parent, "socket")
+    # Where the notes live, first in the log (after the one-sentence refusals above).
+    for line in describe_config(config, config_path):
+        log.info("%s", line)
     security.private_log_dir(paths.log_dir())  # 0700, daemon.log 0600 (older homes: 0755/0644)
     for loose in security.tighten(security.index_files(paths.index_path(config.base_dir))):
         log.warning("%s was readable by other users; it is now private (0600)", loose)
