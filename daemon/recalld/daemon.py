@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld import index_health, paths, security
+from recalld.backlog import Backlog
 from recalld.big_files import BACKFILL_SLICE, BackgroundChunker
 from recalld.chunking import Chunk
 from recalld.config import Config
@@ -81,12 +82,17 @@ class Daemon:
         # Big notes are chunked on a thread of their own; a sync writes them when ready.
         self.chunker: BackgroundChunker[list[Chunk]] = BackgroundChunker(self._on_chunked)
         self.engine.background, self.engine.backfill_slice = self.chunker, BACKFILL_SLICE
+        # One job's progress across back-to-back syncs; progress lines in the log.
+        self.backlog = Backlog(
+            self.engine, self._waiting_paths, config.float("sync.progress_log_s")
+        )
 
     # lifecycle ----------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the writer; reconcile with the disk, then watch."""
         self._writer.start()
+        self.backlog.start()
         self._create_default_root()
         if self.config.bool("sync.watch"):
             self.watcher = Watcher(
@@ -146,6 +152,7 @@ class Daemon:
         if self.sessions is not None:
             self.sessions.stop()
         self.chunker.close()
+        self.backlog.stop()
         if self._writer.is_alive():
             self.jobs.put(None)
             self._writer.join(timeout=STOP_WAIT_S)
@@ -205,6 +212,7 @@ class Daemon:
             if batch is None:
                 return
             kinds = {j.kind for j in batch}
+            self.backlog.begin(p for j in batch if j.kind == "paths" for p in j.paths)
             try:
                 report: dict[str, Any] = {}
                 if "recover" in kinds:
@@ -233,6 +241,7 @@ class Daemon:
                     self._recover(str(exc))
                     self.submit(Job("full"))  # rebuild from the files, progress in status
             self._after_batch(kinds, report, error)
+            self.backlog.after_batch(self.jobs.empty() and not self._dirty_count())
             for job in batch:
                 job.result, job.error = report, error
                 job.done.set()
@@ -340,7 +349,7 @@ class Daemon:
             "state": "paused" if self.paused and engine.state == "idle" else engine.state,
             "provider": engine.embedder.label if engine.embedder else "none",
             "degraded": engine.degraded(),
-            "progress": engine.progress.as_dict(),
+            "progress": self.backlog.progress(),
             "files": counts.get("files"),
             "chunks": counts.get("chunks"),
             "last_sync": engine.last_sync,
@@ -356,9 +365,24 @@ class Daemon:
         return self.watcher.warnings() if self.watcher is not None else []
 
     def pending(self) -> int:
-        """Paths and jobs waiting."""
-        dirty = len(self.watcher.dirty) if self.watcher is not None else 0
-        return dirty + self.jobs.qsize() + self.chunker.pending()
+        """Files left: of the running job, waiting in the watcher or the queue, being chunked."""
+        return self.backlog.pending() + self.chunker.pending()
+
+    def _dirty_count(self) -> int:
+        return len(self.watcher.dirty) if self.watcher is not None else 0
+
+    def _waiting_paths(self) -> tuple[list[Path], int]:
+        """Memory paths dirty or in queued batches; queued jobs that name no such paths."""
+        waiting = self.watcher.dirty.paths() if self.watcher is not None else []
+        with self.jobs.mutex:
+            queued = list(self.jobs.queue)
+        other = 0
+        for job in queued:
+            if job is not None and job.kind == "paths" and job.paths:
+                waiting.extend(job.paths)
+            elif job is not None:
+                other += 1  # a full sync, a rebuild, transcripts, a back-fill step
+        return waiting, other
 
     # handlers -----------------------------------------------------------------------------------
 
@@ -375,6 +399,7 @@ class Daemon:
 
     def h_status(self, params: Mapping[str, Any]) -> dict[str, Any]:
         status = self.engine.status()
+        status["progress"] = self.backlog.progress()
         status["daemon"] = {
             "pid": os.getpid(),
             "uptime_s": round(time.time() - self.started, 1),

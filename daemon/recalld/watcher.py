@@ -71,6 +71,11 @@ class DirtySet:
             self._dirty[path] = time.monotonic()
             self._cond.notify()
 
+    def paths(self) -> list[Path]:
+        """The dirty paths (for counting what waits)."""
+        with self._cond:
+            return list(self._dirty)
+
     def __len__(self) -> int:
         with self._cond:
             return len(self._dirty)

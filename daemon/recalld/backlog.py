@@ -1,0 +1,177 @@
+"""The daemon's current job: the syncs that follow one another until nothing is left to do.
+
+Copying 2,000 notes into a watched folder reaches the writer as dozens of watcher batches (the
+debouncer hands over whatever has been quiet long enough, a few paths at a time), and a folder
+copied in is walked once and then announced again file by file. Counted per sync, the progress
+restarted with every batch and ``pending`` counted queued batches, not files. A job counts every
+file once across its syncs (see :class:`~recalld.sync_report.Progress`); it ends when the queue
+and the watcher's dirty set are both empty after a sync.
+
+While a job runs, the log gets one progress line every ``sync.progress_log_s`` seconds (from a
+thread of its own: an embedding call of half a minute must not silence it), and one line at
+the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from recalld.sync_report import Progress
+
+log = logging.getLogger("recalld.progress")
+
+WAITING_CACHE_S = 0.5  # status and watch events ask often; counting 100k dirty paths is not free
+
+
+class Backlog:
+    """One job's progress across syncs, what waits for it, and its log lines."""
+
+    def __init__(
+        self,
+        engine: Any,
+        waiting_paths: Callable[[], tuple[Iterable[Path], int]],
+        log_every_s: float,
+    ) -> None:
+        # ``waiting_paths``: paths dirty or in queued batches, and the number of queued jobs
+        # that name no paths (a full sync, a back-fill step).
+        self.engine = engine
+        self.waiting_paths = waiting_paths
+        self.log_every_s = log_every_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._cache: tuple[float, int, int, int, int] | None = None
+        self._in_hand: list[Path] = []  # the running batch's paths, until the sync counts them
+
+    # writer thread ------------------------------------------------------------------------------
+
+    def begin(self, paths: Iterable[Path]) -> None:
+        """A batch of ``paths`` is about to run: start a job unless one is open."""
+        self._in_hand = list(paths)
+        self._cache = None
+        if self.engine.job is None:
+            job = Progress(phase="scanning")
+            self.engine.job = job
+            self.engine.progress = job
+
+    def after_batch(self, drained: bool) -> None:
+        """A batch ran; with nothing queued and nothing dirty, the job is over."""
+        self._in_hand = []
+        self._cache = None
+        job = self.engine.job
+        if not drained or job is None:
+            return
+        self.engine.job = None
+        job.phase = "idle"
+        self._cache = None
+        elapsed = time.monotonic() - job.started
+        changed = job.files_changed + job.files_removed
+        level = logging.INFO if changed or elapsed >= self.log_every_s > 0 else logging.DEBUG
+        log.log(
+            level,
+            "sync done: %s files checked (%s changed, %s removed), %s chunks written "
+            "(%s embedded) in %.1f s, %d sync%s",
+            f"{job.files_done:,}",
+            f"{job.files_changed:,}",
+            f"{job.files_removed:,}",
+            f"{job.chunks_done:,}",
+            f"{job.chunks_embedded:,}",
+            elapsed,
+            job.syncs,
+            "" if job.syncs == 1 else "s",
+        )
+
+    # any thread ---------------------------------------------------------------------------------
+
+    def _waiting(self) -> tuple[int, int]:
+        """(new, again): waiting paths not yet counted in the job, and queued work that only
+        re-checks counted files or names no files (cached briefly)."""
+        now = time.monotonic()
+        job = self.engine.job
+        # Valid while the job counted nothing new: a path moves from waiting to counted then.
+        key = (id(job), job.files_total if job is not None else -1)
+        cached = self._cache
+        if cached is not None and now - cached[0] < WAITING_CACHE_S and cached[1:3] == key:
+            return cached[3], cached[4]
+        paths, other_jobs = self.waiting_paths()
+        new = again = 0
+        for p in {*paths, *self._in_hand}:
+            if job is not None and job.counted(str(p)):
+                again += 1
+            elif not _is_dir(p):  # a folder is walked when its turn comes: its files count
+                new += 1
+        again = 1 if again or other_jobs else 0
+        self._cache = (now, *key, new, again)
+        return new, again
+
+    def progress(self) -> dict[str, Any]:
+        """The ``progress`` map of status and watch events: the job's, files waiting included."""
+        new, _ = self._waiting()
+        if self.engine.job is None and self.engine.state == "idle" and new:
+            return Progress(phase="waiting").as_dict(new)
+        # The job's own progress, or a rebuild's (a reindex counts every file afresh).
+        progress: Progress = self.engine.progress
+        return progress.as_dict(new)
+
+    def pending(self) -> int:
+        """Work left: files of the job not handled yet, new files waiting, and 1 while queued
+        work only re-checks files the job has handled (they were announced again)."""
+        new, again = self._waiting()
+        current: Progress = self.engine.progress
+        active = self.engine.job is not None or self.engine.state != "idle"
+        left = max(current.files_total - current.files_done, 0) if active else 0
+        return left + new + again
+
+    # the log ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Log progress lines while jobs run (nothing when ``sync.progress_log_s`` is 0)."""
+        if self.log_every_s <= 0:
+            return
+        self._thread = threading.Thread(target=self._run, name="recalld-progress", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the log thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.log_every_s):
+            job = self.engine.job
+            if job is None or time.monotonic() - job.started < self.log_every_s:
+                continue  # short jobs get only their closing line
+            try:
+                log.info("%s", describe(self.progress()))
+            except Exception:  # a log line is never worth a dead thread
+                log.debug("progress line failed", exc_info=True)
+
+
+def describe(p: dict[str, Any], what: str = "sync progress") -> str:
+    """One line for the log: files, chunks, rate, time left."""
+    total, done = p["files_total"], p["files_done"]
+    pct = f" ({100 * done / total:.0f} %)" if total else ""
+    eta = f", about {_duration(p['eta_s'])} left" if p.get("eta_s") else ""
+    waiting = f", {p['files_waiting']:,} waiting" if p.get("files_waiting") else ""
+    return (
+        f"{what}: {done:,}/{total:,} files{pct}{waiting}, {p['files_changed']:,} changed, "
+        f"{p['chunks_done']:,} chunks ({p['chunks_embedded']:,} embedded), "
+        f"{p['files_per_s']:.1f} files/s, {p['chunks_per_s']:.1f} chunks/s{eta}"
+    )
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
