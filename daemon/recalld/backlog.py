@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from recalld.progress_bar import describe
 from recalld.sync_report import Progress
 
 log = logging.getLogger("recalld.progress")
@@ -152,26 +153,8 @@ class Backlog:
                 log.debug("progress line failed", exc_info=True)
 
 
-def describe(p: dict[str, Any], what: str = "sync progress") -> str:
-    """One line for the log: files, chunks, rate, time left."""
-    total, done = p["files_total"], p["files_done"]
-    pct = f" ({100 * done / total:.0f} %)" if total else ""
-    eta = f", about {_duration(p['eta_s'])} left" if p.get("eta_s") else ""
-    waiting = f", {p['files_waiting']:,} waiting" if p.get("files_waiting") else ""
-    return (
-        f"{what}: {done:,}/{total:,} files{pct}{waiting}, {p['files_changed']:,} changed, "
-        f"{p['chunks_done']:,} chunks ({p['chunks_embedded']:,} embedded), "
-        f"{p['files_per_s']:.1f} files/s, {p['chunks_per_s']:.1f} chunks/s{eta}"
-    )
-
-
 def _is_dir(path: Path) -> bool:
     try:
         return path.is_dir()
     except OSError:
         return False
-
-
-def _duration(seconds: float) -> str:
-    s = round(seconds)
-    return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
