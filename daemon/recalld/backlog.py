@@ -109,23 +109,22 @@ class Backlog:
         self._cache = (now, *key, new, again)
         return new, again
 
-    def progress(self) -> dict[str, Any]:
-        """The ``progress`` map of status and watch events: the job's, files waiting included."""
-        new, _ = self._waiting()
-        if self.engine.job is None and self.engine.state == "idle" and new:
-            return Progress(phase="waiting").as_dict(new)
+    def snapshot(self) -> tuple[dict[str, Any], int]:
+        """The ``progress`` map of status and watch events (files waiting included) and the
+        ``pending`` count, from the same numbers: files of the job not handled yet, new files
+        waiting, and 1 while queued work only re-checks files the job has handled already."""
+        new, again = self._waiting()
+        if self.engine.job is None and self.engine.state == "idle":
+            shown = Progress(phase="waiting") if new else self.engine.progress
+            return shown.as_dict(new), new + again
         # The job's own progress, or a rebuild's (a reindex counts every file afresh).
         progress: Progress = self.engine.progress
-        return progress.as_dict(new)
+        p = progress.as_dict(new)
+        return p, max(p["files_total"] - p["files_done"], 0) + again
 
-    def pending(self) -> int:
-        """Work left: files of the job not handled yet, new files waiting, and 1 while queued
-        work only re-checks files the job has handled (they were announced again)."""
-        new, again = self._waiting()
-        current: Progress = self.engine.progress
-        active = self.engine.job is not None or self.engine.state != "idle"
-        left = max(current.files_total - current.files_done, 0) if active else 0
-        return left + new + again
+    def progress(self) -> dict[str, Any]:
+        """The ``progress`` map alone."""
+        return self.snapshot()[0]
 
     # the log ------------------------------------------------------------------------------------
 

@@ -345,16 +345,17 @@ class Daemon:
                 counts = engine.counts(store)
         except Exception:  # noqa: BLE001 - during a swap the counts can wait
             counts = {}
+        progress, pending = self.backlog.snapshot()
         return {
             "state": "paused" if self.paused and engine.state == "idle" else engine.state,
             "provider": engine.embedder.label if engine.embedder else "none",
             "degraded": engine.degraded(),
-            "progress": self.backlog.progress(),
+            "progress": progress,
             "files": counts.get("files"),
             "chunks": counts.get("chunks"),
             "last_sync": engine.last_sync,
             "last_error": engine.last_error,
-            "pending": self.pending(),
+            "pending": pending + self.chunker.pending(),
             "paused": self.paused,
             "time": time.time(),
             "watch_warnings": self._watch_warnings(),
@@ -366,7 +367,7 @@ class Daemon:
 
     def pending(self) -> int:
         """Files left: of the running job, waiting in the watcher or the queue, being chunked."""
-        return self.backlog.pending() + self.chunker.pending()
+        return self.backlog.snapshot()[1] + self.chunker.pending()
 
     def _dirty_count(self) -> int:
         return len(self.watcher.dirty) if self.watcher is not None else 0
@@ -399,14 +400,14 @@ class Daemon:
 
     def h_status(self, params: Mapping[str, Any]) -> dict[str, Any]:
         status = self.engine.status()
-        status["progress"] = self.backlog.progress()
+        status["progress"], pending = self.backlog.snapshot()
         status["daemon"] = {
             "pid": os.getpid(),
             "uptime_s": round(time.time() - self.started, 1),
             "socket": str(paths.socket_path()),
             "watching": self.watcher is not None and not self.paused,
             "paused": self.paused,
-            "pending": self.pending(),
+            "pending": pending + self.chunker.pending(),
             "retry_in_s": self.retry_in(),
         }
         if self.sessions is not None:

@@ -61,11 +61,16 @@ class ProgressBar:
         self._last_text = ""
         self._width = 0
         self._closed = False
+        self._latest = ""  # the newest plain line, shown at the end if it was throttled
 
     def update(self, p: Mapping[str, Any], state: str | None = None) -> None:
         """Show one progress map (``state``: the daemon's, else the map's phase)."""
         state = state or str(p.get("phase") or "syncing")
-        self.show(bar_line(p, state) if self.tty else describe(p, state), throttle=True)
+        if self.tty:
+            self.show(bar_line(p, state), throttle=True)
+        elif p.get("files_total"):  # a line per two seconds, and the last one at the end
+            self._latest = describe(p, state)
+            self.show(self._latest, throttle=True)
 
     def show(self, text: str, *, throttle: bool = False) -> None:
         """Show a line (redrawn in place on a terminal; elsewhere only when it changed)."""
@@ -84,6 +89,8 @@ class ProgressBar:
 
     def close(self) -> None:
         """Clear the bar (terminal); nothing more is shown after."""
+        if not self.tty and self._latest:
+            self.show(self._latest)
         with self._lock:
             self._closed = True
             if self.tty and self._width:
