@@ -45,7 +45,7 @@ class Backlog:
         self.log_every_s = log_every_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._cache: tuple[float, int, int, int, int] | None = None
+        self._cache: tuple[float, tuple[int, ...], int, int] | None = None
         self._in_hand: list[Path] = []  # the running batch's paths, until the sync counts them
 
     # writer thread ------------------------------------------------------------------------------
@@ -93,20 +93,22 @@ class Backlog:
         re-checks counted files or names no files (cached briefly)."""
         now = time.monotonic()
         job = self.engine.job
-        # Valid while the job counted nothing new: a path moves from waiting to counted then.
-        key = (id(job), job.files_total if job is not None else -1)
-        cached = self._cache
-        if cached is not None and now - cached[0] < WAITING_CACHE_S and cached[1:3] == key:
-            return cached[3], cached[4]
         paths, other_jobs = self.waiting_paths()
+        waiting = {*paths, *self._in_hand}
+        # Valid while nothing moved: a path goes from waiting to counted when a sync lists it.
+        key = (id(job), job.files_total if job is not None else -1, len(waiting), other_jobs)
+        cached = self._cache
+        if cached is not None and now - cached[0] < WAITING_CACHE_S and cached[1] == key:
+            return cached[2], cached[3]
         new = again = 0
-        for p in {*paths, *self._in_hand}:
-            if job is not None and job.counted(str(p)):
+        for p in waiting:
+            # A folder is walked when its turn comes (then its files count): work, not a file.
+            if (job is not None and job.counted(str(p))) or _is_dir(p):
                 again += 1
-            elif not _is_dir(p):  # a folder is walked when its turn comes: its files count
+            else:
                 new += 1
         again = 1 if again or other_jobs else 0
-        self._cache = (now, *key, new, again)
+        self._cache = (now, key, new, again)
         return new, again
 
     def snapshot(self) -> tuple[dict[str, Any], int]:
