@@ -11,6 +11,7 @@ import io
 import os
 import pty
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -244,3 +245,27 @@ def test_bar_lines_when_not_a_terminal() -> None:
     bar.update(p)  # within the interval: not repeated
     bar.close()
     assert out.getvalue().count("\n") == 1 and "4/12 files (33 %), 2 waiting" in out.getvalue()
+
+
+def test_status_watch_follows_a_job_until_ctrl_c(busy_daemon: DaemonProcess) -> None:
+    env = env_for(busy_daemon.home)
+    cmd = [sys.executable, "-m", "recalld.cli"]
+    watch = subprocess.Popen(
+        [*cmd, "status", "--watch"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        time.sleep(1.0)  # connected: its first line is the idle state before the job
+        queued = subprocess.run([*cmd, "sync"], env=env, capture_output=True, text=True)
+        assert queued.stdout.startswith("sync queued: "), queued.stdout
+        busy_daemon.wait_idle()
+        time.sleep(1.0)
+    finally:
+        watch.send_signal(signal.SIGINT)
+        out, err = watch.communicate(timeout=30)
+    assert watch.returncode == 0, err
+    lines = out.decode().splitlines()
+    assert lines[0].startswith("idle: 0 files"), lines
+    syncing = [i for i, line in enumerate(lines) if line.startswith("syncing: ")]
+    assert syncing and any("/600 files" in lines[i] for i in syncing), lines
+    done = lines.index(next(line for line in lines if line.startswith("idle: 600 files")))
+    assert done > max(syncing) and "600/600 files (100 %)" in lines[max(syncing)], lines

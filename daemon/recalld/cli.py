@@ -267,7 +267,9 @@ def _via_client(args: argparse.Namespace, client: Any) -> int:
         got = client.get(p["path"], p.get("from_line", 1), p.get("lines"), decoded=args.decoded)
         _print_get(got, args.json)
     elif cmd == "status" and args.watch:
-        return _watch_status(client, args.json)
+        from recalld.progress_bar import follow_status
+
+        return follow_status(client.watch(), sys.stdout, as_json=args.json)
     elif cmd == "status":
         _print_status(client.status(), args.json)
     elif cmd in ("sync", "reindex"):
@@ -280,34 +282,6 @@ def _via_client(args: argparse.Namespace, client: Any) -> int:
         else:
             res = call(wait=wait)
         _print_json_or(res, args.json, cmd)
-    return EXIT_OK
-
-
-def _watch_status(client: Any, as_json: bool) -> int:
-    """``status --watch``: the daemon's events until Ctrl-C (JSON lines with ``--json``)."""
-    from recalld.progress_bar import ProgressBar, describe
-
-    bar = ProgressBar(sys.stdout)
-    try:
-        for event in client.watch():
-            if as_json:
-                print(json.dumps(event, ensure_ascii=False, default=str), flush=True)
-                continue
-            state, p = str(event.get("state")), event.get("progress") or {}
-            if state in ("syncing", "reindexing"):
-                bar.update(p, state)
-            elif p.get("files_waiting"):
-                bar.show(describe(p, f"{state}, files waiting"))
-            else:
-                bar.show(
-                    f"{state}: {event.get('files') or 0:,} files, {event.get('chunks') or 0:,} "
-                    f"chunks, {event.get('pending') or 0:,} pending, last sync "
-                    f"{_when(event.get('last_sync'))}"
-                )
-    except KeyboardInterrupt:
-        pass
-    finally:
-        bar.close()
     return EXIT_OK
 
 

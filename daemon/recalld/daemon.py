@@ -347,7 +347,7 @@ class Daemon:
             counts = {}
         progress, pending = self.backlog.snapshot()
         return {
-            "state": "paused" if self.paused and engine.state == "idle" else engine.state,
+            "state": "paused" if self.paused and engine.state == "idle" else self._state(),
             "provider": engine.embedder.label if engine.embedder else "none",
             "degraded": engine.degraded(),
             "progress": progress,
@@ -368,6 +368,13 @@ class Daemon:
     def pending(self) -> int:
         """Files left: of the running job, waiting in the watcher or the queue, being chunked."""
         return self.backlog.snapshot()[1] + self.chunker.pending()
+
+    def _state(self) -> str:
+        """The engine's state, but "syncing" between the syncs of one job (no flicker)."""
+        state: str = self.engine.state
+        if state == "idle" and self.engine.job is not None and not self.paused:
+            return "syncing"
+        return state
 
     def _dirty_count(self) -> int:
         return len(self.watcher.dirty) if self.watcher is not None else 0
@@ -401,6 +408,7 @@ class Daemon:
     def h_status(self, params: Mapping[str, Any]) -> dict[str, Any]:
         status = self.engine.status()
         status["progress"], pending = self.backlog.snapshot()
+        status["state"] = self._state()
         status["daemon"] = {
             "pid": os.getpid(),
             "uptime_s": round(time.time() - self.started, 1),

@@ -7,6 +7,7 @@ on the client path.
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -22,7 +23,7 @@ def describe(p: Mapping[str, Any], what: str = "sync progress") -> str:
     """One line: files, chunks, rate, time left (the daemon's log uses it too)."""
     total, done = int(p.get("files_total") or 0), int(p.get("files_done") or 0)
     pct = f" ({100 * done / total:.0f} %)" if total else ""
-    eta = f", about {duration(p['eta_s'])} left" if p.get("eta_s") else ""
+    eta = f", about {duration(p['eta_s'])} left" if p.get("eta_s", 0) >= 1 else ""
     waiting = f", {p['files_waiting']:,} waiting" if p.get("files_waiting") else ""
     return (
         f"{what}: {done:,}/{total:,} files{pct}{waiting}, {p.get('files_changed', 0):,} changed, "
@@ -42,7 +43,7 @@ def bar_line(p: Mapping[str, Any], state: str) -> str:
     total, done = int(p.get("files_total") or 0), int(p.get("files_done") or 0)
     filled = int(BAR_WIDTH * done / total) if total else 0
     bar = "#" * filled + "-" * (BAR_WIDTH - filled)
-    eta = f" · ETA {duration(p['eta_s'])}" if p.get("eta_s") else ""
+    eta = f" · ETA {duration(p['eta_s'])}" if p.get("eta_s", 0) >= 1 else ""
     return (
         f"{state:<10} [{bar}] {done:,}/{total:,} files · {p.get('chunks_done', 0):,} chunks · "
         f"{p.get('files_per_s', 0):.1f} files/s · {p.get('chunks_per_s', 0):.1f} chunks/s{eta}"
@@ -68,8 +69,9 @@ class ProgressBar:
         state = state or str(p.get("phase") or "syncing")
         if self.tty:
             self.show(bar_line(p, state), throttle=True)
-        elif p.get("files_total"):  # a line per two seconds, and the last one at the end
-            self._latest = describe(p, state)
+        elif p.get("files_total"):  # a line per two seconds; a skipped one is shown later
+            with self._lock:
+                self._latest = describe(p, state)
             self.show(self._latest, throttle=True)
 
     def show(self, text: str, *, throttle: bool = False) -> None:
@@ -82,13 +84,18 @@ class ProgressBar:
             if self.tty:
                 self.out.write("\r" + text.ljust(self._width))
                 self._width = len(text)
-            elif text != self._last_text:
-                self.out.write(text + "\n")
+            else:
+                if not throttle and self._latest not in ("", self._last_text, text):
+                    self.out.write(self._latest + "\n")  # the progress line held back
+                if text != self._last_text:
+                    self.out.write(text + "\n")
+                self._latest = ""
             self._last_at, self._last_text = now, text
             self.out.flush()
 
     def close(self) -> None:
-        """Clear the bar (terminal); nothing more is shown after."""
+        """Clear the bar (terminal) or show the last progress line held back; nothing more
+        is shown after."""
         if not self.tty and self._latest:
             self.show(self._latest)
         with self._lock:
@@ -96,6 +103,37 @@ class ProgressBar:
             if self.tty and self._width:
                 self.out.write("\r" + " " * self._width + "\r")
                 self.out.flush()
+
+
+def follow_status(
+    events: Iterator[Mapping[str, Any]], out: TextIO, *, as_json: bool = False
+) -> int:
+    """``recalld status --watch``: the daemon's events until Ctrl-C or the daemon stops (JSON
+    lines with ``as_json``); returns the exit code."""
+    bar = ProgressBar(out)
+    try:
+        for event in events:
+            if as_json:
+                out.write(json.dumps(event, ensure_ascii=False, default=str) + "\n")
+                out.flush()
+                continue
+            state, p = str(event.get("state")), event.get("progress") or {}
+            if state in ("syncing", "reindexing"):
+                bar.update(p, state)
+            elif p.get("files_waiting"):
+                bar.show(describe(p, f"{state}, files waiting"))
+            else:
+                last = event.get("last_sync")
+                when = time.strftime("%H:%M:%S", time.localtime(last)) if last else "never"
+                bar.show(
+                    f"{state}: {event.get('files') or 0:,} files, {event.get('chunks') or 0:,} "
+                    f"chunks, {event.get('pending') or 0:,} pending, last sync {when}"
+                )
+    except KeyboardInterrupt:
+        pass
+    finally:
+        bar.close()
+    return 0
 
 
 def follow(events: Iterator[Mapping[str, Any]], bar: ProgressBar, stop: threading.Event) -> None:
