@@ -44,7 +44,8 @@ unlink:
 
 # The daemon creates its memory folder (RECALLD_HOME/memory or the platform data dir's) itself.
 run: install
-	$(BIN)/recalld serve
+	@echo "==> starting the daemon in the foreground: $(BIN)/recalld serve (Ctrl-C stops it)"
+	@$(BIN)/recalld serve
 
 test: install
 	$(BIN)/ruff check daemon client tests $(wildcard bench)
