@@ -68,6 +68,7 @@ class Backlog:
             return
         self.engine.job = None
         job.phase = "idle"
+        job.release()
         self._cache = None
         elapsed = time.monotonic() - job.started
         changed = job.files_changed + job.files_removed

@@ -252,6 +252,8 @@ class Indexer:
         report.embed_error = self.embed_error
         report.seconds = round(time.monotonic() - started, 3)
         self.progress.phase = "idle"
+        if self.job is None:
+            self.progress.release()
         self._emit()
         return report
 

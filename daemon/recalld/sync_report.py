@@ -47,6 +47,10 @@ class Progress:
             self._todo.discard(key)
             self.files_done += 1
 
+    def release(self) -> None:
+        """Forget the file names once the job is over (a full sync may list 100,000)."""
+        self._seen, self._todo = set(), set()
+
     def counted(self, key: str) -> bool:
         """Whether ``key`` is already part of this job's total."""
         return key in self._seen
