@@ -69,22 +69,24 @@ class Backlog:
         self.engine.job = None
         job.phase = "idle"
         job.release()
-        self._cache = None
+        # The last progress shown: the job's, or that of a rebuild run as part of it.
+        last: Progress = self.engine.progress
+        what = "sync" if last is job else "reindex"
         elapsed = time.monotonic() - job.started
-        changed = job.files_changed + job.files_removed
-        level = logging.INFO if changed or elapsed >= self.log_every_s > 0 else logging.DEBUG
+        changed = last.files_changed + last.files_removed
+        busy = changed or what == "reindex" or elapsed >= self.log_every_s > 0
         log.log(
-            level,
-            "sync done: %s files checked (%s changed, %s removed), %s chunks written "
-            "(%s embedded) in %.1f s, %d sync%s",
-            f"{job.files_done:,}",
-            f"{job.files_changed:,}",
-            f"{job.files_removed:,}",
-            f"{job.chunks_done:,}",
-            f"{job.chunks_embedded:,}",
+            logging.INFO if busy else logging.DEBUG,
+            "%s done: %s files checked (%s changed, %s removed), %s chunks written "
+            "(%s embedded) in %.1f s%s",
+            what,
+            f"{last.files_done:,}",
+            f"{last.files_changed:,}",
+            f"{last.files_removed:,}",
+            f"{last.chunks_done:,}",
+            f"{last.chunks_embedded:,}",
             elapsed,
-            job.syncs,
-            "" if job.syncs == 1 else "s",
+            f" ({job.syncs} syncs back to back)" if what == "sync" and job.syncs > 1 else "",
         )
 
     # any thread ---------------------------------------------------------------------------------
@@ -150,7 +152,8 @@ class Backlog:
             if job is None or time.monotonic() - job.started < self.log_every_s:
                 continue  # short jobs get only their closing line
             try:
-                log.info("%s", describe(self.progress()))
+                what = "reindex" if self.engine.state == "reindexing" else "sync"
+                log.info("%s", describe(self.progress(), f"{what} progress"))
             except Exception:  # a log line is never worth a dead thread
                 log.debug("progress line failed", exc_info=True)
 
