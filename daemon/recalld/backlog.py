@@ -15,6 +15,7 @@ the end.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -46,13 +47,11 @@ class Backlog:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._cache: tuple[float, tuple[int, ...], int, int] | None = None
-        self._in_hand: list[Path] = []  # the running batch's paths, until the sync counts them
 
     # writer thread ------------------------------------------------------------------------------
 
-    def begin(self, paths: Iterable[Path]) -> None:
-        """A batch of ``paths`` is about to run: start a job unless one is open."""
-        self._in_hand = list(paths)
+    def begin(self) -> None:
+        """A batch is about to run: start a job unless one is open."""
         self._cache = None
         if self.engine.job is None:
             job = Progress(phase="scanning")
@@ -61,7 +60,6 @@ class Backlog:
 
     def after_batch(self, drained: bool) -> None:
         """A batch ran; with nothing queued and nothing dirty, the job is over."""
-        self._in_hand = []
         self._cache = None
         job = self.engine.job
         if not drained or job is None:
@@ -97,7 +95,7 @@ class Backlog:
         now = time.monotonic()
         job = self.engine.job
         paths, other_jobs = self.waiting_paths()
-        waiting = {*paths, *self._in_hand}
+        waiting = set(paths)
         # Valid while nothing moved: a path goes from waiting to counted when a sync lists it.
         key = (id(job), job.files_total if job is not None else -1, len(waiting), other_jobs)
         cached = self._cache
@@ -156,6 +154,30 @@ class Backlog:
                 log.info("%s", describe(self.progress(), f"{what} progress"))
             except Exception:  # a log line is never worth a dead thread
                 log.debug("progress line failed", exc_info=True)
+
+
+class JobQueue(queue.Queue[Any]):
+    """The writer's queue; what the writer took stays visible (``taken``) until its batch is
+    done, so that a status read between the take and the sync's listing misses nothing."""
+
+    def _init(self, maxsize: int) -> None:
+        super()._init(maxsize)
+        self.taken: list[Any] = []
+
+    def _get(self) -> Any:  # called with the queue's lock held
+        item = super()._get()
+        self.taken.append(item)
+        return item
+
+    def waiting(self) -> list[Any]:
+        """Queued and taken items, in one consistent read."""
+        with self.mutex:
+            return [*self.taken, *self.queue]
+
+    def batch_done(self) -> None:
+        """The writer finished what it took."""
+        with self.mutex:
+            self.taken = []
 
 
 def _is_dir(path: Path) -> bool:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld import index_health, paths, security
-from recalld.backlog import Backlog
+from recalld.backlog import Backlog, JobQueue
 from recalld.big_files import BACKFILL_SLICE, BackgroundChunker
 from recalld.chunking import Chunk
 from recalld.config import Config
@@ -61,7 +61,7 @@ class Daemon:
         self.engine = engine or Engine(config, writable=True)
         self.engine.on_progress = self._on_progress
         self.started = time.time()
-        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.jobs = JobQueue()  # of Job | None (None: stop)
         self._stop = threading.Event()
         self._writer = threading.Thread(
             target=self._writer_loop, name="recalld-writer", daemon=True
@@ -212,7 +212,7 @@ class Daemon:
             if batch is None:
                 return
             kinds = {j.kind for j in batch}
-            self.backlog.begin(p for j in batch if j.kind == "paths" for p in j.paths)
+            self.backlog.begin()
             try:
                 report: dict[str, Any] = {}
                 if "recover" in kinds:
@@ -241,6 +241,7 @@ class Daemon:
                     self._recover(str(exc))
                     self.submit(Job("full"))  # rebuild from the files, progress in status
             self._after_batch(kinds, report, error)
+            self.jobs.batch_done()
             self.backlog.after_batch(self.jobs.empty() and not self._dirty_count())
             for job in batch:
                 job.result, job.error = report, error
@@ -382,10 +383,8 @@ class Daemon:
     def _waiting_paths(self) -> tuple[list[Path], int]:
         """Memory paths dirty or in queued batches; queued jobs that name no such paths."""
         waiting = self.watcher.dirty.paths() if self.watcher is not None else []
-        with self.jobs.mutex:
-            queued = list(self.jobs.queue)
         other = 0
-        for job in queued:
+        for job in self.jobs.waiting():
             if job is not None and job.kind == "paths" and job.paths:
                 waiting.extend(job.paths)
             elif job is not None:
