@@ -270,3 +270,14 @@ def test_status_watch_follows_a_job_until_ctrl_c(busy_daemon: DaemonProcess) -> 
     assert syncing and any("/600 files" in lines[i] for i in syncing), lines
     done = lines.index(next(line for line in lines if line.startswith("idle: 600 files")))
     assert done > max(syncing) and "600/600 files (100 %)" in lines[max(syncing)], lines
+
+
+def test_bar_on_a_terminal_redraws_one_line() -> None:
+    out = io.StringIO()
+    bar = ProgressBar(out, tty=True)
+    p = Progress(phase="indexing", files_total=8, files_done=2, chunks_done=5).as_dict()
+    bar.update(p, "syncing")
+    frame = out.getvalue()
+    assert frame.startswith("\rsyncing    [######------------------] 2/8 files · 5 chunks")
+    bar.close(keep=True)
+    assert out.getvalue() == frame + "\n"  # status --watch leaves its last line

@@ -93,15 +93,15 @@ class ProgressBar:
             self._last_at, self._last_text = now, text
             self.out.flush()
 
-    def close(self) -> None:
-        """Clear the bar (terminal) or show the last progress line held back; nothing more
-        is shown after."""
+    def close(self, *, keep: bool = False) -> None:
+        """Clear the bar (terminal; ``keep`` leaves its last line) or show the last progress
+        line held back; nothing more is shown after."""
         if not self.tty and self._latest:
             self.show(self._latest)
         with self._lock:
             self._closed = True
             if self.tty and self._width:
-                self.out.write("\r" + " " * self._width + "\r")
+                self.out.write("\n" if keep else "\r" + " " * self._width + "\r")
                 self.out.flush()
 
 
@@ -132,7 +132,7 @@ def follow_status(
     except KeyboardInterrupt:
         pass
     finally:
-        bar.close()
+        bar.close(keep=True)
     return 0
 
 
