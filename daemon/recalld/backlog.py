@@ -18,7 +18,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ class Backlog:
     def __init__(
         self,
         engine: Any,
-        waiting_paths: Callable[[], tuple[Iterable[Path], int]],
+        waiting_paths: Callable[[], tuple[list[Path], list[Path], int]],
         log_every_s: float,
     ) -> None:
         # ``waiting_paths``: paths dirty or in queued batches, and the number of queued jobs
@@ -94,20 +94,21 @@ class Backlog:
         re-checks counted files or names no files (cached briefly)."""
         now = time.monotonic()
         job = self.engine.job
-        paths, other_jobs = self.waiting_paths()
-        waiting = set(paths)
+        queued, taken, other_jobs = self.waiting_paths()
+        waiting, running = set(queued), set(taken)
         # Valid while nothing moved: a path goes from waiting to counted when a sync lists it.
-        key = (id(job), job.files_total if job is not None else -1, len(waiting), other_jobs)
+        total = job.files_total if job is not None else -1
+        key = (id(job), total, len(waiting), len(running), other_jobs)
         cached = self._cache
         if cached is not None and now - cached[0] < WAITING_CACHE_S and cached[1] == key:
             return cached[2], cached[3]
         new = again = 0
-        for p in waiting:
+        for p in waiting | running:
             # A folder is walked when its turn comes (then its files count): work, not a file.
             if (job is not None and job.counted(str(p))) or _is_dir(p):
-                again += 1
+                again += p in waiting  # the running batch's own work is in the job's count
             else:
-                new += 1
+                new += 1  # taken by the writer but not listed yet: still counts
         again = 1 if again or other_jobs else 0
         self._cache = (now, key, new, again)
         return new, again
@@ -169,10 +170,10 @@ class JobQueue(queue.Queue[Any]):
         self.taken.append(item)
         return item
 
-    def waiting(self) -> list[Any]:
-        """Queued and taken items, in one consistent read."""
+    def waiting(self) -> tuple[list[Any], list[Any]]:
+        """(queued, taken) items, in one consistent read."""
         with self.mutex:
-            return [*self.taken, *self.queue]
+            return list(self.queue), list(self.taken)
 
     def batch_done(self) -> None:
         """The writer finished what it took."""

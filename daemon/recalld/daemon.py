@@ -380,16 +380,19 @@ class Daemon:
     def _dirty_count(self) -> int:
         return len(self.watcher.dirty) if self.watcher is not None else 0
 
-    def _waiting_paths(self) -> tuple[list[Path], int]:
-        """Memory paths dirty or in queued batches; queued jobs that name no such paths."""
+    def _waiting_paths(self) -> tuple[list[Path], list[Path], int]:
+        """Memory paths dirty or in queued batches, those of the running batch, and the
+        queued jobs that name no such paths."""
         waiting = self.watcher.dirty.paths() if self.watcher is not None else []
+        queued, taken = self.jobs.waiting()
+        running = [p for job in taken if job is not None and job.kind == "paths" for p in job.paths]
         other = 0
-        for job in self.jobs.waiting():
+        for job in queued:
             if job is not None and job.kind == "paths" and job.paths:
                 waiting.extend(job.paths)
             elif job is not None:
                 other += 1  # a full sync, a rebuild, transcripts, a back-fill step
-        return waiting, other
+        return waiting, running, other
 
     # handlers -----------------------------------------------------------------------------------
 
