@@ -39,8 +39,9 @@ class Backlog:
         waiting_paths: Callable[[], tuple[list[Path], list[Path], int]],
         log_every_s: float,
     ) -> None:
-        # ``waiting_paths``: paths dirty or in queued batches, and the number of queued jobs
-        # that name no paths (a full sync, a back-fill step).
+        # ``waiting_paths``: paths dirty or in queued batches, the paths of the batch the
+        # writer took, and the number of queued jobs that name no paths (a full sync, a
+        # back-fill step, transcripts).
         self.engine = engine
         self.waiting_paths = waiting_paths
         self.log_every_s = log_every_s
