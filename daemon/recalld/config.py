@@ -222,6 +222,13 @@ SETTINGS: tuple[Setting, ...] = (
         86400,
     ),
     Setting(
+        "sync.progress_log_s",
+        5.0,
+        "While a sync job runs longer than this, log its progress this often (0: never).",
+        0,
+        3600,
+    ),
+    Setting(
         "rerank.provider",
         "none",
         "none|cohere|voyage|jina|ollama|onnx.",

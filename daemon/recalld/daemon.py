@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld import index_health, paths, security
+from recalld.backlog import Backlog, JobQueue
 from recalld.big_files import BACKFILL_SLICE, BackgroundChunker
 from recalld.chunking import Chunk
 from recalld.config import Config
@@ -62,7 +63,7 @@ class Daemon:
         self.engine = engine or Engine(config, writable=True)
         self.engine.on_progress = self._on_progress
         self.started = time.time()
-        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.jobs = JobQueue()  # of Job | None (None: stop)
         self._stop = threading.Event()
         self._writer = threading.Thread(
             target=self._writer_loop, name="recalld-writer", daemon=True
@@ -84,12 +85,17 @@ class Daemon:
         self.chunker: BackgroundChunker[list[Chunk]] = BackgroundChunker(self._on_chunked)
         self.engine.background, self.engine.backfill_slice = self.chunker, BACKFILL_SLICE
         self.live: LiveConfig | None = None  # set by serve(): the config file's watcher
+        # One job's progress across back-to-back syncs; progress lines in the log.
+        self.backlog = Backlog(
+            self.engine, self._waiting_paths, config.float("sync.progress_log_s")
+        )
 
     # lifecycle ----------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the writer; reconcile with the disk, then watch."""
         self._writer.start()
+        self.backlog.start()
         self._create_default_root()
         # Watching starts before the reconcile so that no edit made during it is missed.
         self.watcher = self._new_watcher()
@@ -171,6 +177,7 @@ class Daemon:
         if self.sessions is not None:
             self.sessions.stop()
         self.chunker.close()
+        self.backlog.stop()
         if self._writer.is_alive():
             self.jobs.put(None)
             self._writer.join(timeout=STOP_WAIT_S)
@@ -230,6 +237,7 @@ class Daemon:
             if batch is None:
                 return
             kinds = {j.kind for j in batch}
+            self.backlog.begin()
             try:
                 report: dict[str, Any] = {}
                 for job in batch:
@@ -262,6 +270,8 @@ class Daemon:
                     self._recover(str(exc))
                     self.submit(Job("full"))  # rebuild from the files, progress in status
             self._after_batch(kinds, report, error)
+            self.jobs.batch_done()
+            self.backlog.after_batch(self.jobs.empty() and not self._dirty_count())
             for job in batch:
                 job.result, job.error = report, error
                 job.done.set()
@@ -365,16 +375,17 @@ class Daemon:
                 counts = engine.counts(store)
         except Exception:  # noqa: BLE001 - during a swap the counts can wait
             counts = {}
+        progress, pending = self.backlog.snapshot()
         return {
-            "state": "paused" if self.paused and engine.state == "idle" else engine.state,
+            "state": "paused" if self.paused and engine.state == "idle" else self._state(),
             "provider": engine.embedder.label if engine.embedder else "none",
             "degraded": engine.degraded(),
-            "progress": engine.progress.as_dict(),
+            "progress": progress,
             "files": counts.get("files"),
             "chunks": counts.get("chunks"),
             "last_sync": engine.last_sync,
             "last_error": engine.last_error,
-            "pending": self.pending(),
+            "pending": pending + self.chunker.pending(),
             "paused": self.paused,
             "time": time.time(),
             "watch_warnings": self._watch_warnings(),
@@ -387,10 +398,34 @@ class Daemon:
         return watcher.warnings() if watcher is not None else []
 
     def pending(self) -> int:
-        """Paths and jobs waiting."""
+        """Files left: of the running job, waiting in the watcher or the queue, being chunked."""
+        return self.backlog.snapshot()[1] + self.chunker.pending()
+
+    def _state(self) -> str:
+        """The engine's state, but "syncing" between the syncs of one job (no flicker)."""
+        state: str = self.engine.state
+        if state == "idle" and self.engine.job is not None and not self.paused:
+            return "syncing"
+        return state
+
+    def _dirty_count(self) -> int:
         watcher = self.watcher  # read once: a config edit may swap it meanwhile
-        dirty = len(watcher.dirty) if watcher is not None else 0
-        return dirty + self.jobs.qsize() + self.chunker.pending()
+        return len(watcher.dirty) if watcher is not None else 0
+
+    def _waiting_paths(self) -> tuple[list[Path], list[Path], int]:
+        """Memory paths dirty or in queued batches, those of the running batch, and the
+        queued jobs that name no such paths."""
+        watcher = self.watcher  # read once: a config edit may swap it meanwhile
+        waiting = watcher.dirty.paths() if watcher is not None else []
+        queued, taken = self.jobs.waiting()
+        running = [p for job in taken if job is not None and job.kind == "paths" for p in job.paths]
+        other = 0
+        for job in queued:
+            if job is not None and job.kind == "paths" and job.paths:
+                waiting.extend(job.paths)
+            elif job is not None:
+                other += 1  # a full sync, a rebuild, transcripts, a back-fill step
+        return waiting, running, other
 
     # handlers -----------------------------------------------------------------------------------
 
@@ -407,13 +442,15 @@ class Daemon:
 
     def h_status(self, params: Mapping[str, Any]) -> dict[str, Any]:
         status = self.engine.status()
+        status["progress"], pending = self.backlog.snapshot()
+        status["state"] = self._state()
         status["daemon"] = {
             "pid": os.getpid(),
             "uptime_s": round(time.time() - self.started, 1),
             "socket": str(paths.socket_path()),
             "watching": self.watcher is not None and not self.paused,
             "paused": self.paused,
-            "pending": self.pending(),
+            "pending": pending + self.chunker.pending(),
             "retry_in_s": self.retry_in(),
         }
         sessions = self.sessions

@@ -108,6 +108,7 @@ class Engine:
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recalld-channel")
         self.writer: Store | None = None
         self.progress = Progress()
+        self.job: Progress | None = None  # the daemon's job spanning several syncs, if any
         self.state = "idle"
         self.last_sync: float | None = None
         self.last_report: SyncReport | None = None
@@ -439,6 +440,7 @@ class Engine:
             on_progress=self._progress,
         )
         indexer.background, indexer.backfill_slice = self.background, self.backfill_slice
+        indexer.job = self.job
         return indexer
 
     def _progress(self, progress: Progress) -> None:
@@ -563,6 +565,7 @@ class Engine:
             saved, self.needs_reindex = self.needs_reindex, None
             try:
                 indexer = self._indexer(new, None)
+                indexer.job = None  # a rebuild counts every file afresh
                 report = indexer.sync()
                 if self.config.session_globs():
                     session_indexer = self._session_indexer(new, indexer, None)

@@ -137,6 +137,9 @@ class Indexer:
             self.max_tokens = min(self.max_tokens, embedder.max_input_tokens)
         self.target_tokens = min(config.int("chunking.target_tokens"), self.max_tokens)
         self.progress = Progress()
+        # Set by the daemon while one job spans several syncs (watcher batches back to back):
+        # they all count into it, each file once.
+        self.job: Progress | None = None
         self.embed_error: str | None = None
         self._known: dict[str, FileRow] | None = None
         # Roots whose files must not be removed now (missing, unmounted), set by the engine.
@@ -202,7 +205,9 @@ class Indexer:
         """Reconcile all memory files (``paths`` None) or just the given ones (watcher batches)."""
         started = time.monotonic()
         report = SyncReport()
-        self.progress = Progress(phase="scanning")
+        self.progress = self.job if self.job is not None else Progress()
+        self.progress.phase = "scanning"
+        self.progress.syncs += 1
         self._emit()
         if paths is None:
             files = self.memory_files(report)
@@ -215,9 +220,11 @@ class Indexer:
         gone = [g for g in gone if self._really_gone(g, report)]
         report.files_seen = len(files)
         self.progress.phase = "indexing"
-        self.progress.files_total = len(files)
+        self.progress.add(gone)
+        self.progress.add(str(f) for f in files)
         for gone_path in gone:
             self._remove(gone_path, report)
+            self.progress.finish(gone_path)
         pending: list[Prepared] = []
         pending_chunks = 0
         for path in files:
@@ -229,7 +236,7 @@ class Indexer:
                 log.exception("indexing %s failed", shown(path))
                 self._skip(report, path, f"indexing failed: {exc}")
                 prepared = None
-            self.progress.files_done += 1
+            self.progress.finish(str(path))
             if prepared is None:
                 self._emit_throttled()
                 continue
@@ -247,6 +254,8 @@ class Indexer:
         report.embed_error = self.embed_error
         report.seconds = round(time.monotonic() - started, 3)
         self.progress.phase = "idle"
+        if self.job is None:
+            self.progress.release()
         self._emit()
         return report
 

@@ -63,6 +63,7 @@ class DirtySet:
     def __init__(self, debounce_s: float) -> None:
         self.debounce_s = debounce_s
         self._dirty: dict[Path, float] = {}
+        self._handing: list[Path] = []  # popped by wait_ready, not yet handed over
         self._cond = threading.Condition()
 
     def mark(self, path: Path) -> None:
@@ -71,9 +72,19 @@ class DirtySet:
             self._dirty[path] = time.monotonic()
             self._cond.notify()
 
+    def paths(self) -> list[Path]:
+        """The dirty paths, and those being handed over (for counting what waits)."""
+        with self._cond:
+            return [*self._dirty, *self._handing]
+
+    def handed(self) -> None:
+        """The batch of the last ``wait_ready`` is with its receiver now."""
+        with self._cond:
+            self._handing = []
+
     def __len__(self) -> int:
         with self._cond:
-            return len(self._dirty)
+            return len(self._dirty) + len(self._handing)
 
     def wait_ready(self, stop: threading.Event) -> list[Path]:
         """Block until some paths have been quiet for the debounce time (or ``stop`` is set)."""
@@ -84,6 +95,7 @@ class DirtySet:
                 if ready:
                     for p in ready:
                         del self._dirty[p]
+                    self._handing = ready
                     return sorted(ready)
                 if self._dirty:
                     oldest = min(self._dirty.values())
@@ -318,9 +330,11 @@ class Watcher:
                     self.on_batch(batch)
                 except Exception:
                     log.exception("handing over a batch of %d paths failed", len(batch))
+                self.dirty.handed()
             elif batch:
                 for p in batch:  # paused: keep them dirty for when watching resumes
                     self.dirty.mark(p)
+                self.dirty.handed()
                 self._stop.wait(0.5)
 
     def stop(self) -> None:
