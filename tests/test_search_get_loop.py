@@ -219,12 +219,13 @@ def test_explain_says_why_a_result_under_the_floor_is_kept(homes: dict[str, Path
 def test_sync_and_reindex_through_the_daemon_print_a_sentence(homes: dict[str, Path]) -> None:
     served = homes["served"]
     queued = run(served, "sync")
-    assert queued.returncode == 0 and queued.stdout.startswith("sync: queued;"), queued.stdout
+    assert queued.returncode == 0 and queued.stdout.startswith("sync queued:"), queued.stdout
     waited = run(served, "sync", "--wait")
-    assert waited.returncode == 0 and waited.stdout.startswith("sync: "), waited.stdout
+    assert waited.returncode == 0 and waited.stdout.startswith("sync done in "), waited.stdout
     assert "unchanged" in waited.stdout and "{" not in waited.stdout
     rebuilt = run(served, "reindex")
-    assert rebuilt.returncode == 0 and rebuilt.stdout.startswith("reindex: 3 changed"), rebuilt
+    assert rebuilt.returncode == 0 and rebuilt.stdout.startswith("reindex done in "), rebuilt
+    assert ", 3 changed, " in rebuilt.stdout and "{" not in rebuilt.stdout
     assert json.loads(run(served, "sync", "--json").stdout)["queued"] is True
 
 
