@@ -118,6 +118,13 @@ class Backlog:
         """The ``progress`` map of status and watch events (files waiting included) and the
         ``pending`` count, from the same numbers: files of the job not handled yet, new files
         waiting, and 1 while queued work only re-checks files the job has handled already."""
+        job = self.engine.job
+        if job is None:
+            return self._snapshot()
+        with job.lock:  # no file counted both as waiting and in the total (see Progress.lock)
+            return self._snapshot()
+
+    def _snapshot(self) -> tuple[dict[str, Any], int]:
         new, again = self._waiting()
         if self.engine.job is None and self.engine.state == "idle":
             shown = Progress(phase="waiting") if new else self.engine.progress

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,15 +32,20 @@ class Progress:
     syncs: int = 0  # syncs run for this job so far
     _seen: set[str] = field(default_factory=set, repr=False)
     _todo: set[str] = field(default_factory=set, repr=False)
+    # Held while a sync adds its files, and by a status read that counts waiting files against
+    # ``counted`` and then adds them to ``files_total``: without it a file could be counted as
+    # waiting and, a moment later, in the total too (a total over the real number of files).
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, keys: Iterable[str]) -> None:
         """Files (and removals) a sync is about to handle; those met before in this job are
         not counted again."""
-        for key in keys:
-            if key not in self._seen:
-                self._seen.add(key)
-                self._todo.add(key)
-                self.files_total += 1
+        with self.lock:
+            for key in keys:
+                if key not in self._seen:
+                    self._seen.add(key)
+                    self._todo.add(key)
+                    self.files_total += 1
 
     def finish(self, key: str) -> None:
         """One file handled (changed, unchanged, skipped or removed)."""
