@@ -6,7 +6,8 @@ One in-process ``Engine.sync()`` of the folder into an empty home (no embedding 
 and vectors for the embedded kinds with the configured provider (default: the local model).
 Prints JSON: wall and CPU seconds (CPU = this process, all threads, plus children), the index
 file's size per MB of JSONL, and chunks indexed vs embedded, by kind. ``--home`` keeps the index
-(``bench/transcript_needles.py`` can then rebuild from its embedding cache).
+(``bench/transcript_needles.py`` can then rebuild from its embedding cache). ``--needles`` then
+scores the needle set (built by ``bench/transcript_needles.py``) on that index, same overrides.
 """
 
 from __future__ import annotations
@@ -87,8 +88,22 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--home", type=Path, default=HOME, help="index home (wiped first)")
     p.add_argument("--set", action="append", default=[], help="config override KEY=VALUE")
+    p.add_argument("--needles", action="store_true", help="then score the needle set (hybrid)")
     args = p.parse_args()
-    print(json.dumps(measure(args.home, parse_overrides(args.set)), indent=1))
+    overrides = parse_overrides(args.set)
+    result = measure(args.home, overrides)
+    if args.needles:
+        result["needles"] = needles(args.home, overrides)
+    print(json.dumps(result, indent=1))
+
+
+def needles(home: Path, overrides: dict[str, Value]) -> dict[str, Any]:
+    """hit@1 / hit@10 / MRR@10 of the needle set on the index in ``home`` (hybrid)."""
+    from bench.transcript_needles import OUT, summary
+    from recalld.evaluation import run_eval
+
+    res = run_eval(CORPUS, OUT / "queries.jsonl", OUT / "qrels.tsv", home=home, overrides=overrides)
+    return summary(res)
 
 
 if __name__ == "__main__":
