@@ -85,6 +85,19 @@ def _occurrences(
     return out
 
 
+def _lines_holding(
+    sq: str, squashed: str, begins: list[int], flat: list[tuple[str, int, str]]
+) -> list[tuple[str, int, str]]:
+    """The lines of ``flat`` whose squashed form (line i of ``squashed``) holds ``sq``."""
+    found: list[tuple[str, int, str]] = []
+    at = squashed.find(sq)
+    while at >= 0:
+        found.append(flat[bisect.bisect_right(begins, at) - 1])
+        end = squashed.find("\n", at)
+        at = squashed.find(sq, end) if end >= 0 else -1
+    return found
+
+
 def build(corpus: Path, lines_of: dict[str, list[str]], indexed: str, out: Path) -> int:
     """Write queries.jsonl / qrels.tsv for ``corpus`` (lines per corpus-relative path).
 
@@ -107,6 +120,11 @@ def build(corpus: Path, lines_of: dict[str, list[str]], indexed: str, out: Path)
         rel: list(itertools.accumulate((len(x) + 1 for x in lines), initial=0))
         for rel, lines in lines_of.items()
     }
+    # Every line squashed once, joined: one find() per form instead of a pass over 17 MB each.
+    flat = [(rel, n, line) for rel, lines in lines_of.items() for n, line in enumerate(lines, 1)]
+    parts = [_squash(line) for _, _, line in flat]
+    squashed = "\n".join(parts)
+    begins = list(itertools.accumulate((len(x) + 1 for x in parts[:-1]), initial=0))
     for ident in sorted(where):
         if not 1 <= len(where[ident]) <= 3 or len(ident) > 60 or ident not in indexed:
             continue
@@ -119,12 +137,7 @@ def build(corpus: Path, lines_of: dict[str, list[str]], indexed: str, out: Path)
             continue
         sq = _squash(form)
         if sq not in squashed_lines:
-            squashed_lines[sq] = [
-                (rel, n, line)
-                for rel, lines in lines_of.items()
-                for n, line in enumerate(lines, 1)
-                if sq in _squash(line)
-            ]
+            squashed_lines[sq] = _lines_holding(sq, squashed, begins, flat)
         if any(ident not in line for _, _, line in squashed_lines[sq]):
             continue
         queries.append((ident, form, sorted(places)))

@@ -95,7 +95,9 @@ def test_spotter_sessions(path: Path) -> None:
         assert m.text.strip() == m.text and m.text
         assert "<system-reminder>" not in m.text
         assert m.timestamp.startswith("2026-")
-    assert {m.role for m in messages} <= {"user", "assistant", "tool"}
+    assert {m.role for m in messages} <= {"user", "assistant", "tool", "system"}
+    for m in messages:  # "system": the summary a compacted session went on from
+        assert m.role != "system" or m.text.startswith("This session is being continued")
     assert any(m.role == "user" and m.kind == "text" for m in messages)
 
 
@@ -129,8 +131,9 @@ def test_spotter_thinking_on_request() -> None:
 def test_simonw_claude_sample_exact() -> None:
     messages, stats, fmt = parse_file(SIMONW / "sample_session.jsonl")
     assert fmt == CLAUDE_CODE
-    assert stats.skipped_meta == 1  # the summary record
+    assert stats.skipped_meta == 0  # the summary record is the session's title: kept
     assert texts(messages) == [
+        (1, "system", "text", "Test session for JSONL parsing"),
         (2, "user", "text", "Create a hello world function"),
         (3, "assistant", "text", "I'll create that function for you."),
         (3, "assistant", "tool_call", "tool: Write /project/hello.py"),
@@ -145,7 +148,7 @@ def test_simonw_claude_sample_exact() -> None:
         (7, "user", "text", "Now add a goodbye function"),
         (8, "assistant", "text", "Done! The hello function is ready."),
     ]
-    assert messages[0].timestamp == "2025-12-24T10:00:00.000Z"
+    assert messages[1].timestamp == "2025-12-24T10:00:00.000Z"
 
 
 def test_claude_inline_details() -> None:
@@ -221,8 +224,9 @@ def test_claude_inline_details() -> None:
     ]
     messages, stats, fmt = parse_lines(numbered(records), tool_result_chars=400)
     assert fmt == CLAUDE_CODE
-    assert stats.skipped_meta == 4 and stats.skipped_unknown == 1 and stats.dropped_thinking == 1
+    assert stats.skipped_meta == 3 and stats.skipped_unknown == 1 and stats.dropped_thinking == 1
     got = texts(messages)
+    assert got.pop(0) == (1, "system", "text", "Earlier work")  # the summary record
     assert got[0] == (3, "user", "text", "/compact keep API notes")
     assert got[1] == (5, "assistant", "text", "Reading. bold")
     assert got[2] == (5, "assistant", "tool_call", "tool: Read /a/b.py")
@@ -234,9 +238,9 @@ def test_claude_inline_details() -> None:
     assert got[5] == (6, "tool", "tool_result", "error: no matches")
     assert got[6] == (8, "user", "tool_call", "tool: Bash `ls -la`")
     assert len(got) == 7
-    # include_meta keeps the summary's text
+    # include_meta keeps the caveat's text
     meta, _, _ = parse_lines(numbered(records), include_meta=True)
-    assert (1, "system", "meta", "Earlier work") in texts(meta)
+    assert (2, "system", "meta", "<local-command-caveat>x") in texts(meta)
 
 
 # --- Codex ---------------------------------------------------------------------------------------
@@ -378,9 +382,10 @@ def test_codex_envelope() -> None:
         (12, "assistant", "tool_call", "tool: apply_patch tests/test_io.py"),
         (13, "tool", "tool_result", "Success."),
         (16, "assistant", "text", "Removed the sleep; the test passes now."),
+        (17, "system", "text", "Summary of the work so far"),  # what the session went on from
     ]
-    # session_meta, turn_context, 2 injected context messages, 2 event_msg, ghost, compacted
-    assert stats.skipped_meta == 8
+    # session_meta, turn_context, 2 injected context messages, 2 event_msg, ghost
+    assert stats.skipped_meta == 7
     assert stats.dropped_thinking == 1 and stats.skipped_unknown == 0
     assert messages[0].timestamp == "2025-12-08T00:39:54.852Z"
     with_thinking, _, _ = parse_lines(numbered(CODEX_RECORDS), include_thinking=True)
@@ -602,12 +607,14 @@ def test_openclaw() -> None:
         (5, "tool", "tool_result", "# Notes\nbuy milk"),
         (6, "user", "tool_call", "tool: bash `date`"),
         (6, "tool", "tool_result", "Fri Feb  6"),
+        (7, "system", "text", "User asked about notes."),  # the compaction summary
         (9, "assistant", "text", "It says: buy milk."),
     ]
-    assert stats.skipped_meta == 4 and stats.dropped_thinking == 1 and stats.skipped_unknown == 0
+    assert stats.skipped_meta == 3 and stats.dropped_thinking == 1 and stats.skipped_unknown == 0
     assert messages[0].timestamp == "2026-02-06T07:49:01.000Z"
     # A record with only the message's epoch-ms timestamp still gets an ISO time.
     assert messages[4].timestamp.startswith("2026-02-06T")
+    assert messages[6].timestamp == ""
 
 
 # --- generic -------------------------------------------------------------------------------------
@@ -841,3 +848,85 @@ def test_parsers_never_raise_on_odd_shapes() -> None:
                 messages, stats, _ = parse_lines(numbered(mutated), fmt=forced)
                 assert stats.lines == len(records)
                 assert all(isinstance(m.text, str) and m.text for m in messages)
+
+
+# --- Claude Code: compaction summaries, fuller tool output, hook reminders (issue 13) ----------
+
+
+def _user(content: Any, **flags: Any) -> dict[str, Any]:
+    return {"type": "user", "message": {"role": "user", "content": content}, **flags}
+
+
+def test_claude_compact_summary_is_indexed() -> None:
+    summary = "This session is being continued from a previous conversation.\n\nrender_pane_grid"
+    records = [
+        _user(summary, isCompactSummary=True, isVisibleInTranscriptOnly=True),
+        {"type": "system", "subtype": "compact_boundary", "content": "Conversation compacted"},
+    ]
+    messages, stats, _ = parse_lines(numbered(records))
+    assert texts(messages) == [(1, "system", "text", summary)]
+    assert stats.skipped_meta == 1  # the boundary marker
+
+
+def _bash_result(shown: str, stdout: str, stderr: str = "") -> dict[str, Any]:
+    block = {"tool_use_id": "t1", "type": "tool_result", "content": shown, "is_error": False}
+    return {
+        "type": "user",
+        "message": {"role": "user", "content": [block]},
+        "toolUseResult": {"stdout": stdout, "stderr": stderr, "interrupted": False},
+    }
+
+
+def _bash_call() -> dict[str, Any]:
+    call = {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "npm test"}}
+    return {"type": "assistant", "message": {"role": "assistant", "content": [call]}}
+
+
+def test_claude_persisted_output_indexes_the_whole_stdout_once() -> None:
+    stdout = "\x1b[1m RUN \x1b[22m v4\n" + "ok line\n" * 400 + "tail_only_identifier passed\n"
+    shown = (
+        "<persisted-output>\nOutput too large (3KB). Full output saved to: "
+        "/home/u/.claude/projects/p/s/tool-results/toolu_1.txt\n\n"
+        f"Preview (first 2KB):\n{stdout[:2048]}\n...\n</persisted-output>"
+    )
+    messages, _, _ = parse_lines(numbered([_bash_call(), _bash_result(shown, stdout)]))
+    (result,) = [m for m in messages if m.kind == "tool_result"]
+    assert result.tool == "Bash" and "tail_only_identifier" in result.text
+    assert result.text.startswith("Output too large (3KB). Full output saved to: /home/u/")
+    assert result.text.count("RUN") == 1 and "Preview (first" not in result.text  # once
+    assert "\x1b" not in result.text
+
+
+def test_claude_tool_use_result_not_longer_changes_nothing() -> None:
+    same_text = "3 passed"
+    messages, _, _ = parse_lines(numbered([_bash_call(), _bash_result(same_text, "3 passed\n")]))
+    assert [m.text for m in messages if m.kind == "tool_result"] == ["3 passed"]
+    # An edit's echo (originalFile, the whole file before it) is not what the tool returned.
+    edit = _bash_result("The file a.py has been updated.", "")
+    edit["toolUseResult"] = {"filePath": "a.py", "originalFile": "x = 1\n" * 500}
+    messages, _, _ = parse_lines(numbered([_bash_call(), edit]))
+    assert [m.text for m in messages if m.kind == "tool_result"] == [
+        "The file a.py has been updated."
+    ]
+
+
+def test_claude_meta_records_hooks_kept_skills_and_caveats_out() -> None:
+    hook = (
+        "<system-reminder>\nPostToolUse:Edit hook additional context: [COMPILE ERROR]\n"
+        "    error: undefined function find_transcript_rows/2\n</system-reminder>"
+    )
+    skill = [{"type": "text", "text": "Base directory for this skill: /x/skills/s\n\n# Skill"}]
+    records = [
+        _user(hook, isMeta=True),
+        _user(skill, isMeta=True),
+        _user("<local-command-caveat>Caveat: do not respond</local-command-caveat>", isMeta=True),
+        _user(hook.replace("PostToolUse:Edit", "PreToolUse:Bash")),  # unflagged: the same
+    ]
+    messages, stats, _ = parse_lines(numbered(records))
+    assert [(m.line, m.kind, m.tool) for m in messages] == [
+        (1, "tool_result", "hook"),
+        (4, "tool_result", "hook"),
+    ]
+    assert messages[0].text.startswith("PostToolUse:Edit hook additional context")
+    assert messages[0].text.endswith("find_transcript_rows/2")
+    assert stats.skipped_meta == 2

@@ -225,3 +225,14 @@ def test_snippet_of_one_long_line_is_centred_on_the_match() -> None:
     assert snippet("short text", ["x"], 700) == "short text"
     head = snippet("needle " + "a " * 800, ["needle"], 700)
     assert head.startswith("needle") and len(head) == 700
+
+
+def test_snippet_shows_a_whole_identifier_over_its_parts() -> None:
+    from recalld.search import snippet
+
+    # Its parts ("opentelemetry", "lib") fill the line's head; the whole path sits deep in it.
+    line = '{"links": [' + '"opentelemetry lib", ' * 60 + '"see lib/opentelemetry_ecto.ex"]}'
+    line += "\nopentelemetry lib\n" * 5
+    terms = ["lib/opentelemetry_ecto.ex", "lib", "opentelemetry", "ecto", "ex"]
+    got = snippet(line, terms, 300)
+    assert "lib/opentelemetry_ecto.ex" in got and len(got) <= 300

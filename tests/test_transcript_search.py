@@ -43,6 +43,14 @@ NEEDLES = [
     ("lib/opentelemetry_ecto.ex", SUBAGENT, 20, "tool_output", "subagent"),
     # only after a JSON "\n" escape: raw FTS would index "ndeps" for it
     ("deps/opentelemetry_api/hex_metadata.conf", SESSION, 238, None, "escaped path"),
+    # only in the summary a compacted session went on from (isCompactSummary)
+    (
+        f"-home-USER-projects-spotter-worktrees-spotter-4te/{SESSION_ID}.jsonl",
+        SESSION,
+        1482,
+        "message",
+        "compaction summary",
+    ),
 ]
 
 
@@ -55,7 +63,7 @@ def test_needles_are_where_the_tests_say() -> None:
     ``toolUseResult`` echoes are metadata), of the kind the test says."""
     files = [SESSION, *sorted((SPOTTER / SESSION_ID).rglob("*.jsonl"))]
     parsed = {f: parse_file(f, redact=False)[0] for f in files}
-    kinds = {"tool_output": "tool_result", "tool_call": "tool_call"}
+    kinds = {"tool_output": "tool_result", "tool_call": "tool_call", "message": "text"}
     for query, path, line, kind, where in NEEDLES:
         holders = {(f, m.line, m.kind) for f, ms in parsed.items() for m in ms if query in m.text}
         assert {(f, n) for f, n, _ in holders} == {(path, line)}, (query, holders)

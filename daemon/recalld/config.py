@@ -95,7 +95,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "sessions.embed_kinds",
-        ["message", "tool_call", "tool_output"],
+        ["message", "tool_call"],
         "Transcript chunk kinds that get vectors (the others are keyword-only).",
         choices=("message", "tool_call", "tool_output"),
     ),

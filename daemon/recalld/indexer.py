@@ -43,7 +43,8 @@ from recalld.sync_report import SyncReport as SyncReport
 log = logging.getLogger(__name__)
 
 CHUNKER_VERSION = "md-3"
-SESSION_CHUNKER_VERSION = "sessions-2"  # 2: whole transcripts, chunk kinds
+SESSION_CHUNKER_VERSION = "sessions-3"  # 2: whole transcripts, chunk kinds; 3: summaries, hooks
+# (3 re-reads transcripts indexed before: compaction summaries, hook output, fuller toolUseResult)
 EMBED_GROUP_CHUNKS = 256  # chunks embedded per call across files
 MAX_REPORTED_SKIPS = 100  # skipped files listed by name in a sync report
 

@@ -154,25 +154,31 @@ class SearchContext:
 def snippet(text: str, terms: Sequence[str], limit: int) -> str:
     """At most ``limit`` characters of ``text`` around the query terms.
 
-    It starts at the line with the most query terms; when the first term sits deep inside a
-    long line (a tool output's single line of JSON or log), the window is centred on it.
+    It starts at the window with the most query terms among those holding the longest term
+    the text has (a whole identifier, not a run of its short parts elsewhere); when that term
+    sits deep inside a long line (a tool output's single line of JSON or log), the window is
+    centred on it.
     """
     if len(text) <= limit:
         return text
     lines = text.split("\n")
     lowered = [line.lower() for line in lines]
-    best, best_hits = 0, 0
+    low = text.lower()
+    longest = max((t for t in terms if t and t in low), key=len, default="")
+    best, best_hits = 0, (False, 0)
     for i in range(len(lines)):
-        window, hits, size = i, 0, 0
+        window, hits, size, whole = i, 0, 0, False
         while window < len(lines) and size < limit:
             hits += sum(1 for t in terms if t in lowered[window])
+            whole = whole or (bool(longest) and longest in lowered[window])
             size += len(lines[window]) + 1
             window += 1
-        if hits > best_hits:
-            best, best_hits = i, hits
+        if (whole, hits) > best_hits:
+            best, best_hits = i, (whole, hits)
     out = "\n".join(lines[best:])
-    found = [p for t in terms if t and (p := out.lower().find(t)) != -1]
-    first = min(found, default=0)
+    found = [(len(t), p) for t in terms if t and (p := out.lower().find(t)) != -1]
+    size = max((n for n, _ in found), default=0)
+    first = min((p for n, p in found if n == size), default=0)  # the longest term found
     if first + max((len(t) for t in terms), default=0) > limit * 2 // 3:
         start = max(0, first - limit // 3)
         space = out.find(" ", start, first)
@@ -343,6 +349,8 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     cands = cands[: req.max_results]
 
     terms = [t.lower() for t in query_terms(req.query)]
+    if (whole := req.query.strip().lower()) and " " not in whole and whole not in terms:
+        terms.insert(0, whole)  # an identifier's snippet shows it whole, not its parts elsewhere
     limit = cfg.int("search.snippet_chars")
     results = []
     for c in cands:

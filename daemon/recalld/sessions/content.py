@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 __all__ = [
-    "EXEC_HEADER", "LINENO", "call_text", "clean", "plain", "record_time", "same", "short",
-    "tool_line",
+    "EXEC_HEADER", "LINENO", "call_text", "clean", "fuller_result", "plain", "record_time", "same",
+    "short", "tool_line",
 ]  # fmt: skip
 
 _TOOL_ARG_CHARS = 200
@@ -179,6 +179,52 @@ def call_text(name: Any, args: Any, clean: Callable[[str], str] = same) -> str:
     else:
         body = _value_text(args).strip()
     return f"{head}\n{clean(body)}" if body else head
+
+
+def _use_result_text(tool_use_result: Any) -> str:
+    """The output text Claude Code keeps in a record's ``toolUseResult`` ("" when none)."""
+    if not isinstance(tool_use_result, Mapping):
+        return ""
+    if "stdout" in tool_use_result or "stderr" in tool_use_result:  # Bash, BashOutput
+        parts = (tool_use_result.get(k) for k in ("stdout", "stderr"))
+        return "\n".join(p for p in parts if isinstance(p, str) and p.strip())
+    file = tool_use_result.get("file")  # Read
+    if isinstance(file, Mapping) and isinstance(text := file.get("content"), str):
+        return text
+    return ""  # an edit's originalFile or a written file's content: not what the tool returned
+
+
+def fuller_result(content: Any, tool_use_result: Any) -> Any:
+    """``content`` with its one tool result replaced by the fuller ``toolUseResult`` output.
+
+    Claude Code gives the model a 2 KB preview of a large output (``<persisted-output>``) and keeps
+    the whole stdout in ``toolUseResult``; when that holds more text, it is what gets indexed,
+    once (the preview's "saved to" header is kept, the preview itself is not repeated).
+    """
+    if not isinstance(content, list):
+        return content
+    at = [
+        i
+        for i, b in enumerate(content)
+        if isinstance(b, Mapping) and b.get("type") == "tool_result"
+    ]
+    full = _use_result_text(tool_use_result) if len(at) == 1 else ""
+    if not full:
+        return content
+    block = content[at[0]]
+    shown = plain(block.get("content")).strip()
+    if len(full.strip()) <= len(shown):
+        return content
+    head = ""
+    if shown.startswith(_PERSISTED):
+        head = shown[len(_PERSISTED) :].strip().split("\n", 1)[0]  # "saved to: <path>"
+    elif shown.startswith("Exit code "):
+        head = shown.split("\n", 1)[0]
+    text = f"{head}\n{full}" if head else full
+    return [*content[: at[0]], {**block, "content": text}, *content[at[0] + 1 :]]
+
+
+_PERSISTED = "<persisted-output>"
 
 
 def _timestamp(value: Any) -> str:

@@ -21,6 +21,15 @@ Kept: user and assistant text; every tool call whole (a one-line summary such as
 written files, patches); every tool result whole up to ``tool_result_chars``, with the name of
 the tool that produced it; thinking only on request. Dropped and counted: metadata records,
 invalid / unknown / huge lines. Parsing never raises on file content.
+
+Compaction summaries (Claude Code ``isCompactSummary`` and ``summary`` records, Codex
+``compacted``, OpenClaw ``compaction`` / ``branch_summary``) are kept as ``system`` text: they are
+what the agent knew from then on. Of Claude Code's ``isMeta`` records only a hook's reminder is
+kept, as a ``hook`` tool result: it is the output of a command run on the agent's work (compile
+errors, lint findings), different each time. Injected skill text and caveats stay out: fixed
+text (a skill is a file on disk) repeated in every session that loads it, which would crowd
+every search for its words with copies. A result whose ``toolUseResult`` holds more output
+than the model's preview is indexed from ``toolUseResult`` (:func:`content.fuller_result`).
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from recalld.sessions.content import (
     LINENO,
     call_text,
     clean,
+    fuller_result,
     plain,
     record_time,
     same,
@@ -252,6 +262,8 @@ _CLAUDE_META_FLAGS = (
     "isApiErrorMessage",
 )
 _TAG = re.compile(r"\s*<([a-z][a-z-]*)>")
+# The reminder Claude Code injects with a hook's output: compile errors, lint findings.
+_HOOK = re.compile(r"\s*<system-reminder>\s*[A-Z][A-Za-z]+(?::[\w.-]+)? hook \w")
 _META_TAGS = frozenset(
     {"local-command-stdout", "local-command-stderr", "local-command-caveat",
      "task-notification", "system-reminder", "user-prompt-submit-hook"}
@@ -266,6 +278,8 @@ def _inner(text: str, tag: str) -> str:
 
 def _claude_user_string(text: str, out: _Out) -> int:
     tag = m.group(1) if (m := _TAG.match(text)) is not None else ""
+    if tag == "system-reminder" and _hook_output(text, out):
+        return _OK
     if tag in _META_TAGS:
         out.meta(text)
         return _META
@@ -280,6 +294,25 @@ def _claude_user_string(text: str, out: _Out) -> int:
     return _OK
 
 
+def _hook_output(text: str, out: _Out) -> bool:
+    """Index a hook's reminder (``PostToolUse:Edit hook additional context: ...``) as its output."""
+    if _HOOK.match(text) is None:
+        return False
+    out.result(_inner(text, "system-reminder") or text, tool="hook")
+    return True
+
+
+def _claude_flagged(rec: Mapping[str, Any], content: Any, out: _Out) -> int:
+    """A record with a meta flag: a compaction summary or a hook's output is kept, not the rest."""
+    if rec.get("isCompactSummary"):
+        out.text("system", content)  # what the agent knew after compaction
+        return _OK
+    if rec.get("isMeta") and isinstance(content, str) and _hook_output(content, out):
+        return _OK
+    out.meta(content)
+    return _META
+
+
 def _claude(rec: Mapping[str, Any], out: _Out) -> int:
     kind = rec.get("type")
     if kind in ("user", "assistant"):
@@ -288,14 +321,18 @@ def _claude(rec: Mapping[str, Any], out: _Out) -> int:
             return _UNKNOWN
         content = message.get("content")
         if any(rec.get(flag) for flag in _CLAUDE_META_FLAGS):
-            out.meta(content)
-            return _META
+            return _claude_flagged(rec, content, out)
         if kind == "user" and isinstance(content, str):
             return _claude_user_string(content, out)
+        if kind == "user" and "toolUseResult" in rec:
+            content = fuller_result(content, rec["toolUseResult"])
         out.blocks(content, kind)
         return _OK
+    if kind == "summary":  # a session's title line
+        out.text("system", rec.get("summary"))
+        return _OK
     if kind in _CLAUDE_META:
-        out.meta(rec.get("summary") if kind == "summary" else None)
+        out.meta(None)
         return _META
     return _UNKNOWN
 
@@ -349,7 +386,8 @@ def _codex(rec: Mapping[str, Any], out: _Out) -> int:
     if kind in _CODEX_META:
         payload = rec.get("payload")
         if kind == "compacted" and isinstance(payload, Mapping):
-            out.meta(payload.get("message"))
+            out.text("system", payload.get("message"))  # the summary the session went on from
+            return _OK
         return _META
     if kind is None and ("record_type" in rec or ("id" in rec and "timestamp" in rec)):
         return _META  # legacy header line / state marker
@@ -368,6 +406,9 @@ _OPENCLAW_META = frozenset(
 
 def _openclaw(rec: Mapping[str, Any], out: _Out) -> int:
     kind = rec.get("type")
+    if kind in ("compaction", "branch_summary"):  # what the agent went on from
+        out.text("system", rec.get("summary", rec.get("content")))
+        return _OK
     if kind in _OPENCLAW_META:
         out.meta(rec.get("summary", rec.get("content")))
         return _META
@@ -386,7 +427,9 @@ def _openclaw(rec: Mapping[str, Any], out: _Out) -> int:
     elif role == "bashExecution":  # the user ran a shell command ("!" prefix)
         out.call("bash", {"command": message.get("command")}, "user")
         out.result(message.get("output"), tool="bash")
-    elif role in ("custom", "branchSummary", "compactionSummary", "system"):
+    elif role in ("branchSummary", "compactionSummary"):
+        out.text("system", message.get("summary", content))
+    elif role in ("custom", "system"):
         out.meta(message.get("summary", content))
         return _META
     else:
