@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from conftest import env_for, write
-from daemon_process import DaemonProcess, wait_for
+from daemon_process import DaemonProcess, stop_process, wait_for
 from recalld_client import Client, RecalldClientError
 from recalld_client.protocol import FrameDecoder, encode_frame, request
 
@@ -598,16 +598,6 @@ def _serve_verbose(home: Path, extra_env: dict[str, str]) -> tuple[subprocess.Po
     return proc, log
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
 @pytest.fixture
 def tmp_home() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="rcd-key-", dir="/tmp"))
@@ -645,7 +635,7 @@ def test_api_key_never_reaches_the_log_or_an_answer(tmp_home: Path) -> None:
             )
             answers.append(cli.stdout + cli.stderr)
         finally:
-            _stop(proc)
+            stop_process(proc)
         assert len(provider.seen) >= 2  # the provider was called: 500, then 401
         assert all(s == f"Bearer {KEY}" for s in provider.seen)  # with the key
     text = log.read_text()

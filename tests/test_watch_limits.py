@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from conftest import env_for, write
-from daemon_process import wait_for
+from daemon_process import stop_process, wait_for
 from recalld_client import Client, is_running
 
 HOG = Path(__file__).with_name("inotify_hog.py")
@@ -104,12 +104,7 @@ class UidDaemon:
         if self.client is not None:
             self.client.close()
         for proc in reversed(self.procs):
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+            stop_process(proc)
 
 
 @pytest.fixture
