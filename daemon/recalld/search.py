@@ -78,13 +78,7 @@ def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
     ):
         raise BadRequest(f"min_score must be a number from 0 to 1, got {min_score!r}")
 
-    sources = params.get("sources")
-    if isinstance(sources, str):
-        sources = [sources]
-    if sources is not None:
-        if not isinstance(sources, list | tuple) or not all(s in SOURCES for s in sources):
-            raise BadRequest(f"sources must be a list of {SOURCES}, got {sources!r}")
-        sources = tuple(sources) or None
+    sources = _choices(params, "sources", SOURCES)
 
     path_prefix = params.get("path_prefix")
     if path_prefix is not None and not isinstance(path_prefix, str):
@@ -92,13 +86,7 @@ def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
     if path_prefix is not None and "\x00" in path_prefix:
         raise BadRequest("path_prefix contains a NUL byte")
 
-    kinds = params.get("kinds")
-    if isinstance(kinds, str):
-        kinds = [kinds]
-    if kinds is not None:
-        if not isinstance(kinds, list | tuple) or not all(k in KINDS for k in kinds):
-            raise BadRequest(f"kinds must be a list of {KINDS}, got {kinds!r}")
-        kinds = tuple(dict.fromkeys(kinds)) or None
+    kinds = _choices(params, "kinds", KINDS)
 
     mode = params.get("mode") or "hybrid"
     if mode not in MODES:
@@ -123,6 +111,20 @@ def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
         explain,
         kinds,
     )
+
+
+def _choices(
+    params: Mapping[str, Any], name: str, allowed: tuple[str, ...]
+) -> tuple[str, ...] | None:
+    """A filter parameter: one value or a list of ``allowed`` ones (None or empty: no filter)."""
+    value = params.get(name)
+    if isinstance(value, str):
+        value = [value]
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or not all(v in allowed for v in value):
+        raise BadRequest(f"{name} must be a list of {allowed}, got {value!r}")
+    return tuple(dict.fromkeys(value)) or None
 
 
 def _int_param(
