@@ -91,6 +91,15 @@ def run(sheet: Sheet, runs: int = RUNS) -> None:
     )
 
 
+def run_part(sheet: Sheet) -> None:
+    """:func:`run` as a part of ``make bench``: a failure is recorded, the other parts go on."""
+    try:
+        run(sheet)
+    except Exception as exc:  # noqa: BLE001 - as speed.run_all does for its parts
+        log(f"cli_start FAILED: {type(exc).__name__}: {exc}")
+        sheet.errors["cli_start"] = f"{type(exc).__name__}: {exc}"
+
+
 def main() -> int:
     """Run the part alone and print its figures."""
     sheet = Sheet()
