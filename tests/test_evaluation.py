@@ -119,3 +119,52 @@ def test_eval_on_tiny_corpus(tmp_path: Path) -> None:
     second = json.loads(again.stdout)
     assert second["index"]["chunks_embedded"] == 0  # the kept index and cache are reused
     assert "recall@3" in second and second["mode"] == "keyword"
+
+
+def _claude_line(role: str, text: str) -> str:
+    return json.dumps({"type": role, "message": {"role": role, "content": text}})
+
+
+def test_eval_judges_each_file_notes_and_transcripts_together(tmp_path: Path) -> None:
+    """A README beside transcripts (listed first by the walk) no longer drops every JSONL."""
+    from recalld.evaluation import corpus_kinds, run_eval
+
+    corpus = tmp_path / "set" / "corpus"
+    write(corpus / "README.md", "# Sessions\n\nTwo agent sessions about the nightly build.\n")
+    write(
+        corpus / "s" / "one.jsonl",
+        _claude_line("user", "The deploy failed with error E4012 in the billing service.")
+        + "\n"
+        + _claude_line("assistant", "I restarted the billing worker and it recovered.")
+        + "\n",
+    )
+    write(
+        corpus / "s" / "two.jsonl",
+        _claude_line("user", "Please rename the payments table to ledger_entries.") + "\n",
+    )
+    assert corpus_kinds(corpus) == (True, True)
+    assert corpus_kinds(corpus / "s") == (False, True)
+    queries = tmp_path / "set" / "queries.jsonl"
+    queries.write_text(
+        "\n".join(
+            json.dumps({"id": q, "text": text})
+            for q, text in [
+                ("q1", "error E4012 billing"),
+                ("q2", "rename payments table"),
+                ("q3", "nightly build sessions"),
+            ]
+        )
+        + "\n"
+    )
+    qrels = tmp_path / "set" / "qrels.tsv"
+    qrels.write_text("q1\ts/one.jsonl\t1\nq2\ts/two.jsonl\t1\nq3\tREADME.md\t0\n")
+    res = run_eval(
+        corpus,
+        queries,
+        qrels,
+        mode="keyword",
+        home=tmp_path / "home",
+        overrides={"embedding.provider": "none"},
+    )
+    assert res["index"]["files"] == 3  # the README as a note, both JSONL files as transcripts
+    assert res["queries"] == 3 and res["hit@1"] == 1.0, res
