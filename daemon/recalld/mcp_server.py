@@ -9,6 +9,9 @@ an agent host can simply list ``recalld mcp`` as a server. Built on the low-leve
 official ``mcp`` SDK (v2) because the tools' argument names (``from``, camelCase) are part of the
 contract and a hand-written JSON schema states them exactly.
 
+Each answer is a text block and, beside it, the same answer as ``structuredContent`` that
+validates against the tool's ``outputSchema`` (:mod:`recalld.mcp_schemas`).
+
 Tool failures (a daemon error, a forbidden path, bad arguments, a daemon that will not start) are
 returned as tool results with ``isError`` and a readable message, so the agent can correct itself;
 the server itself never dies of them. Stdout carries only the protocol; logs go to stderr.
