@@ -8,6 +8,7 @@ each run as a subprocess; the medians and their ratio. Run alone with
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -36,10 +37,16 @@ def _prepare(home: Path) -> None:
     (home / "config.toml").write_text("[sessions]\npaths = []\n", encoding="utf-8")
 
 
-def _wall_ms(cmd: list[str], env: dict[str, str]) -> float:
+def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall ms, CPU ms) of one run; CPU time (user + system) barely depends on the load."""
     t = time.perf_counter()
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return (time.perf_counter() - t) * 1000
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = (time.perf_counter() - t) * 1000
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}")
+    return wall, (usage.ru_utime + usage.ru_stime) * 1000
 
 
 def _heavy_imports(env: dict[str, str]) -> str:
@@ -68,26 +75,32 @@ def run(sheet: Sheet, runs: int = RUNS) -> None:
         env = daemon.env()
         recalld = [str(VENV_BIN / "recalld"), "search"]
         bare_cmd = [str(VENV_BIN / "python"), "-c", "pass"]
-        cli: list[float] = []
-        bare: list[float] = []
+        cli: list[tuple[float, float]] = []
+        bare: list[tuple[float, float]] = []
         for i in range(runs + WARMUP):
             query = QUERIES[i % len(QUERIES)]
             # Alternate which goes first, so neither always follows the other's cache effects.
             pair = [([*recalld, query], cli), (bare_cmd, bare)]
             for cmd, sink in pair if i % 2 else reversed(pair):
-                sink.append(_wall_ms(cmd, env))
+                sink.append(_timed(cmd, env))
         cli, bare = cli[WARMUP:], bare[WARMUP:]
         heavy = _heavy_imports(env)
-    sheet.put("cli_search_ms", median(cli), 1)
-    sheet.put("bare_python_ms", median(bare), 1)
-    sheet.put("cli_search_vs_bare_python", median(cli) / median(bare), 2)
+    wall = median([w for w, _ in cli]), median([w for w, _ in bare])
+    cpu = median([c for _, c in cli]), median([c for _, c in bare])
+    sheet.put("cli_search_ms", wall[0], 1)
+    sheet.put("bare_python_ms", wall[1], 1)
+    sheet.put("cli_search_vs_bare_python", wall[0] / wall[1], 2)
+    sheet.put("cli_search_cpu_ms", cpu[0], 1)
+    sheet.put("bare_python_cpu_ms", cpu[1], 1)
     sheet.put("cli_search_heavy_imports", heavy)
     sheet.note(
         "cli_search_ms",
         f"median wall of {runs} `recalld search <query>` runs (the console script, a daemon on "
         f"{NOTES} tldr pages running, 4 queries in turn) vs {runs} `python -c pass` of the same "
         "interpreter, interleaved (order alternating), after "
-        f"{WARMUP} warm-up pairs; heavy modules the search imported: {heavy}",
+        f"{WARMUP} warm-up pairs; heavy modules the search imported: {heavy}. CPU time (user + "
+        "system, from wait4) of the same runs beside it: the wall times include waiting for a "
+        "core on a loaded machine, the CPU times hardly do",
     )
 
 

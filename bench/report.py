@@ -276,7 +276,9 @@ def _speed_rows(m: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         (
             "`recalld search <query>` through a running daemon, wall p50",
             fmt(m.get("cli_search_ms"), "ms", 1),
-            f"bare `python -c pass` {fmt(m.get('bare_python_ms'), 'ms', 1)}; heavy modules "
+            f"bare `python -c pass` {fmt(m.get('bare_python_ms'), 'ms', 1)}; CPU time "
+            f"{fmt(m.get('cli_search_cpu_ms'), 'ms', 1)} vs "
+            f"{fmt(m.get('bare_python_cpu_ms'), 'ms', 1)}; heavy modules "
             f"imported: {m.get('cli_search_heavy_imports', '–')}",
             ratio("cli_search_ms", "bare_python_ms"),
         ),
