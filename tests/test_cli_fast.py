@@ -220,3 +220,38 @@ def test_parse_agrees_with_the_full_parser(argv: list[str]) -> None:
 @pytest.mark.parametrize("argv", REFUSED, ids=lambda a: " ".join(a) or "(none)")
 def test_parse_leaves_the_rest_to_the_full_parser(argv: list[str]) -> None:
     assert parse(argv) is None
+
+
+@pytest.mark.timeout(300)
+def test_a_daemon_that_does_not_answer_is_asked_once(home: Path) -> None:
+    """A hung daemon (its socket accepts, nothing answers): one 1 s hello, then in-process."""
+    import socket
+    import threading
+
+    (home / "config.toml").write_text('[sessions]\npaths = []\n[embedding]\nprovider = "none"\n')
+    write(home / "memory" / "plan.md", "# Plan\n\nShip the recalld beta on Friday.\n")
+    assert full(home, "sync").returncode == 0
+    (home / "run").mkdir(mode=0o700, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(home / "run" / "recalld.sock"))
+    listener.listen(8)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])  # held open, never answered
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        proc, modules = fast(home, "search", "beta", "--json")
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["results"][0]["path"] == str(home / "memory" / "plan.md")
+    assert modules.endswith("|full")  # answered in-process
+    assert len(accepted) == 1  # the full CLI did not wait for a second hello

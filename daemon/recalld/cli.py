@@ -193,11 +193,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return cli_fast.main(argv)
 
 
-def full_main(argv: Sequence[str]) -> int:
-    """The whole command: every subcommand, --help, in-process answers."""
+def full_main(argv: Sequence[str], *, daemon_absent: bool = False) -> int:
+    """The whole command: every subcommand, --help, in-process answers.
+
+    ``daemon_absent``: the fast path found no daemon answering just now; do not ask again.
+    """
     import logging
 
     args = _parser().parse_args(argv)
+    args.daemon_absent = daemon_absent
     logging.basicConfig(
         level=logging.DEBUG
         if args.verbose
@@ -289,7 +293,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _client_or_local(args: argparse.Namespace) -> int:
-    client = _daemon_client()
+    client = None if args.daemon_absent else _daemon_client()
     if client is not None:
         with client:
             return _via_client(args, client)

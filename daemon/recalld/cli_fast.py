@@ -19,6 +19,7 @@ from recalld import exit_codes
 
 COMMANDS = ("search", "get", "status")
 HELLO_TIMEOUT_S = 1.0  # what recalld_client.is_running allows a daemon to answer hello
+NO_DAEMON = "no daemon"  # what run() says when no daemon answered hello
 
 # option -> (parameter, kind); kind: "flag", "int", "float", "str", or a tuple of choices.
 # Values go through the same conversions argparse applies (int(), float(), the choices).
@@ -43,11 +44,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The ``recalld`` console script: this fast path, else the full CLI of :mod:`recalld.cli`."""
     args = sys.argv[1:] if argv is None else list(argv)
     code = run(args)
-    if code is not None:
+    if isinstance(code, int):
         return code
     from recalld.cli import full_main
 
-    return full_main(args)
+    # No daemon answered: the full CLI answers in-process without asking (and waiting) again.
+    return full_main(args, daemon_absent=code == NO_DAEMON)
 
 
 def parse(argv: Sequence[str]) -> dict[str, Any] | None:
@@ -120,8 +122,9 @@ def _convert(raw: str, kind: Any) -> Any:
     return raw
 
 
-def run(argv: Sequence[str]) -> int | None:
-    """Answer ``argv`` through a running daemon; None: the full CLI must answer it."""
+def run(argv: Sequence[str]) -> int | str | None:
+    """Answer ``argv`` through a running daemon: the exit code, or :data:`NO_DAEMON` when none
+    answered, or None when only the full CLI can judge ``argv``."""
     opts = parse(argv)
     if opts is None:
         return None
@@ -137,7 +140,7 @@ def run(argv: Sequence[str]) -> int | None:
         except TooManyConnections:
             pass  # it runs and is only full: the command's own error says so, as before
         except RecalldClientError:
-            return None  # no daemon (or none that answers): the in-process path
+            return NO_DAEMON  # none (or none that answers): the in-process path
         client.timeout, client.connect_timeout, client.reconnect = 30.0, 2.0, True
         return _answer(client, opts)
     except KeyboardInterrupt:
