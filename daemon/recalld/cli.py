@@ -57,6 +57,55 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("serve", help="run the daemon in the foreground")
 
+    _add_search(sub)
+
+    g = sub.add_parser("get", help="print lines of an indexed file: PATH[:FROM[-TO]]")
+    g.add_argument(
+        "target",
+        metavar="PATH[:FROM[-TO]]",
+        help="a file (absolute, or relative to a memory folder) with an optional line range: "
+        "PATH:FROM-TO, PATH:FROM (to the end), or a citation as search prints it, PATH#Lx-Ly",
+    )
+    g.add_argument(
+        "--decoded", action="store_true", help="transcripts: readable text, not raw JSON lines"
+    )
+    g.add_argument("--json", action="store_true", help=_JSON_HELP)
+
+    st = sub.add_parser("status", help="index state, provider, pending work, counts")
+    st.add_argument(
+        "--watch",
+        action="store_true",
+        help="follow the daemon: a live progress bar while it syncs (Ctrl-C to stop)",
+    )
+    st.add_argument("--json", action="store_true", help=_JSON_HELP)
+
+    sy = sub.add_parser("sync", help="sync now (in-process when no daemon runs)")
+    sy.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the daemon's sync to finish, with a progress bar on stderr",
+    )
+    sy.add_argument("--json", action="store_true", help=_JSON_HELP)
+
+    r = sub.add_parser("reindex", help="full rebuild (temporary database + atomic swap)")
+    r.add_argument("--json", action="store_true", help=_JSON_HELP)
+
+    _add_eval(sub)
+
+    sub.add_parser("mcp", help="MCP server over stdio (memory_search, memory_get)")
+    sub.add_parser("tray", help="tray icon showing sync state")
+    sv = sub.add_parser("service", help="systemd / launchd service files")
+    sv.add_argument(
+        "action",
+        choices=["install", "uninstall", "print"],
+        help="install: write the systemd user unit / launchd agent and start it; uninstall: "
+        "stop and remove it; print: show the file without installing",
+    )
+    return p
+
+
+def _add_search(sub: Any) -> None:
+    """The ``search`` subcommand and its options."""
     s = sub.add_parser("search", help="hybrid search of memory and sessions")
     s.add_argument("query", nargs="+", help="what to look for: words, a question, identifiers")
     s.add_argument("--max", type=int, dest="max_results", help="results (default 6)")
@@ -98,45 +147,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--json", action="store_true", help=_JSON_HELP)
 
-    g = sub.add_parser("get", help="print lines of an indexed file: PATH[:FROM[-TO]]")
-    g.add_argument(
-        "target",
-        metavar="PATH[:FROM[-TO]]",
-        help="a file (absolute, or relative to a memory folder) with an optional line range: "
-        "PATH:FROM-TO, PATH:FROM (to the end), or a citation as search prints it, PATH#Lx-Ly",
-    )
-    g.add_argument(
-        "--decoded", action="store_true", help="transcripts: readable text, not raw JSON lines"
-    )
-    g.add_argument("--json", action="store_true", help=_JSON_HELP)
 
-    st = sub.add_parser("status", help="index state, provider, pending work, counts")
-    st.add_argument(
-        "--watch",
-        action="store_true",
-        help="follow the daemon: a live progress bar while it syncs (Ctrl-C to stop)",
+def _add_eval(sub: Any) -> None:
+    """The ``eval`` subcommand: a corpus, its queries and qrels, and how to score."""
+    from pathlib import Path
+
+    e = sub.add_parser(
+        "eval",
+        help="retrieval quality on a corpus with known answers (README: Evaluate)",
+        description="Index a corpus into a throwaway index of its own and score the queries "
+        "against the known relevant places: recall@k, hit@k, MRR@10, nDCG@10, recall@4kc.",
     )
-    st.add_argument("--json", action="store_true", help=_JSON_HELP)
-
-    sy = sub.add_parser("sync", help="sync now (in-process when no daemon runs)")
-    sy.add_argument(
-        "--wait",
-        action="store_true",
-        help="wait for the daemon's sync to finish, with a progress bar on stderr",
-    )
-    sy.add_argument("--json", action="store_true", help=_JSON_HELP)
-
-    r = sub.add_parser("reindex", help="full rebuild (temporary database + atomic swap)")
-    r.add_argument("--json", action="store_true", help=_JSON_HELP)
-
-    e = sub.add_parser("eval", help="retrieval quality on a benchmark corpus")
     e.add_argument(
-        "--corpus", type=Path, required=True, help="folder of the notes to index (Markdown)"
+        "--corpus",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="folder to index: notes (.md, .markdown, .txt) as memory, .jsonl files as transcripts",
     )
     e.add_argument(
         "--queries",
         type=Path,
         required=True,
+        metavar="FILE",
         help='queries.jsonl: one {"id": "q1", "text": "..."} object a line '
         '(optional "scope", "tags")',
     )
@@ -144,6 +177,7 @@ def _parser() -> argparse.ArgumentParser:
         "--qrels",
         type=Path,
         required=True,
+        metavar="FILE",
         help="qrels.tsv: query id <TAB> path relative to the corpus <TAB> line (0: the whole "
         "file) [<TAB> grade, default 1]",
     )
@@ -163,6 +197,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--home",
         type=Path,
+        metavar="DIR",
         help="where the throwaway index and its embedding cache live "
         "(default: eval/<corpus-name> in the data dir)",
     )
@@ -175,17 +210,6 @@ def _parser() -> argparse.ArgumentParser:
         help="override a config key for this run (TOML value)",
     )
     e.add_argument("--json", action="store_true", help=_JSON_HELP)
-
-    sub.add_parser("mcp", help="MCP server over stdio (memory_search, memory_get)")
-    sub.add_parser("tray", help="tray icon showing sync state")
-    sv = sub.add_parser("service", help="systemd / launchd service files")
-    sv.add_argument(
-        "action",
-        choices=["install", "uninstall", "print"],
-        help="install: write the systemd user unit / launchd agent and start it; uninstall: "
-        "stop and remove it; print: show the file without installing",
-    )
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
