@@ -6,7 +6,8 @@ numpy and apsw, while the daemon answers in milliseconds. This module reads the 
 those three commands by hand, asks the daemon through :mod:`recalld_client`, and prints with
 :mod:`recalld.cli_output`, the printer the full CLI uses, so the output and exit codes are the
 same. Anything else (another command, ``--help``, an option it does not know, a value argparse
-would reject, no daemon) returns None and the full CLI answers as before.
+would reject) goes to the full CLI, which answers as before; so does a call no daemon answers,
+and the full CLI then answers in-process without asking the daemon again.
 """
 
 from __future__ import annotations
