@@ -132,6 +132,13 @@ TARGETS = (
     Target("save-to-searchable <= debounce (1.5 s) + 1 s", "save_to_searchable_s", 2.5, True, "s"),
     Target("daemon RSS idle, local model loaded", "rss_idle_mb", 350.0, True, "MB"),
     Target("client import time", "client_import_ms", 50.0, True, "ms"),
+    Target(
+        "`recalld search` through a daemon / bare `python -c pass` (wall, side by side)",
+        "cli_search_vs_bare_python",
+        2.0,
+        True,
+        "x",
+    ),
     Target("status round trip p50", "status_rtt_p50_ms", 1.0, True, "ms"),
     Target(
         "locomo: hybrid recall@10 minus best single channel",
@@ -265,6 +272,15 @@ def _speed_rows(m: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             f"interpreter {fmt(m.get('python_startup_ms'), 'ms', 1)}; heavy modules "
             f"imported: {m.get('client_heavy_imports', '–')}",
             "",
+        ),
+        (
+            "`recalld search <query>` through a running daemon, wall p50",
+            fmt(m.get("cli_search_ms"), "ms", 1),
+            f"bare `python -c pass` {fmt(m.get('bare_python_ms'), 'ms', 1)}; CPU time "
+            f"{fmt(m.get('cli_search_cpu_ms'), 'ms', 1)} vs "
+            f"{fmt(m.get('bare_python_cpu_ms'), 'ms', 1)}; heavy modules "
+            f"imported: {m.get('cli_search_heavy_imports', '–')}",
+            ratio("cli_search_ms", "bare_python_ms"),
         ),
         (
             "status round trip p50 / p95",

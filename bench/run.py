@@ -5,8 +5,8 @@
     .venv/bin/python bench/run.py --skip-quality     # speed only (quality: last full results)
     .venv/bin/python bench/run.py --only large,noop  # some parts -> bench/out/BENCHMARKS.partial.*
 
-Parts: client_import, throughput, rss_indexing, small, large, noop, transcripts, quality,
-ablation, needles (bench/transcript_needles.py).
+Parts: client_import, cli_start (bench/cli_start.py), throughput, rss_indexing, small, large,
+noop, transcripts, quality, ablation, needles (bench/transcript_needles.py).
 Corpora, homes and the embedding cache live under bench/out/ (gitignored).
 """
 
@@ -57,6 +57,7 @@ SNAPSHOT, SOURCE_HASH = _snapshot()
 
 from bench import (  # noqa: E402
     ablation,
+    cli_start,
     common,
     corpora,
     quality,
@@ -69,6 +70,7 @@ from bench.common import FULL, OUT, QUICK, ROOT, Sheet, log, stage  # noqa: E402
 
 PARTS = (
     "client_import",
+    "cli_start",
     "throughput",
     "rss_indexing",
     "small",
@@ -129,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
             sheet.put("pool_chunks", sum(len(d.chunks) for d in pool))
         ctx = speed.Ctx(sizes, sheet, embedder, cache, pool, real, args.rebuild)
         speed.run_all(ctx, only, timings)
+        if only is None or "cli_start" in only:
+            with stage("cli_start", timings):
+                cli_start.run_part(sheet)
         if not args.skip_quality and (only is None or "quality" in only):
             with stage("quality", timings):
                 quality.run_quality(

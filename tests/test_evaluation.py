@@ -119,3 +119,96 @@ def test_eval_on_tiny_corpus(tmp_path: Path) -> None:
     second = json.loads(again.stdout)
     assert second["index"]["chunks_embedded"] == 0  # the kept index and cache are reused
     assert "recall@3" in second and second["mode"] == "keyword"
+
+
+def _claude_line(role: str, text: str) -> str:
+    return json.dumps({"type": role, "message": {"role": role, "content": text}})
+
+
+def test_eval_judges_each_file_notes_and_transcripts_together(tmp_path: Path) -> None:
+    """A README beside transcripts (listed first by the walk) no longer drops every JSONL."""
+    from recalld.evaluation import corpus_kinds, run_eval
+
+    corpus = tmp_path / "set" / "corpus"
+    write(corpus / "README.md", "# Sessions\n\nTwo agent sessions about the nightly build.\n")
+    write(
+        corpus / "s" / "one.jsonl",
+        _claude_line("user", "The deploy failed with error E4012 in the billing service.")
+        + "\n"
+        + _claude_line("assistant", "I restarted the billing worker and it recovered.")
+        + "\n",
+    )
+    write(
+        corpus / "s" / "two.jsonl",
+        _claude_line("user", "Please rename the payments table to ledger_entries.") + "\n",
+    )
+    assert corpus_kinds(corpus) == (True, True)
+    assert corpus_kinds(corpus / "s") == (False, True)
+    queries = tmp_path / "set" / "queries.jsonl"
+    queries.write_text(
+        "\n".join(
+            json.dumps({"id": q, "text": text})
+            for q, text in [
+                ("q1", "error E4012 billing"),
+                ("q2", "rename payments table"),
+                ("q3", "nightly build sessions"),
+            ]
+        )
+        + "\n"
+    )
+    qrels = tmp_path / "set" / "qrels.tsv"
+    qrels.write_text("q1\ts/one.jsonl\t1\nq2\ts/two.jsonl\t1\nq3\tREADME.md\t0\n")
+    res = run_eval(
+        corpus,
+        queries,
+        qrels,
+        mode="keyword",
+        home=tmp_path / "home",
+        overrides={"embedding.provider": "none"},
+    )
+    assert res["index"]["files"] == 3  # the README as a note, both JSONL files as transcripts
+    assert res["queries"] == 3 and res["hit@1"] == 1.0, res
+
+
+def _readme_block(heading: str) -> str:
+    """The first ``sh`` code block under a README heading."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split(f"\n{heading}\n", 1)[1]
+    return section.split("```sh\n", 1)[1].split("\n```", 1)[0]
+
+
+@pytest.mark.timeout(300)
+def test_readme_eval_example_runs_on_a_users_notes(tmp_path: Path) -> None:
+    """The README's "Evaluate on your own notes" commands, as written, on a home of notes."""
+    block = _readme_block("### Evaluate on your own notes")
+    user = tmp_path / "user"
+    notes = user / ".local" / "share" / "recalld" / "memory"  # the README's NOTES
+    write(
+        notes / "projects" / "billing.md",
+        "# Billing\n\nWe picked Postgres for billing: row locks and mature tooling.\n"
+        "The invoices service talks to it through pgbouncer.\n",
+    )
+    write(notes / "team.md", "# Team\n\nDana runs the release checklist every Friday.\n")
+    write(notes / "garden.md", "# Garden\n\nTomatoes need watering twice a week in July.\n")
+    env = {
+        k: v
+        for k, v in env_for(tmp_path).items()
+        if k not in ("RECALLD_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME")
+    }
+    env["HOME"] = str(user)
+    env["TMPDIR"] = str(tmp_path)  # where the example's mktemp -d makes its scratch folder
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    proc = subprocess.run(
+        ["bash", "-e", "-c", block], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in proc.stdout.splitlines()
+        if line.startswith("| ") and not line.startswith("| group")
+    }
+    assert set(rows) == {"all", "decisions", "people"}, proc.stdout
+    assert rows["all"][0] == "2"  # queries
+    assert rows["all"][4] == "1.000", proc.stdout  # hit@1: both answers ranked first
+    assert (user / ".local" / "share" / "recalld" / "eval").is_dir()  # its own index
+    assert not (user / ".local" / "share" / "recalld" / "index.sqlite").exists()

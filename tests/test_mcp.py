@@ -46,6 +46,7 @@ def shutdown_daemon(home: Path) -> None:
 @pytest.mark.timeout(180)
 def test_mcp_tools_over_stdio(home: Path) -> None:
     import anyio
+    import jsonschema
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
@@ -83,6 +84,18 @@ def test_mcp_tools_over_stdio(home: Path) -> None:
             assert get_schema["required"] == ["path"]
             assert set(get_schema["properties"]) == {"path", "from", "lines", "decoded"}
             assert "BEFORE" in (tools["memory_search"].description or "")
+            # Typed output: both tools declare an output schema (the SDK client validates every
+            # successful call's structuredContent against it, and so does this test).
+            out_schemas = {name: t.output_schema for name, t in tools.items()}
+            assert out_schemas["memory_search"]["required"] == ["results", "mode"]
+            assert set(out_schemas["memory_get"]["required"]) == {
+                "path",
+                "startLine",
+                "endLine",
+                "totalLines",
+                "citation",
+                "text",
+            }
 
             # No daemon runs: the first call starts it; the index is built on start-up.
             deadline = time.monotonic() + 90
@@ -96,6 +109,8 @@ def test_mcp_tools_over_stdio(home: Path) -> None:
                     break
                 assert time.monotonic() < deadline, body
                 await anyio.sleep(0.2)
+            jsonschema.validate(res.structured_content, out_schemas["memory_search"])
+            assert res.structured_content == body  # the text block is the same answer
             top = body["results"][0]
             assert top["source"] == "memory" and 0 < top["score"] <= 1
             assert "sqlite-vec" in top["snippet"]
@@ -114,13 +129,18 @@ def test_mcp_tools_over_stdio(home: Path) -> None:
             file_lines = (home / "memory" / "decisions.md").read_text().splitlines()
             assert body_text.splitlines() == file_lines[first - 1 : last]
             assert "chose SQLite with sqlite-vec" in body_text
+            typed = got.structured_content
+            jsonschema.validate(typed, out_schemas["memory_get"])
+            assert typed["path"] == m["path"] and typed["startLine"] == first
+            assert typed["text"] == body_text and typed["totalLines"] == len(file_lines)
+            assert header.startswith(typed["citation"] + " ")
 
             # The whole citation works as a path too.
             again = await session.call_tool("memory_get", {"path": top["citation"]})
             assert text_of(again) == text_of(got)
 
             denied = await session.call_tool("memory_get", {"path": "/etc/passwd"})
-            assert denied.is_error
+            assert denied.is_error and denied.structured_content is None
             message = text_of(denied)
             assert "forbidden" in message and "/etc/passwd" in message
             assert "root:" not in message

@@ -329,10 +329,20 @@ def test_systemctl_failure_is_reported(
     assert "Failed to connect to bus" in out
     assert len(runner.calls) == 1  # stopped at the first failure
     assert "`systemctl --user daemon-reload` failed with status 1" in capsys.readouterr().err
-    # Uninstall still removes the file when systemctl cannot be reached.
+    # Uninstall still removes the file when systemctl cannot be reached, and its advice is how
+    # to finish removing the service, not how to enable it.
     rc, out = run_main("uninstall", user, Recorder({"systemctl": FileNotFoundError}))
     assert rc == 1 and "removed" in out
     assert not (user / ".config" / "systemd" / "user" / "recalld.service").exists()
+    err = capsys.readouterr().err
+    assert "systemctl --user disable --now recalld.service" in err, err
+    assert "enable" not in err.replace("disable", "") and "is written" not in err
+    run_main("install", user, Recorder())
+    rc, out = run_main("uninstall", user, Recorder({"systemctl --user disable": bus}))
+    assert rc == 1 and "removed" in out
+    err = capsys.readouterr().err
+    assert "`systemctl --user disable --now recalld.service` failed with status 1" in err
+    assert "is removed, but the service may still run" in err
 
 
 def test_launchd_install_and_uninstall(home: Path, tmp_path: Path) -> None:

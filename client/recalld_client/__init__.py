@@ -9,6 +9,8 @@
 It depends on msgpack and platformdirs only, so agents and tools can import it cheaply.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from recalld_client.client import Client, is_running
 from recalld_client.errors import (
     BadRequest,
@@ -30,15 +32,40 @@ from recalld_client.errors import (
     VersionMismatch,
 )
 from recalld_client.protocol import PROTOCOL_VERSION
-from recalld_client.types import (
-    GetResponse,
-    Hello,
-    IndexInfo,
-    Scores,
-    SearchResponse,
-    SearchResult,
-    StatusResponse,
+
+if TYPE_CHECKING:
+    from recalld_client.types import (
+        GetResponse,
+        Hello,
+        IndexInfo,
+        Scores,
+        SearchResponse,
+        SearchResult,
+        StatusResponse,
+    )
+
+_TYPES = frozenset(
+    {
+        "GetResponse",
+        "Hello",
+        "IndexInfo",
+        "Scores",
+        "SearchResponse",
+        "SearchResult",
+        "StatusResponse",
+    }
 )
+
+
+def __getattr__(name: str) -> Any:
+    # The response TypedDicts load on first use: a CLI call that never names them (the
+    # `recalld search` fast path) does not pay for building them at start-up.
+    if name in _TYPES:
+        from recalld_client import types
+
+        return getattr(types, name)
+    raise AttributeError(f"module 'recalld_client' has no attribute {name!r}")
+
 
 __version__ = "0.1.0"
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from recalld_client import locations
 from recalld_client.errors import (
@@ -28,7 +28,9 @@ from recalld_client.protocol import (
     request,
 )
 from recalld_client.transport import Transport, default_transport
-from recalld_client.types import GetResponse, Hello, Mode, SearchResponse, StatusResponse
+
+if TYPE_CHECKING:  # the TypedDicts cost start-up time and only type checkers read them here
+    from recalld_client.types import GetResponse, Hello, Mode, SearchResponse, StatusResponse
 
 _CHUNK = 1 << 16
 
@@ -163,7 +165,7 @@ class Client:
 
     def hello(self) -> Hello:
         """The daemon's versions, pid and capabilities."""
-        return cast(Hello, self.call("hello", {"protocol": PROTOCOL_VERSION}))
+        return cast("Hello", self.call("hello", {"protocol": PROTOCOL_VERSION}))
 
     def search(
         self,
@@ -201,7 +203,7 @@ class Client:
             params["explain"] = True
         if kinds is not None:
             params["kinds"] = [kinds] if isinstance(kinds, str) else list(kinds)
-        return cast(SearchResponse, self.call("search", params))
+        return cast("SearchResponse", self.call("search", params))
 
     def get(
         self,
@@ -225,11 +227,11 @@ class Client:
             params["lines"] = lines
         if decoded:
             params["decoded"] = True
-        return cast(GetResponse, self.call("get", params))
+        return cast("GetResponse", self.call("get", params))
 
     def status(self) -> StatusResponse:
         """Index state, provider, pending work, counts."""
-        return cast(StatusResponse, self.call("status"))
+        return cast("StatusResponse", self.call("status"))
 
     def sync(self, wait: bool = False) -> dict[str, Any]:
         """Sync now; with ``wait`` return only when it is done."""

@@ -11,11 +11,18 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-
-import platformdirs
+from typing import Any
 
 APP = "recalld"
 SOCKET_NAME = "recalld.sock"
+
+
+def _platformdirs() -> Any:
+    # Imported on first need: with RECALLD_HOME (or XDG_RUNTIME_DIR for the socket) a CLI call
+    # never needs it, and it costs several ms of the start-up `recalld search` is timed on.
+    import platformdirs
+
+    return platformdirs
 
 
 def env(name: str) -> str | None:
@@ -33,7 +40,7 @@ def home() -> Path | None:
 def data_dir() -> Path:
     """Folder of the index, logs and the default memory folder."""
     h = home()
-    return h if h else Path(platformdirs.user_data_dir(APP))
+    return h if h else Path(_platformdirs().user_data_dir(APP))
 
 
 def config_path() -> Path:
@@ -44,7 +51,7 @@ def config_path() -> Path:
     h = home()
     if h:
         return h / "config.toml"
-    return Path(platformdirs.user_config_dir(APP)) / "config.toml"
+    return Path(_platformdirs().user_config_dir(APP)) / "config.toml"
 
 
 def runtime_dir() -> Path:
@@ -56,7 +63,7 @@ def runtime_dir() -> Path:
         xdg = env("XDG_RUNTIME_DIR")
         if xdg:
             return Path(xdg) / APP
-    return Path(platformdirs.user_runtime_dir(APP))
+    return Path(_platformdirs().user_runtime_dir(APP))
 
 
 def socket_path() -> Path:

@@ -1,24 +1,35 @@
 """The ``recalld`` command. The only place that turns exceptions into exit codes.
 
 ``search``, ``get`` and ``status`` use the running daemon when there is one and otherwise answer
-in-process from the same index (read-only); ``sync`` without a daemon syncs in-process.
+in-process from the same index (read-only); ``sync`` without a daemon syncs in-process. Their
+common forms through a daemon take the fast path of :mod:`recalld.cli_fast` first, which
+imports only the client; what is printed lives in :mod:`recalld.cli_output`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import os
 import sys
-import time
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from recalld import __version__, exit_codes
-from recalld.config import Config
+from recalld import __version__, cli_fast, exit_codes
+from recalld.cli_fast import check_budget
+from recalld.cli_output import (
+    describe_sync_report as describe_sync_report,  # where callers have imported it from
+)
+from recalld.cli_output import (
+    print_get,
+    print_json_or,
+    print_search,
+    print_status,
+)
 from recalld.errors import BadRequest, IndexError_, RecalldError
+
+if TYPE_CHECKING:
+    import argparse
+
+    from recalld.config import Config
 
 # The table lives in recalld.exit_codes; these names stay for callers and tests.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = exit_codes.OK, exit_codes.ERROR, exit_codes.USAGE
@@ -29,6 +40,10 @@ _JSON_HELP = "print the answer as one JSON object"
 
 
 def _parser() -> argparse.ArgumentParser:
+    # Imported here, like logging in main: the fast path must not pay for them.
+    import argparse
+    from pathlib import Path
+
     p = argparse.ArgumentParser(
         prog="recalld",
         description="Always-on memory for local AI agents.",
@@ -42,6 +57,55 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("serve", help="run the daemon in the foreground")
 
+    _add_search(sub)
+
+    g = sub.add_parser("get", help="print lines of an indexed file: PATH[:FROM[-TO]]")
+    g.add_argument(
+        "target",
+        metavar="PATH[:FROM[-TO]]",
+        help="a file (absolute, or relative to a memory folder) with an optional line range: "
+        "PATH:FROM-TO, PATH:FROM (to the end), or a citation as search prints it, PATH#Lx-Ly",
+    )
+    g.add_argument(
+        "--decoded", action="store_true", help="transcripts: readable text, not raw JSON lines"
+    )
+    g.add_argument("--json", action="store_true", help=_JSON_HELP)
+
+    st = sub.add_parser("status", help="index state, provider, pending work, counts")
+    st.add_argument(
+        "--watch",
+        action="store_true",
+        help="follow the daemon: a live progress bar while it syncs (Ctrl-C to stop)",
+    )
+    st.add_argument("--json", action="store_true", help=_JSON_HELP)
+
+    sy = sub.add_parser("sync", help="sync now (in-process when no daemon runs)")
+    sy.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the daemon's sync to finish, with a progress bar on stderr",
+    )
+    sy.add_argument("--json", action="store_true", help=_JSON_HELP)
+
+    r = sub.add_parser("reindex", help="full rebuild (temporary database + atomic swap)")
+    r.add_argument("--json", action="store_true", help=_JSON_HELP)
+
+    _add_eval(sub)
+
+    sub.add_parser("mcp", help="MCP server over stdio (memory_search, memory_get)")
+    sub.add_parser("tray", help="tray icon showing sync state")
+    sv = sub.add_parser("service", help="systemd / launchd service files")
+    sv.add_argument(
+        "action",
+        choices=["install", "uninstall", "print"],
+        help="install: write the systemd user unit / launchd agent and start it; uninstall: "
+        "stop and remove it; print: show the file without installing",
+    )
+    return p
+
+
+def _add_search(sub: Any) -> None:
+    """The ``search`` subcommand and its options."""
     s = sub.add_parser("search", help="hybrid search of memory and sessions")
     s.add_argument("query", nargs="+", help="what to look for: words, a question, identifiers")
     s.add_argument("--max", type=int, dest="max_results", help="results (default 6)")
@@ -83,45 +147,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--json", action="store_true", help=_JSON_HELP)
 
-    g = sub.add_parser("get", help="print lines of an indexed file: PATH[:FROM[-TO]]")
-    g.add_argument(
-        "target",
-        metavar="PATH[:FROM[-TO]]",
-        help="a file (absolute, or relative to a memory folder) with an optional line range: "
-        "PATH:FROM-TO, PATH:FROM (to the end), or a citation as search prints it, PATH#Lx-Ly",
-    )
-    g.add_argument(
-        "--decoded", action="store_true", help="transcripts: readable text, not raw JSON lines"
-    )
-    g.add_argument("--json", action="store_true", help=_JSON_HELP)
 
-    st = sub.add_parser("status", help="index state, provider, pending work, counts")
-    st.add_argument(
-        "--watch",
-        action="store_true",
-        help="follow the daemon: a live progress bar while it syncs (Ctrl-C to stop)",
+def _add_eval(sub: Any) -> None:
+    """The ``eval`` subcommand: a corpus, its queries and qrels, and how to score."""
+    from pathlib import Path
+
+    e = sub.add_parser(
+        "eval",
+        help="retrieval quality on a corpus with known answers (README: Evaluate)",
+        description="Index a corpus into a throwaway index of its own and score the queries "
+        "against the known relevant places: recall@k, hit@k, MRR@10, nDCG@10, recall@4kc.",
     )
-    st.add_argument("--json", action="store_true", help=_JSON_HELP)
-
-    sy = sub.add_parser("sync", help="sync now (in-process when no daemon runs)")
-    sy.add_argument(
-        "--wait",
-        action="store_true",
-        help="wait for the daemon's sync to finish, with a progress bar on stderr",
-    )
-    sy.add_argument("--json", action="store_true", help=_JSON_HELP)
-
-    r = sub.add_parser("reindex", help="full rebuild (temporary database + atomic swap)")
-    r.add_argument("--json", action="store_true", help=_JSON_HELP)
-
-    e = sub.add_parser("eval", help="retrieval quality on a benchmark corpus")
     e.add_argument(
-        "--corpus", type=Path, required=True, help="folder of the notes to index (Markdown)"
+        "--corpus",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="folder to index: notes (.md, .markdown, .txt) as memory, .jsonl files as transcripts",
     )
     e.add_argument(
         "--queries",
         type=Path,
         required=True,
+        metavar="FILE",
         help='queries.jsonl: one {"id": "q1", "text": "..."} object a line '
         '(optional "scope", "tags")',
     )
@@ -129,6 +177,7 @@ def _parser() -> argparse.ArgumentParser:
         "--qrels",
         type=Path,
         required=True,
+        metavar="FILE",
         help="qrels.tsv: query id <TAB> path relative to the corpus <TAB> line (0: the whole "
         "file) [<TAB> grade, default 1]",
     )
@@ -148,6 +197,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--home",
         type=Path,
+        metavar="DIR",
         help="where the throwaway index and its embedding cache live "
         "(default: eval/<corpus-name> in the data dir)",
     )
@@ -161,21 +211,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--json", action="store_true", help=_JSON_HELP)
 
-    sub.add_parser("mcp", help="MCP server over stdio (memory_search, memory_get)")
-    sub.add_parser("tray", help="tray icon showing sync state")
-    sv = sub.add_parser("service", help="systemd / launchd service files")
-    sv.add_argument(
-        "action",
-        choices=["install", "uninstall", "print"],
-        help="install: write the systemd user unit / launchd agent and start it; uninstall: "
-        "stop and remove it; print: show the file without installing",
-    )
-    return p
-
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``recalld`` console script."""
+    """Entry point of ``recalld`` (and ``python -m recalld.cli``): the fast path, then this CLI."""
+    return cli_fast.main(argv)
+
+
+def full_main(argv: Sequence[str], *, daemon_absent: bool = False) -> int:
+    """The whole command: every subcommand, --help, in-process answers.
+
+    ``daemon_absent``: the fast path found no daemon answering just now; do not ask again.
+    """
+    import logging
+
     args = _parser().parse_args(argv)
+    args.daemon_absent = daemon_absent
     logging.basicConfig(
         level=logging.DEBUG
         if args.verbose
@@ -219,6 +269,8 @@ def _damaged_index(exc: Exception) -> bool:
 
 
 def _load_config(args: argparse.Namespace) -> Config:
+    from recalld.config import Config
+
     return Config.load(args.config)
 
 
@@ -265,7 +317,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _client_or_local(args: argparse.Namespace) -> int:
-    client = _daemon_client()
+    client = None if args.daemon_absent else _daemon_client()
     if client is not None:
         with client:
             return _via_client(args, client)
@@ -282,8 +334,8 @@ def _search_params(args: argparse.Namespace) -> dict[str, Any]:
         params["sources"] = args.sources
     if args.path_prefix:
         params["path_prefix"] = args.path_prefix
-    if args.max_tokens is not None:  # fitted on the printed text, see _print_search
-        _check_budget(args.max_tokens)
+    if args.max_tokens is not None:  # fitted on the printed text, see print_search
+        check_budget(args.max_tokens)
     if args.explain:
         params["explain"] = True
     if args.kinds:
@@ -291,30 +343,21 @@ def _search_params(args: argparse.Namespace) -> dict[str, Any]:
     return params
 
 
-def _check_budget(max_tokens: int) -> None:
-    from recalld.answer_budget import MIN_BUDGET_TOKENS
-
-    if not MIN_BUDGET_TOKENS <= max_tokens <= 1_000_000:
-        raise BadRequest(
-            f"--max-tokens must be an integer from {MIN_BUDGET_TOKENS} to 1000000, got {max_tokens}"
-        )
-
-
 def _via_client(args: argparse.Namespace, client: Any) -> int:
     cmd = args.command
     if cmd == "search":
         p = _search_params(args)
         query = p.pop("query")
-        _print_search(client.search(query, **p), args.json, args.max_tokens)
+        print_search(client.search(query, **p), args.json, args.max_tokens)
     elif cmd == "get":
         # Citations (PATH#L3-L9, PATH:3-9...) are parsed by the daemon: recalld_client.citation.
-        _print_get(client.get(args.target, decoded=args.decoded), args.json)
+        print_get(client.get(args.target, decoded=args.decoded), args.json)
     elif cmd == "status" and args.watch:
         from recalld.progress_bar import follow_status
 
         return follow_status(client.watch(), sys.stdout, as_json=args.json)
     elif cmd == "status":
-        _print_status(client.status(), args.json)
+        print_status(client.status(), args.json)
     elif cmd in ("sync", "reindex"):
         from recalld.progress_bar import while_watching
 
@@ -324,7 +367,7 @@ def _via_client(args: argparse.Namespace, client: Any) -> int:
             res = while_watching(client.watch, lambda: call(wait=True))
         else:
             res = call(wait=wait)
-        _print_json_or(res, args.json, cmd)
+        print_json_or(res, args.json, cmd)
     return EXIT_OK
 
 
@@ -354,7 +397,7 @@ def _local(args: argparse.Namespace) -> int:
             out["status"] = {
                 k: v for k, v in engine.status().items() if k in ("provider", "degraded", "counts")
             }
-            _print_json_or(out, args.json, cmd)
+            print_json_or(out, args.json, cmd)
         finally:
             engine.close()
             tighten(index_files(engine.index_path))  # a reindex swapped in a new file
@@ -362,13 +405,13 @@ def _local(args: argparse.Namespace) -> int:
     engine = Engine(config, writable=False)
     try:
         if cmd == "search":
-            _print_search(engine.search(_search_params(args)), args.json, args.max_tokens)
+            print_search(engine.search(_search_params(args)), args.json, args.max_tokens)
             _warn_if_stale(engine, config)
         elif cmd == "get":
             params: dict[str, Any] = {"path": args.target}
             if args.decoded:
                 params["decoded"] = True
-            _print_get(engine.get(params), args.json)
+            print_get(engine.get(params), args.json)
         elif cmd == "status":
             from recalld.index_health import quick_check
             from recalld.security import config_warnings
@@ -384,7 +427,7 @@ def _local(args: argparse.Namespace) -> int:
                 )
             status = engine.status()
             status["warnings"] = config_warnings(config)
-            _print_status(status, args.json)
+            print_status(status, args.json)
     finally:
         engine.close()
     return EXIT_OK
@@ -398,199 +441,6 @@ def _warn_if_stale(engine: Any, config: Config) -> None:
         line = freshness.note(freshness.check(store, config))
     if line:
         print(line, file=sys.stderr)
-
-
-# output ---------------------------------------------------------------------------------------
-
-
-def _print_search(res: dict[str, Any], as_json: bool, max_tokens: int | None = None) -> None:
-    if max_tokens is not None:
-        # Fitted here, on the text printed (stdout and stderr), not on the daemon's JSON.
-        from recalld.answer_budget import fit_rendered
-
-        def render(results: list[dict[str, Any]], report: dict[str, Any]) -> str:
-            out, err = _search_text({**res, "results": results, "budget": report}, as_json)
-            return out + err
-
-        res["budget"] = fit_rendered(res.get("results", []), max_tokens, render)
-    out, err = _search_text(res, as_json)
-    sys.stdout.write(out)
-    sys.stdout.flush()
-    sys.stderr.write(err)
-
-
-def _search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
-    """What ``search`` prints: (stdout, stderr)."""
-    if as_json:
-        return json.dumps(res, ensure_ascii=False) + "\n", ""
-    out: list[str] = []
-    err: list[str] = []
-    if res.get("degraded"):
-        err.append(f"note: {res['degraded']}")
-    results = res.get("results", [])
-    if not results:
-        out.append("no results")
-    for i, r in enumerate(results, 1):
-        sc = r.get("scores") or {}
-        parts = [
-            f"{name} {sc[name]:.2f}" for name in ("vector", "keyword") if sc.get(name) is not None
-        ]
-        what = r["source"] if r.get("kind") in (None, "note") else f"{r['source']} {r['kind']}"
-        what += f" {r['tool']}" if r.get("tool") else ""
-        out.append(f"{i}. {r['citation']}  score {r['score']:.3f} ({', '.join(parts)}) [{what}]")
-        out.extend(f"   also at {p['citation']} [{p['source']}]" for p in r.get("also", []))
-        if "explain" in r:
-            out.append(f"   explain: {_explain_line(r['explain'])}")
-        out.extend(f"   {line[:160]}" for line in r["snippet"].splitlines()[:4])
-    if "explain" in res:
-        e = res["explain"]
-        w = e.get("weights", {})
-        out.append(
-            f"-- query shape {e.get('shape')}, fusion {e.get('fusion')}, weights vector "
-            f"{w.get('vector')} / keyword {w.get('keyword')}, literals {e.get('literals')}, "
-            f"candidates {e.get('candidates')}\n-- match: {e.get('match')}"
-        )
-    if "budget" in res:  # one short line: it counts against the budget too
-        b = res["budget"]
-        err.append(
-            f"-- {res.get('mode')} · budget {b['max_tokens']}: ~{b['used_tokens']} used, "
-            f"{b['snippets_trimmed']} trimmed, {b['dropped']} dropped"
-        )
-    else:
-        err.append(f"-- {res.get('mode')} · {res.get('provider')} · {res.get('took_ms')} ms")
-    return "".join(f"{line}\n" for line in out), "".join(f"{line}\n" for line in err)
-
-
-def _explain_line(e: dict[str, Any]) -> str:
-    """One line of a result's explanation: channel ranks and scores, boosts, final score."""
-    parts = []
-    for name in ("vector", "keyword"):
-        ch = e.get(name)
-        parts.append(f"{name} #{ch['rank']} {ch['score']:.3f}" if ch else f"{name} -")
-    parts.append(f"fused {e.get('fused', 0):.3f}")
-    boosts = e.get("boosts")
-    if boosts:
-        parts.append(
-            f"literal {boosts['literal']:.2f}" + (", name match" if boosts["name"] else "")
-        )
-    if "recency" in e:
-        parts.append(f"recency x{e['recency']:.3f}")
-    if e.get("collapsed"):
-        parts.append(f"{e['collapsed']} duplicates collapsed")
-    parts.append(f"final {e.get('final', 0):.3f}")
-    floor = e.get("floor")
-    if floor:  # why a score under the floor is shown (docs/DECISIONS.md)
-        parts.append(f"kept: {floor['why']}")
-        if e.get("final", 0) < floor["min_score"] and e.get("recency", 1) < 1:
-            parts.append("recency lowered it after the floor")
-    return ", ".join(parts)
-
-
-def _print_get(res: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(res, ensure_ascii=False))
-        return
-    sys.stdout.write(res["text"] + ("\n" if res["text"] else ""))
-
-
-def _print_status(res: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(res, ensure_ascii=False, default=str))
-        return
-    counts = res.get("counts", {})
-    last = res.get("last_sync")
-    from recalld.overview import status_head
-
-    lines = [
-        *status_head(res),  # where notes live and what is watched, first
-        f"state:     {res.get('state')} ({_daemon_line(res.get('daemon'))})",
-        f"provider:  {res.get('provider')} — {res.get('provider_reason')}",
-        f"degraded:  {res.get('degraded') or 'no'}",
-        f"files:     {counts.get('files', 0)} ({counts.get('memory_files', 0)} memory, "
-        f"{counts.get('session_files', 0)} sessions)",
-        f"chunks:    {counts.get('chunks', 0)} ({counts.get('vectors', 0)} with vectors, "
-        f"{counts.get('keyword_only_chunks', 0)} keyword-only by policy, "
-        f"{counts.get('cached_embeddings', 0)} cached embeddings)",
-        f"last sync: {_when(last)}",
-    ]
-    tr = res.get("transcripts") or {}
-    if tr.get("files"):
-        lines.append(
-            f"sessions:  {tr['files']} transcripts, {tr['messages']} messages, "
-            f"{tr['skipped_lines']} malformed lines skipped"
-        )
-    red = res.get("redactions") or {}
-    if red.get("indexed", {}).get("total") or red.get("served", {}).get("total"):
-        lines.append(
-            f"redacted:  {red['indexed']['total']} secrets indexed, {red['served']['total']} "
-            "in get answers (since the daemon started)"
-        )
-    if res.get("last_error"):
-        lines.append(f"error:     {res['last_error']}")
-    lines.extend(f"warning:   {w}" for w in res.get("warnings") or [])
-    print("\n".join(lines))
-
-
-def _daemon_line(daemon: Any) -> str:
-    if isinstance(daemon, dict):
-        paused = ", watching paused" if daemon.get("paused") else ""
-        return (
-            f"daemon pid {daemon.get('pid')}, up {daemon.get('uptime_s')} s, "
-            f"{daemon.get('pending', 0)} pending{paused}"
-        )
-    return "daemon not running; answered in-process"
-
-
-def _when(ts: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "never"
-
-
-def _print_json_or(res: dict[str, Any], as_json: bool, what: str) -> None:
-    if as_json:
-        print(json.dumps(res, ensure_ascii=False, default=str))
-        return
-    print(describe_sync_report(res, what))
-    report = _report_of(res)
-    if report.get("embed_error"):
-        print(f"warning: embedding failed: {report['embed_error']}", file=sys.stderr)
-
-
-def _report_of(res: dict[str, Any]) -> dict[str, Any]:
-    """The report inside a daemon's answer, or the in-process report itself."""
-    inner = res.get("report")
-    return inner if isinstance(inner, dict) else res
-
-
-def describe_sync_report(res: dict[str, Any], what: str = "sync") -> str:
-    """A sentence for a ``sync`` / ``reindex`` answer: an in-process report, or the daemon's
-    ``{"queued": ..., "job": ..., "report": ...}``."""
-    if res.get("queued"):
-        return (
-            f"{what} queued: the daemon runs it in the background "
-            "(`recalld status --watch` shows its progress, `--wait` waits for it)"
-        )
-    report = _report_of(res)
-    if "files_changed" not in report:
-        return f"{what} done"
-    n = {k: int(v) for k, v in report.items() if isinstance(v, int) and not isinstance(v, bool)}
-    files = n.get("files_seen", 0) + n.get("files_removed", 0)
-    text = (
-        f"{what} done in {report.get('seconds', 0)} s: {files:,} note files checked, "
-        f"{n.get('files_changed', 0):,} changed, {n.get('files_unchanged', 0):,} unchanged, "
-        f"{n.get('files_removed', 0):,} removed, {n.get('files_skipped', 0):,} skipped; "
-        f"{n.get('chunks_written', 0):,} chunks written, {n.get('chunks_embedded', 0):,} embedded"
-    )
-    sessions = report.get("sessions")
-    if isinstance(sessions, dict) and sessions.get("files"):
-        text += (
-            f"; {sessions['files']:,} transcripts checked, {sessions.get('messages', 0):,} new "
-            f"messages, {sessions.get('chunks_written', 0):,} chunks"
-        )
-    if n.get("files_deferred"):
-        text += f"; {n['files_deferred']:,} big notes are still being chunked in the background"
-    if report.get("vectors_pending"):
-        text += "; some chunks still wait for vectors (found by keyword until then)"
-    return text + "."
 
 
 if __name__ == "__main__":

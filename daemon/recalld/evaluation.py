@@ -28,6 +28,7 @@ from recalld.errors import BadRequest
 
 EXCLUDED_FROM_OVERALL = ("adversarial",)  # LoCoMo: reported apart, as the reference does
 BUDGET_CHARS = 4000
+NOTE_ENDINGS = (".md", ".markdown", ".txt")  # the default memory.extensions
 
 
 @dataclass(frozen=True)
@@ -168,26 +169,34 @@ def eval_home(corpus: Path) -> Path:
     return paths.data_dir() / "eval" / f"{name}-{digest}"
 
 
-def _is_transcript_corpus(corpus: Path) -> bool:
+def corpus_kinds(corpus: Path) -> tuple[bool, bool]:
+    """Whether ``corpus`` holds (notes, transcripts), judged file by file.
+
+    Each file is what its name says: a ``.jsonl`` is a transcript, a note ending is a note. A
+    mixed corpus (a README beside the transcripts) gets both, so no kind of file is dropped.
+    """
+    notes = transcripts = False
     for _, _, files in os.walk(corpus):
         for name in files:
-            if name.endswith(".jsonl"):
-                return True
-            if name.endswith((".md", ".markdown", ".txt")):
-                return False
-    return False
+            transcripts = transcripts or name.endswith(".jsonl")
+            notes = notes or name.endswith(NOTE_ENDINGS)
+        if notes and transcripts:
+            break
+    return notes, transcripts
 
 
 def eval_config(corpus: Path, home: Path, overrides: dict[str, Value]) -> Config:
-    """Config of an eval run: only the corpus indexed, under ``home``."""
+    """Config of an eval run: only the corpus indexed, under ``home``.
+
+    Notes are indexed as memory, ``.jsonl`` files as session transcripts (see
+    :func:`corpus_kinds`).
+    """
     corpus = corpus.resolve()
+    notes, transcripts = corpus_kinds(corpus)
     values: dict[str, Value] = {"sync.watch": False}
-    if _is_transcript_corpus(corpus):
-        values["memory.paths"] = [str(home / "no-memory")]
-        values["sessions.paths"] = [str(corpus / "**" / "*.jsonl")]
-    else:
-        values["memory.paths"] = [str(corpus)]
-        values["sessions.paths"] = []
+    # A corpus of transcripts only keeps an empty memory folder: the memory root is not the corpus.
+    values["memory.paths"] = [str(corpus if notes or not transcripts else home / "no-memory")]
+    values["sessions.paths"] = [str(corpus / "**" / "*.jsonl")] if transcripts else []
     values.update(overrides)
     return Config(values, base_dir=home)
 

@@ -9,6 +9,9 @@ an agent host can simply list ``recalld mcp`` as a server. Built on the low-leve
 official ``mcp`` SDK (v2) because the tools' argument names (``from``, camelCase) are part of the
 contract and a hand-written JSON schema states them exactly.
 
+Each answer is a text block and, beside it, the same answer as ``structuredContent`` that
+validates against the tool's ``outputSchema`` (:mod:`recalld.mcp_schemas`).
+
 Tool failures (a daemon error, a forbidden path, bad arguments, a daemon that will not start) are
 returned as tool results with ``isError`` and a readable message, so the agent can correct itself;
 the server itself never dies of them. Stdout carries only the protocol; logs go to stderr.
@@ -25,18 +28,24 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from recalld import __version__, paths
+from recalld.mcp_schemas import (
+    GET_OUTPUT_SCHEMA,
+    GET_SCHEMA,
+    KINDS,
+    MAX_RESULTS_CAP,
+    SEARCH_OUTPUT_SCHEMA,
+    SEARCH_SCHEMA,
+)
 from recalld_client.citation import parse_citation
 
 log = logging.getLogger(__name__)
 
 SEARCH_TOOL = "memory_search"
 GET_TOOL = "memory_get"
-KINDS = ("note", "message", "tool_call", "tool_output")
 START_TIMEOUT_S = 60.0
-MAX_RESULTS_CAP = 50
 
 _WHEN = (
     "prior work, past decisions and their reasons, dates, people, preferences, to-dos, "
@@ -69,82 +78,6 @@ GET_DESCRIPTION = (
     "message, the tool call's arguments or the tool's output) instead of raw JSON. "
     "Returns a header line 'path#Lx-Ly (of N lines)' followed by the text."
 )
-
-SEARCH_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "query": {
-            "type": "string",
-            "minLength": 1,
-            "description": "What to look for: a question, keywords, names, identifiers.",
-        },
-        "maxResults": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": MAX_RESULTS_CAP,
-            "description": "Most results to return (default 6).",
-        },
-        "minScore": {
-            "type": "number",
-            "minimum": 0,
-            "maximum": 1,
-            "description": "Drop results scoring below this (default 0.35).",
-        },
-        "source": {
-            "type": "string",
-            "enum": ["memory", "sessions"],
-            "description": "Only notes ('memory') or only past session transcripts ('sessions').",
-        },
-        "pathPrefix": {
-            "type": "string",
-            "description": "Only files under this folder (relative to the memory folder, or "
-            "absolute).",
-        },
-        "maxTokens": {
-            "type": "integer",
-            "minimum": 100,
-            "description": "Fit the whole answer in about this many tokens (snippets are "
-            "trimmed, the lowest results dropped).",
-        },
-        "kinds": {
-            "type": "array",
-            "items": {"type": "string", "enum": list(KINDS)},
-            "description": "Only these kinds of content: 'note' (memory), 'message' (what the "
-            "user or agent said), 'tool_call' (commands run, files edited or written), "
-            "'tool_output' (what tools printed or read).",
-        },
-    },
-    "required": ["query"],
-    "additionalProperties": False,
-}
-
-GET_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "path": {
-            "type": "string",
-            "minLength": 1,
-            "description": "A path from a search citation, or the citation itself 'path#Lx-Ly'.",
-        },
-        "from": {
-            "type": "integer",
-            "minimum": 1,
-            "description": "First line to read, 1-based (default 1).",
-        },
-        "lines": {
-            "type": "integer",
-            "minimum": 1,
-            "description": "How many lines to read (default: to the end of the file).",
-        },
-        "decoded": {
-            "type": "boolean",
-            "description": "Transcripts: the readable text of each line (message, tool call "
-            "arguments, tool output) instead of its raw JSON.",
-        },
-    },
-    "required": ["path"],
-    "additionalProperties": False,
-}
 
 # Spellings agents commonly send instead of the schema's; accepted rather than bounced.
 _ALIASES = {
@@ -263,8 +196,20 @@ def get_params(args: Mapping[str, Any] | None) -> dict[str, Any]:
 # results ------------------------------------------------------------------------------------------
 
 
+class ToolOutput(NamedTuple):
+    """A tool's answer: the text block, and the same answer as structured content."""
+
+    text: str
+    structured: dict[str, Any]
+
+
 def format_search(res: Mapping[str, Any]) -> str:
     """Compact JSON for the agent: citation, source, score and snippet per hit, plus notes."""
+    return json.dumps(search_payload(res), ensure_ascii=False, separators=(",", ":"))
+
+
+def search_payload(res: Mapping[str, Any]) -> dict[str, Any]:
+    """The search answer as sent (SEARCH_OUTPUT_SCHEMA); the text block is it serialized."""
     results = [
         {
             "citation": r["citation"],
@@ -295,7 +240,7 @@ def format_search(res: Mapping[str, Any]) -> str:
         )
     if not results:
         out["note"] = "no matching memory"
-    return json.dumps(out, ensure_ascii=False, separators=(",", ":"))
+    return out
 
 
 def format_get(res: Mapping[str, Any]) -> str:
@@ -305,6 +250,19 @@ def format_get(res: Mapping[str, Any]) -> str:
         f"(of {res.get('total_lines', '?')} lines)"
     )
     return f"{header}\n{res.get('text', '')}"
+
+
+def get_payload(res: Mapping[str, Any]) -> dict[str, Any]:
+    """The get answer as structured content (GET_OUTPUT_SCHEMA)."""
+    start, end = int(res["start_line"]), int(res["end_line"])
+    return {
+        "path": res["path"],
+        "startLine": start,
+        "endLine": end,
+        "totalLines": int(res.get("total_lines", end)),
+        "citation": f"{res['path']}#L{start}-L{end}",
+        "text": res.get("text", ""),
+    }
 
 
 def describe_error(exc: BaseException) -> str:
@@ -439,6 +397,7 @@ def tool_definitions() -> list[Any]:
             title="Search memory",
             description=SEARCH_DESCRIPTION,
             input_schema=SEARCH_SCHEMA,
+            output_schema=SEARCH_OUTPUT_SCHEMA,
             annotations=types.ToolAnnotations(
                 read_only_hint=True, idempotent_hint=True, open_world_hint=False
             ),
@@ -448,6 +407,7 @@ def tool_definitions() -> list[Any]:
             title="Read memory lines",
             description=GET_DESCRIPTION,
             input_schema=GET_SCHEMA,
+            output_schema=GET_OUTPUT_SCHEMA,
             annotations=types.ToolAnnotations(
                 read_only_hint=True, idempotent_hint=True, open_world_hint=False
             ),
@@ -455,8 +415,8 @@ def tool_definitions() -> list[Any]:
     ]
 
 
-def run_tool(link: DaemonLink, name: str, args: Mapping[str, Any] | None) -> str:
-    """Run one tool call to its text result (blocking; raises on failure)."""
+def run_tool(link: DaemonLink, name: str, args: Mapping[str, Any] | None) -> ToolOutput:
+    """Run one tool call to its result (blocking; raises on failure)."""
     if name == SEARCH_TOOL:
         params = search_params(args)
         query = params.pop("query")
@@ -473,10 +433,13 @@ def run_tool(link: DaemonLink, name: str, args: Mapping[str, Any] | None) -> str
                     {**res, "results": results, "budget": report}
                 ),
             )
-        return format_search(res)
+        payload = search_payload(res)
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+        return ToolOutput(text, payload)
     if name == GET_TOOL:
         params = get_params(args)
-        return format_get(link.call(lambda c: c.get(**params)))
+        got = link.call(lambda c: c.get(**params))
+        return ToolOutput(format_get(got), get_payload(got))
     raise ToolError(f"unknown tool {name!r}; this server has {SEARCH_TOOL} and {GET_TOOL}")
 
 
@@ -496,14 +459,17 @@ def build_server(link: DaemonLink) -> Any:
     ) -> types.CallToolResult:
         try:
             # The client blocks on a socket (and may wait for the daemon to start): off the loop.
-            text = await anyio.to_thread.run_sync(run_tool, link, params.name, params.arguments)
+            out = await anyio.to_thread.run_sync(run_tool, link, params.name, params.arguments)
         except Exception as exc:  # every failure becomes a tool error, never a crash
             if not isinstance(exc, ToolError):
                 log.warning("%s failed: %s", params.name, exc, exc_info=log.isEnabledFor(10))
             return types.CallToolResult(
                 content=[types.TextContent(text=describe_error(exc))], is_error=True
             )
-        return types.CallToolResult(content=[types.TextContent(text=text)])
+        # The text for models, the same answer typed for clients that read structured output.
+        return types.CallToolResult(
+            content=[types.TextContent(text=out.text)], structured_content=out.structured
+        )
 
     return Server(
         "recalld",

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recalld import paths
-from recalld.config import Config
+
+if TYPE_CHECKING:  # status_head runs in the CLI's fast path, which must not load the config
+    from recalld.config import Config
 
 
 def describe_config(config: Config, config_path: Path) -> list[str]:

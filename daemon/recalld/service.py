@@ -243,6 +243,7 @@ class Installer:
     out: Callable[[str], None] = print
     uid: int = field(default_factory=lambda: os.getuid() if hasattr(os, "getuid") else 0)
     stop_running: Callable[[], str | None] = lambda: stop_running_daemon()
+    removing: bool = False
 
     def install(self) -> None:
         """Write the file and enable + start the service."""
@@ -271,6 +272,7 @@ class Installer:
 
     def uninstall(self) -> None:
         """Stop and disable the service, then remove the file (even if stopping failed)."""
+        self.removing = True  # a failure's advice is then how to finish removing it
         error: ServiceError | None = None
         try:
             if self.kind == SYSTEMD:
@@ -310,6 +312,8 @@ class Installer:
         return result.returncode == 0
 
     def _hint(self) -> str:
+        if self.removing:
+            return self._removal_hint()
         if self.kind == SYSTEMD:
             return (
                 f"{self.target} is written: run `systemctl --user daemon-reload && systemctl "
@@ -319,6 +323,18 @@ class Installer:
         return (
             f"{self.target} is written: run `launchctl bootstrap gui/{self.uid} {self.target}` "
             "in your login session, or run `recalld serve` yourself"
+        )
+
+    def _removal_hint(self) -> str:
+        stop = (
+            f"systemctl --user disable --now {UNIT_NAME} && systemctl --user daemon-reload"
+            if self.kind == SYSTEMD
+            else f"launchctl bootout gui/{self.uid}/{LABEL}"
+        )
+        return (
+            f"{self.target} is removed, but the service may still run until it is stopped: run "
+            f"`{stop}` in your login session (a `recalld serve` started by hand stops with "
+            "Ctrl-C or `kill` of the pid `recalld status` shows)"
         )
 
 

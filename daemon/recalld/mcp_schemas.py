@@ -1,0 +1,144 @@
+"""The JSON schemas of ``recalld mcp``'s two tools: their arguments and their structured output.
+
+The argument names (``from``, camelCase) are part of the contract, so the schemas are written
+out by hand. Each tool answers with a text block for the model and, beside it, the same answer
+as ``structuredContent`` that validates against the tool's output schema (MCP 2025-06-18): the
+search text block is that object serialized, the get text block a citation header and the lines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+KINDS = ("note", "message", "tool_call", "tool_output")
+MAX_RESULTS_CAP = 50
+
+SEARCH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {
+            "type": "string",
+            "minLength": 1,
+            "description": "What to look for: a question, keywords, names, identifiers.",
+        },
+        "maxResults": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_RESULTS_CAP,
+            "description": "Most results to return (default 6).",
+        },
+        "minScore": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": 1,
+            "description": "Drop results scoring below this (default 0.35).",
+        },
+        "source": {
+            "type": "string",
+            "enum": ["memory", "sessions"],
+            "description": "Only notes ('memory') or only past session transcripts ('sessions').",
+        },
+        "pathPrefix": {
+            "type": "string",
+            "description": "Only files under this folder (relative to the memory folder, or "
+            "absolute).",
+        },
+        "maxTokens": {
+            "type": "integer",
+            "minimum": 100,
+            "description": "Fit the whole answer in about this many tokens (snippets are "
+            "trimmed, the lowest results dropped).",
+        },
+        "kinds": {
+            "type": "array",
+            "items": {"type": "string", "enum": list(KINDS)},
+            "description": "Only these kinds of content: 'note' (memory), 'message' (what the "
+            "user or agent said), 'tool_call' (commands run, files edited or written), "
+            "'tool_output' (what tools printed or read).",
+        },
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
+
+GET_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {
+            "type": "string",
+            "minLength": 1,
+            "description": "A path from a search citation, or the citation itself 'path#Lx-Ly'.",
+        },
+        "from": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "First line to read, 1-based (default 1).",
+        },
+        "lines": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "How many lines to read (default: to the end of the file).",
+        },
+        "decoded": {
+            "type": "boolean",
+            "description": "Transcripts: the readable text of each line (message, tool call "
+            "arguments, tool output) instead of its raw JSON.",
+        },
+    },
+    "required": ["path"],
+    "additionalProperties": False,
+}
+
+_STRING: dict[str, Any] = {"type": "string"}
+
+SEARCH_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "results": {
+            "type": "array",
+            "description": "Hits, best first.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "citation": {
+                        "type": "string",
+                        "description": "path#Lx-Ly: pass it to memory_get, cite it in answers.",
+                    },
+                    "source": {"type": "string", "enum": ["memory", "sessions"]},
+                    "kind": {"type": "string", "enum": list(KINDS)},
+                    "tool": {"type": "string", "description": "The tool, for tool content."},
+                    "score": {"type": "number", "minimum": 0, "maximum": 1},
+                    "snippet": {"type": "string", "description": "A preview of the lines."},
+                    "also": {
+                        "type": "array",
+                        "items": _STRING,
+                        "description": "Citations of the same passage elsewhere.",
+                    },
+                },
+                "required": ["citation", "source", "score", "snippet"],
+                "additionalProperties": False,
+            },
+        },
+        "mode": {"type": "string", "enum": ["hybrid", "keyword", "vector"]},
+        "degraded": {"type": "string", "description": "Why semantic search is off."},
+        "budget": {"type": "string", "description": "What maxTokens trimmed or dropped."},
+        "index": {"type": "string", "description": "The index is still syncing."},
+        "note": {"type": "string", "description": "Present when nothing matched."},
+    },
+    "required": ["results", "mode"],
+    "additionalProperties": False,
+}
+
+GET_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "startLine": {"type": "integer", "minimum": 1},
+        "endLine": {"type": "integer", "minimum": 0},
+        "totalLines": {"type": "integer", "minimum": 0},
+        "citation": {"type": "string", "description": "path#Lx-Ly of the lines returned."},
+        "text": {"type": "string", "description": "The lines, as they are in the file."},
+    },
+    "required": ["path", "startLine", "endLine", "totalLines", "citation", "text"],
+    "additionalProperties": False,
+}
