@@ -273,3 +273,64 @@ def test_signal_removes_icon_and_exits_cleanly(
         assert "Traceback" not in tray.logs(), tray.logs()
     finally:
         tray.stop()
+
+
+@pytest.mark.timeout(240)
+def test_tray_follows_the_daemon_in_a_tray_that_starts_later(
+    xserver: XServer, home: Path, tmp_path: Path
+) -> None:
+    if shutil.which("trayer") is None:
+        pytest.skip("trayer is not installed (apt-get install trayer): no X11 system tray")
+    config(home)
+    daemon = DaemonProcess(home).start()
+    tray = Tray(xserver, home, tmp_path)
+    trayer = None
+    try:
+        daemon.wait_idle()
+        tray.until(lambda: tray.state().get("state") == "idle", "idle")
+        assert "provider: local/" in tray.state()["title"] and "1 file," in tray.state()["title"]
+        # The panel starts after the icon, as one often does at login: the icon docks all the same.
+        assert find_tray_window(xserver) is None
+        env = dict(os.environ, DISPLAY=xserver.display)
+        trayer = subprocess.Popen(
+            TRAYER, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        tray.until(lambda: find_tray_window(xserver) is not None, "docking into a later tray", 30)
+        # The tooltip reaches X as the icon window's name (compared until both settle).
+        tray.until(
+            lambda: (find_tray_window(xserver) or "")[4:] == (tray.state()["title"],),
+            "the title reaching X",
+            30,
+        )
+        # Many new files: the watcher queues a sync and the tray shows it with progress.
+        for i in range(300):
+            write(home / "memory" / "bulk" / f"note-{i:03}.md", f"# Note {i}\n\nBulk note {i}.\n")
+        with daemon.client() as c:
+            c.sync()
+        tray.until(lambda: "syncing" in tray.state().get("seen", [])[2:], "syncing")
+        tray.until(
+            lambda: tray.state().get("state") == "idle" and "301 files" in tray.state()["title"],
+            "idle after the bulk sync",
+            90,
+        )
+        x, y, w, h = tray.icon()
+        assert w >= 16 and h >= 16  # repeated docking used to shrink it to one pixel in trayer
+        check_icon_pixels(xserver.screenshot(tmp_path / "idle.png"), (x, y, w, h), "idle")
+
+        daemon.stop()
+        tray.until(lambda: tray.state().get("state") == "offline", "offline", 30)
+        assert "not running" in tray.state()["title"]
+        check_icon_pixels(xserver.screenshot(tmp_path / "offline.png"), tray.icon(), "offline")
+        daemon.start()
+        tray.until(lambda: tray.state().get("state") == "idle", "idle after the restart")
+        seen = tray.state()["seen"]
+        # offline (no daemon yet), idle, ..., syncing (the bulk), ..., offline (stopped), ..., idle
+        assert seen[0] == "offline" and seen[-1] == "idle"
+        assert "offline" in seen[seen.index("syncing") :]
+        assert {"idle", "syncing", "offline"} <= set(tray.state()["icons"])
+    finally:
+        tray.stop()
+        if trayer is not None:
+            trayer.terminate()
+            trayer.wait(10)
+        daemon.stop()
