@@ -166,3 +166,22 @@ for item in menu.items:
     assert "'Sync now' True None" in lines
     assert "'Pause watching' True False" in lines
     assert lines[-1] == "'Quit' True None"
+
+
+def test_system_pygobject_is_found_only_when_complete(tmp_path: Path) -> None:
+    import sysconfig
+
+    from recalld.tray import system_gi_dir
+
+    site, typelibs = tmp_path / "dist-packages", tmp_path / "girepository-1.0"
+    (site / "gi").mkdir(parents=True)
+    typelibs.mkdir()
+    dirs = ((str(site),), (str(typelibs),))
+    assert system_gi_dir(*dirs) is None  # no compiled gi for this Python
+    (site / "gi" / f"_gi{sysconfig.get_config_var('EXT_SUFFIX')}").write_bytes(b"")
+    (typelibs / "Gtk-3.0.typelib").write_bytes(b"")
+    assert system_gi_dir(*dirs) is None  # GTK but no AppIndicator library
+    (typelibs / "AyatanaAppIndicator3-0.1.typelib").write_bytes(b"")
+    assert system_gi_dir(*dirs) == site
+    (typelibs / "Gtk-3.0.typelib").unlink()
+    assert system_gi_dir(*dirs) is None

@@ -30,6 +30,7 @@ from tray_xserver import (
     click,
     find_tray_window,
     find_window,
+    move,
     press_key,
     window_tree,
     xserver_running,
@@ -192,9 +193,19 @@ def test_menu_runs_every_action(
         assert not any(r["enabled"] for r in rows if r["kind"] == "header")
         actions = [r["action"] for r in rows if r["kind"] == "item"]
         assert actions == ["sync", "reindex", "pause", "open", "quit"]
+        # The pointer over an item lights it up.
+        sync = next(i for i, r in enumerate(rows) if r["action"] == "sync")
+        move(
+            xserver, layout["x"] + 60, layout["y"] + (rows[sync]["top"] + rows[sync]["bottom"]) // 2
+        )
+        tray.until(lambda: tray.state()["menu"]["highlight"] == sync, "the item lighting up", 20)
         shot = xserver.screenshot(tmp_path / "menu.png")
-        saved_menu_screenshot(shot)
-        check_menu_pixels(shot, layout)
+        saved_menu_screenshot(
+            shot.crop(
+                (0, 0, layout["x"] + layout["width"] + 40, layout["y"] + layout["height"] + 30)
+            )
+        )
+        check_menu_pixels(shot, layout, lit=sync)
 
         press_key(xserver, "Escape")  # Escape closes it, and runs nothing
         tray.until(lambda: tray.state().get("menu") is None, "Escape closing the menu")
@@ -237,9 +248,10 @@ def test_menu_runs_every_action(
         daemon.stop()
 
 
-def check_menu_pixels(shot: Any, layout: dict[str, Any]) -> None:
-    """The open menu on screen: its background, dark text on the items, grey header text."""
-    from recalld.tray_menu_x11 import BACKGROUND, GREY, TEXT
+def check_menu_pixels(shot: Any, layout: dict[str, Any], lit: int) -> None:
+    """The open menu on screen: its background, dark text on the items, grey header text, and
+    the item under the pointer (``lit``) in the highlight colour."""
+    from recalld.tray_menu_x11 import BACKGROUND, GREY, HIGHLIGHT, TEXT
 
     x, y = layout["x"], layout["y"]
     menu = shot.crop((x, y, x + layout["width"], y + layout["height"])).convert("RGB")
@@ -250,11 +262,13 @@ def check_menu_pixels(shot: Any, layout: dict[str, Any]) -> None:
         strip = menu.crop((0, row["top"], menu.size[0], row["bottom"]))
         return any(c == ink for _, c in strip.getcolors(strip.size[0] * strip.size[1]) or [])
 
-    for row in layout["rows"]:
+    for i, row in enumerate(layout["rows"]):
         if row["kind"] == "header":
             assert has_ink(row, GREY), row
+        elif i == lit:
+            assert has_ink(row, HIGHLIGHT) and not has_ink(row, TEXT), row
         elif row["kind"] == "item" and row["enabled"]:
-            assert has_ink(row, TEXT), row
+            assert has_ink(row, TEXT) and not has_ink(row, HIGHLIGHT), row
 
 
 @pytest.mark.timeout(120)

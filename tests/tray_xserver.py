@@ -157,6 +157,19 @@ def find_window(xs: XServer, name: str) -> tuple[int, int, int, int] | None:
         d.close()
 
 
+def move(xs: XServer, x: int, y: int) -> None:
+    """Move the pointer to (x, y) through XTEST."""
+    from Xlib import X
+    from Xlib.ext import xtest
+
+    d = xs.connect()
+    try:
+        xtest.fake_input(d, X.MotionNotify, x=x, y=y)
+        d.sync()
+    finally:
+        d.close()
+
+
 def press_key(xs: XServer, keysym_name: str) -> None:
     """Press and release a key (by keysym name, e.g. "Escape") through XTEST."""
     from Xlib import XK, X

@@ -21,6 +21,7 @@ import importlib.util
 import logging
 import signal
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +43,8 @@ __all__ = [
     "main",
     "menu_entries",
     "open_folder",
+    "prefer_desktop_menu",
+    "system_gi_dir",
     "view_for",
 ]
 
@@ -53,13 +56,44 @@ def backend_name(icon_cls: Any) -> str:
     return str(icon_cls.__module__).rsplit(".", 1)[-1].lstrip("_")
 
 
-def desktop_menu_note() -> str | None:
-    """Why the desktop's own menu (AppIndicator) is not used, when PyGObject is missing."""
-    if sys.platform in ("darwin", "win32") or importlib.util.find_spec("gi") is not None:
+SYSTEM_SITE_DIRS = ("/usr/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
+TYPELIB_DIRS = (
+    "/usr/lib/x86_64-linux-gnu/girepository-1.0",
+    "/usr/lib/aarch64-linux-gnu/girepository-1.0",
+    "/usr/lib64/girepository-1.0",
+    "/usr/lib/girepository-1.0",
+)
+INDICATORS = ("AyatanaAppIndicator3-0.1", "AppIndicator3-0.1")
+
+
+def system_gi_dir(
+    site_dirs: tuple[str, ...] = SYSTEM_SITE_DIRS, typelib_dirs: tuple[str, ...] = TYPELIB_DIRS
+) -> Path | None:
+    """The system's PyGObject folder, when this Python cannot import ``gi`` (a venv) but the
+    system has it built for this very Python, with GTK 3 and an AppIndicator library."""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ""
+    site = next((Path(d) for d in site_dirs if (Path(d) / "gi" / f"_gi{suffix}").is_file()), None)
+    typelibs = {p.stem for d in typelib_dirs if Path(d).is_dir() for p in Path(d).glob("*.typelib")}
+    if site is None or "Gtk-3.0" not in typelibs or not typelibs & set(INDICATORS):
+        return None
+    return site
+
+
+def prefer_desktop_menu() -> str | None:
+    """Make AppIndicator usable where the system has it; else why recalld's own menu is used."""
+    if sys.platform in ("darwin", "win32") or paths.env("PYSTRAY_BACKEND"):
+        return None
+    if importlib.util.find_spec("gi") is not None:
+        return None
+    site = system_gi_dir()
+    if site is not None:
+        # Last on the path: this venv's own packages still win over the system's.
+        sys.path.append(str(site))
         return None
     return (
-        "PyGObject (gi) is not installed in this Python, so AppIndicator menus are not "
-        "available; using recalld's own X11 menu (left or right click on the icon)"
+        "no PyGObject with GTK 3 and AppIndicator (python3-gi, gir1.2-gtk-3.0, "
+        "gir1.2-ayatanaappindicator3-0.1), so recalld's own X11 menu is used: "
+        "left or right click on the icon"
     )
 
 
@@ -125,6 +159,7 @@ def _import_pystray() -> Any:
 
 def main() -> int:
     """Entry point of ``recalld tray``: exit 0 (Quit, SIGTERM), 130 (Ctrl-C), 1 (no display)."""
+    note = prefer_desktop_menu()
     pystray = _import_pystray()
     if isinstance(pystray, int):
         return pystray
@@ -175,8 +210,8 @@ def main() -> int:
     shown["icon"] = icon
     if xorg:
         shown["popup"] = _x11_popup(icon, app, quit_)
-    note = desktop_menu_note() if xorg else None
-    print(f"recalld tray: {backend} backend" + (f" ({note})" if note else ""), file=sys.stderr)
+    why = f" ({note})" if xorg and note else ""
+    print(f"recalld tray: {backend} backend{why}", file=sys.stderr)
 
     def setup(icon: Any) -> None:
         _wait_for_backend(icon, xorg)
