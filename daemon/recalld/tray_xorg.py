@@ -27,9 +27,9 @@ def icon_class(base: Any) -> Any:
     - It pastes the RGBA icon onto black, so transparent pixels show as a black square (or
       noise). The window now takes its parent's background (ParentRelative) and the icon is
       blended onto what the tray paints there.
-    - It asks the tray to dock the icon again on every image change, and trays such as
-      trayer then now and then shrink it to one pixel wide: once docked, the image is
-      repainted in place instead.
+    - It asks the tray to dock the icon again on every show and image change, and trays
+      such as trayer then now and then shrink it to one pixel wide, or leave it unmapped:
+      it now asks once per tray, and repaints the image in place.
     - It docks only when shown, so a tray (panel) that starts after it never shows it: it
       now also docks when a tray announces itself (a MANAGER message on the root window).
     - It sends the requests of other threads (set the title, the image, show) to its X loop
@@ -49,6 +49,7 @@ def icon_class(base: Any) -> Any:
 
     class XorgIcon(base):  # type: ignore[misc]  # pystray is untyped
         _side_display: Any = None
+        _systray_manager: Any = None  # set by pystray: the tray window that docked us
         popup: Any = None
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -73,7 +74,22 @@ def icon_class(base: Any) -> Any:
             elif event.detail == 1:
                 self()  # no menu to show: the default action
 
+        def _assert_docked(self) -> None:
+            # One request per tray: pystray asked again on every show and image change, and
+            # a second request for a docked window can leave it unmapped on the root window.
+            if self._systray_manager is None:
+                self._dock_window()
+            assert self._systray_manager
+
+        def _on_destroy_notify(self, event: Any) -> None:
+            if self._systray_manager is not None:  # pystray assumes one (AttributeError)
+                super()._on_destroy_notify(event)
+
         def _redock(self) -> None:
+            owner = self._get_systray_manager()
+            docked = self._systray_manager
+            if owner is not None and docked is not None and owner.id == docked.id:
+                return  # the tray we asked already (it announced itself just after we asked)
             self._systray_manager = None
             try:
                 self._assert_docked()
