@@ -305,6 +305,7 @@ def test_tray_follows_the_daemon_in_a_tray_that_starts_later(
         assert "provider: local/" in tray.state()["title"] and "1 file," in tray.state()["title"]
         # The panel starts after the icon, as one often does at login: the icon docks all the same.
         assert find_tray_window(xserver) is None
+        tray.until(lambda: "no system tray runs on display" in tray.logs(), "the no-tray warning")
         env = dict(os.environ, DISPLAY=xserver.display)
         trayer = subprocess.Popen(
             TRAYER, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -342,6 +343,7 @@ def test_tray_follows_the_daemon_in_a_tray_that_starts_later(
         assert seen[0] == "offline" and seen[-1] == "idle"
         assert "offline" in seen[seen.index("syncing") :]
         assert {"idle", "syncing", "offline"} <= set(tray.state()["icons"])
+        assert "Traceback" not in tray.logs(), tray.logs()  # no tray yet is no error
     finally:
         tray.stop()
         if trayer is not None:

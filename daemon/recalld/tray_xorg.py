@@ -10,8 +10,11 @@ and cross-thread requests (see :func:`icon_class`).
 from __future__ import annotations
 
 import importlib
+import logging
 import threading
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 # Where the tray's background cannot be read (a tray of another depth): a neutral light grey.
 FALLBACK_BACKGROUND = (214, 214, 214)
@@ -81,9 +84,30 @@ def icon_class(base: Any) -> Any:
                 self._dock_window()
             assert self._systray_manager
 
+        def _dock_quietly(self) -> bool:
+            """Dock if a tray runs; else say so once (pystray logs a traceback each time)."""
+            try:
+                self._assert_docked()
+                self._said_no_tray = False
+                return True
+            except AssertionError:
+                if not getattr(self, "_said_no_tray", False):
+                    self._said_no_tray = True
+                    log.warning(
+                        "no system tray runs on display %s: the icon appears when one starts",
+                        self._display.get_display_name(),
+                    )
+                return False
+
+        def _show(self) -> None:
+            self._dock_quietly()
+
         def _on_destroy_notify(self, event: Any) -> None:
-            if self._systray_manager is not None:  # pystray assumes one (AttributeError)
-                super()._on_destroy_notify(event)
+            manager = self._systray_manager
+            if manager is None or event.window.id != manager.id:
+                return  # only the tray's own end matters (our window's is the loop's)
+            self._systray_manager = None
+            self._dock_quietly()  # another tray may have taken over
 
         def _redock(self) -> None:
             owner = self._get_systray_manager()
@@ -91,9 +115,7 @@ def icon_class(base: Any) -> Any:
             if owner is not None and docked is not None and owner.id == docked.id:
                 return  # the tray we asked already (it announced itself just after we asked)
             self._systray_manager = None
-            try:
-                self._assert_docked()
-            except AssertionError:
+            if not self._dock_quietly():
                 return
             self._icon_data = None
             self._draw()
@@ -161,9 +183,8 @@ def icon_class(base: Any) -> Any:
             return image.new("RGB", (width, height), FALLBACK_BACKGROUND)
 
         def _update_icon(self) -> None:
-            if getattr(self, "_systray_manager", None) is None:
-                super()._update_icon()  # not docked yet: docking is what is needed
-                return
+            if self._systray_manager is None and not self._dock_quietly():
+                return  # drawn once a tray docks it
             self._icon_data = None
             self._draw()
             self._icon_valid = True
