@@ -137,6 +137,7 @@ class PopupMenu:
         self._thread: threading.Thread | None = None
         self._close = threading.Event()
         self._dirty = threading.Event()
+        self._ending = threading.Event()  # the open menu is going away on its own
 
     @property
     def is_open(self) -> bool:
@@ -147,10 +148,14 @@ class PopupMenu:
     def toggle(self, x: int, y: int) -> None:
         """Open the menu at root coordinates (x, y), or close it when it is open."""
         with self._lock:
-            if self.is_open:
-                self._close.set()
-                return
+            thread = self._thread
+            if thread is not None and thread.is_alive():
+                if not self._ending.is_set():
+                    self._close.set()
+                    return
+                thread.join(1.0)  # a menu just closed by a click or a key: open a new one
             self._close.clear()
+            self._ending.clear()
             self._thread = threading.Thread(
                 target=self._run, args=(x, y), name="recalld-tray-menu", daemon=True
             )
@@ -236,6 +241,7 @@ class _MenuWindow:
                     return action
             return None
         finally:
+            self.menu._ending.set()
             self.d.ungrab_pointer(self.X.CurrentTime)
             self.d.ungrab_keyboard(self.X.CurrentTime)
             self.win.destroy()
