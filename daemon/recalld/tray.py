@@ -171,26 +171,14 @@ def main() -> int:
     shown: dict[str, Any] = {}
     app = TrayApp(state_file=Path(hook) if hook else None, facts={"backend": backend})
 
-    def display(view: View) -> None:
-        icon = shown.get("icon")
-        if icon is None or not shown.get("running"):
-            return
-        if shown.get("key") != view.icon_key():
-            icon.icon = draw_icon(view.state, view.progress)
-            shown["key"] = view.icon_key()
-        title = view.title
-        if xorg:  # X11 window names are Latin-1 (that backend shows the title as WM_NAME)
-            title = title.encode("latin-1", "replace").decode("latin-1")
-        icon.title = title
-        if shown.get("popup") is not None:
-            shown["popup"].refresh()
-        else:
-            icon.update_menu()
-
-    app.display = display
+    app.display = _displayer(shown, xorg)
     exit_code = [exit_codes.OK]
 
-    quitting = threading.Lock()
+    quitting, stopping = threading.Lock(), threading.Lock()
+
+    def stop_icon() -> None:
+        if stopping.acquire(blocking=False):  # once: a second stop would wait on a dead loop
+            shown["icon"].stop()
 
     def quit_(code: int = exit_codes.OK) -> None:
         if not quitting.acquire(blocking=False):
@@ -199,7 +187,8 @@ def main() -> int:
         app.stop()
         if shown.get("popup") is not None:
             shown["popup"].close()
-        shown["icon"].stop()
+        if shown.get("running"):
+            stop_icon()  # else setup stops it: the X loop is not there to ask yet
 
     try:
         icon = icon_class(pystray.Icon)(
@@ -216,6 +205,9 @@ def main() -> int:
     def setup(icon: Any) -> None:
         _wait_for_backend(icon, xorg)
         shown["running"] = True
+        if quitting.locked():  # a signal came during the start
+            stop_icon()
+            return
         icon.visible = True
         app.start()
 
@@ -227,6 +219,28 @@ def main() -> int:
     finally:
         app.stop()
     return exit_code[0]
+
+
+def _displayer(shown: dict[str, Any], xorg: bool) -> Callable[[View], None]:
+    """What shows a new view: the icon's image, its title, the menu."""
+
+    def display(view: View) -> None:
+        icon = shown.get("icon")
+        if icon is None or not shown.get("running"):
+            return
+        if shown.get("key") != view.icon_key():
+            icon.icon = draw_icon(view.state, view.progress)
+            shown["key"] = view.icon_key()
+        title = view.title
+        if xorg:  # X11 window names are Latin-1 (that backend shows the title as WM_NAME)
+            title = title.encode("latin-1", "replace").decode("latin-1")
+        icon.title = title
+        if shown.get("popup") is not None:
+            shown["popup"].refresh()
+        else:
+            icon.update_menu()
+
+    return display
 
 
 def _x11_popup(icon: Any, app: TrayApp, quit_: Callable[[], None]) -> Any:
