@@ -207,6 +207,13 @@ def test_menu_runs_every_action(
         )
         check_menu_pixels(shot, layout, lit=sync)
 
+        # The keys: Down from the item under the pointer to the next, Up wraps round to Quit.
+        press_key(xserver, "Down")
+        tray.until(lambda: tray.state()["menu"]["highlight"] == sync + 1, "Down moving on", 20)
+        press_key(xserver, "Up")
+        press_key(xserver, "Up")
+        quit_row = len(rows) - 1
+        tray.until(lambda: tray.state()["menu"]["highlight"] == quit_row, "Up wrapping round", 20)
         press_key(xserver, "Escape")  # Escape closes it, and runs nothing
         tray.until(lambda: tray.state().get("menu") is None, "Escape closing the menu")
         assert find_window(xserver, MENU) is None
