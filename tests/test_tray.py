@@ -1,4 +1,4 @@
-"""``recalld tray``: the pure state machine, the icons, the watch loop, and a real tray on Xvfb."""
+"""``recalld tray``: the state machine, the icons and the watch loop (Xvfb: test_tray_x11)."""
 
 from __future__ import annotations
 
