@@ -237,9 +237,22 @@ def test_menu_runs_every_action(
             layout = tray.open_menu()
             pause = next(r for r in layout["rows"] if r["action"] == "pause")
             assert pause["label"] == "Resume watching"
+            assert layout["rows"][0]["label"].startswith("recalld: paused")
+
+            def labels() -> list[str]:
+                return [r["label"] for r in (tray.state().get("menu") or {}).get("rows", [])]
+
+            # An open menu follows the daemon: resumed elsewhere, its lines change in place.
+            c.call("pause", {"paused": False})
+            tray.until(
+                lambda: labels()[:1] == ["recalld: idle"] and "Pause watching" in labels(),
+                "the open menu following the daemon",
+            )
             press_key(xserver, "Escape")
             tray.until(lambda: tray.state().get("menu") is None, "Escape closing the menu")
-            tray.choose("pause")
+            c.call("pause", {"paused": True})
+            tray.until(lambda: tray.state().get("state") == "paused", "the tray showing paused")
+            tray.choose("pause")  # now "Resume watching"
             wait_for(lambda: c.status()["daemon"]["paused"] is False)
 
         tray.choose("open")
