@@ -370,3 +370,30 @@ def test_tray_follows_the_daemon_in_a_tray_that_starts_later(
             trayer.terminate()
             trayer.wait(10)
         daemon.stop()
+
+
+def test_menu_stays_on_screen_and_reports_the_clicked_item(xserver: XServer) -> None:
+    """The popup alone, in this process: opened near the bottom-right corner (a panel at the
+    bottom) it opens above and left of the pointer, fully on screen."""
+    from recalld.tray_menu_x11 import PopupMenu, menu_rows
+    from recalld.tray_view import view_for
+
+    chosen: list[str] = []
+    layouts: list[dict[str, Any] | None] = []
+    rows = menu_rows(view_for({"state": "idle", "provider": "none", "files": 1, "chunks": 1}))
+    menu = PopupMenu(xserver.display, lambda: rows, chosen.append, on_layout=layouts.append)
+    menu.toggle(630, 390)
+    wait_for(lambda: find_window(xserver, MENU) is not None)
+    x, y, w, h = find_window(xserver, MENU) or (0, 0, 0, 0)
+    assert x + w <= 640 and y + h <= 390 and x >= 0 and y >= 0, (x, y, w, h)
+    wait_for(lambda: bool(layouts) and layouts[-1] is not None)
+    reindex = next(r for r in (layouts[-1] or {})["rows"] if r["action"] == "reindex")
+    click(xserver, x + 50, y + (reindex["top"] + reindex["bottom"]) // 2)
+    wait_for(lambda: chosen == ["reindex"] and layouts[-1] is None)
+    assert find_window(xserver, MENU) is None and not menu.is_open
+    # Opened and closed again without a click: close() from another thread.
+    menu.toggle(10, 10)
+    wait_for(lambda: find_window(xserver, MENU) is not None)
+    menu.close()
+    wait_for(lambda: find_window(xserver, MENU) is None)
+    assert chosen == ["reindex"]
