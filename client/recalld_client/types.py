@@ -77,6 +77,7 @@ class SearchResponse(_SearchResponseBase, total=False):
 
     budget: dict[str, int]  # with max_tokens: max_tokens, used_tokens, snippets_trimmed, dropped
     explain: dict[str, Any]  # with explain=True: query shape, weights, match expression
+    vectors_pending: int  # chunks found by keyword only until their vectors are filled in
 
 
 class GetResponse(TypedDict):

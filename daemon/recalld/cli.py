@@ -19,6 +19,7 @@ from typing import Any
 from recalld import __version__, exit_codes
 from recalld.config import Config
 from recalld.errors import BadRequest, IndexError_, RecalldError
+from recalld.vector_backfill import pending_note
 
 # The table lives in recalld.exit_codes; these names stay for callers and tests.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = exit_codes.OK, exit_codes.ERROR, exit_codes.USAGE
@@ -427,6 +428,8 @@ def _search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
     err: list[str] = []
     if res.get("degraded"):
         err.append(f"note: {res['degraded']}")
+    if note := pending_note(res):
+        err.append(f"note: {note}")
     results = res.get("results", [])
     if not results:
         out.append("no results")

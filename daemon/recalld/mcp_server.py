@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from recalld import __version__, paths
+from recalld.vector_backfill import pending_note
 from recalld_client.citation import parse_citation
 
 log = logging.getLogger(__name__)
@@ -280,6 +281,8 @@ def format_search(res: Mapping[str, Any]) -> str:
     out: dict[str, Any] = {"results": results, "mode": res.get("mode")}
     if res.get("degraded"):
         out["degraded"] = res["degraded"]
+    if note := pending_note(res):
+        out["vectors_pending"] = note
     budget = res.get("budget")
     if budget and (budget.get("snippets_trimmed") or budget.get("dropped")):
         out["budget"] = (
