@@ -373,8 +373,9 @@ class Engine:
             if not self.vector_backlog.known:  # read-only engines count once
                 self.vector_backlog.refresh(store)
             result = run_search(request, ctx)
-        # Keyword first: chunks still waiting for a vector are found by keyword only until then.
-        result["vectors_pending"] = self.vector_backlog.pending
+        # Keyword first: chunks still waiting for a vector are found by keyword only until then
+        # (0 for a keyword-only search: it misses nothing).
+        result["vectors_pending"] = self.vector_backlog.pending if wants_vectors else 0
         return result
 
     _reranker: Any = None
@@ -454,11 +455,14 @@ class Engine:
             on_progress=self._progress,
         )
         indexer.background, indexer.backfill_slice = self.background, self.backfill_slice
+        indexer.backlog = self.vector_backlog if store is self.writer else None
         indexer.job = self.job
         return indexer
 
     def _progress(self, progress: Progress) -> None:
         self.progress = progress
+        if self.state == "syncing" and self.writer is not None:  # files land keyword-first
+            self.vector_backlog.refresh_now_and_then(self.writer)
         if self.on_progress is not None:
             self.on_progress(progress)
 

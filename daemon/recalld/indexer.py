@@ -38,7 +38,13 @@ from recalld.store import FileChange, FileRow, Identity, NewChunk, Store
 from recalld.sync_report import Prepared as Prepared  # re-exported: engine, daemon, tests
 from recalld.sync_report import Progress as Progress
 from recalld.sync_report import SyncReport as SyncReport
-from recalld.vector_backfill import BACKFILL_BUDGET_S, BIG_FILE_BYTES, BackgroundChunker, fill
+from recalld.vector_backfill import (
+    BACKFILL_BUDGET_S,
+    BIG_FILE_BYTES,
+    BackgroundChunker,
+    VectorBacklog,
+    fill,
+)
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +151,7 @@ class Indexer:
         # recalld.vector_backfill). Unset (in-process syncs): vectors are embedded inline.
         self.background: BackgroundChunker[list[Chunk]] | None = None
         self.backfill_slice: int | None = None
+        self.backlog: VectorBacklog | None = None  # the engine's count of chunks due a vector
 
     # discovery --------------------------------------------------------------------------------
 
@@ -437,6 +444,8 @@ class Indexer:
                 self._skip(report, prepared.row.path, f"indexing failed: {exc}")
                 continue
             self._apply(change)
+            if self.backlog is not None and self.keyword_first:
+                self.backlog.wrote(sum(c.embed for c in prepared.chunks) - len(change.added))
             report.chunks_written += len(prepared.chunks)
             self.progress.chunks_done += len(prepared.chunks)
 

@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 BIG_FILE_BYTES = 256 * 1024
 #: Chunks per embedding call of a back-fill step (a small edit waits for at most one call).
 BACKFILL_SLICE = 8
+#: While a sync writes files, the chunks waiting for vectors are counted at most this often.
+COUNT_EVERY_S = 1.0
 #: Chunks due a vector read per query, then embedded shortest first in slices: neighbours in
 #: length share a call, so little of each call is padding.
 BACKFILL_WINDOW = 256
@@ -199,12 +201,25 @@ class VectorBacklog:
         self.total = 0
         self.known = False  # counted at least once
         self.more = False  # the last step stopped on its budget: the daemon queues the next
+        self._counted_at = 0.0
 
     def refresh(self, store: Store, *, more: bool = False) -> None:
         """Count again after a write (one query; chunks and vectors are counted by index)."""
         self.pending, self.total = vector_counts(store)
         self.more = more and self.pending > 0
         self.known = True
+        self._counted_at = time.monotonic()
+
+    def wrote(self, without_vector: int) -> None:
+        """Chunks just written without a vector (counted exactly at the next refresh)."""
+        if without_vector > 0:
+            self.pending += without_vector
+            self.total += without_vector
+
+    def refresh_now_and_then(self, store: Store) -> None:
+        """Count again during a sync, at most every :data:`COUNT_EVERY_S` (the writer thread)."""
+        if time.monotonic() - self._counted_at >= COUNT_EVERY_S:
+            self.refresh(store, more=self.more)
 
     def as_dict(self) -> dict[str, int]:
         """``vectors_pending`` / ``vectors_total`` of status and progress maps."""
@@ -214,6 +229,6 @@ class VectorBacklog:
 def pending_note(res: Mapping[str, Any]) -> str | None:
     """The short note of a search answer while vectors are being filled in (CLI and MCP)."""
     pending = res.get("vectors_pending")
-    if not isinstance(pending, int) or pending <= 0 or res.get("mode") == "keyword":
+    if not isinstance(pending, int) or pending <= 0:
         return None
     return f"{pending:,} chunks still wait for vectors: they are matched by keyword only for now"
