@@ -6,7 +6,8 @@
     .venv/bin/python bench/run.py --only large,noop  # some parts -> bench/out/BENCHMARKS.partial.*
 
 Parts: client_import, throughput, rss_indexing, small, large, noop, transcripts, quality,
-ablation, needles (bench/transcript_needles.py).
+ablation, needles (bench/transcript_needles.py), chat (bench/chat_mix.py), first_sync
+(bench/first_sync.py).
 Corpora, homes and the embedding cache live under bench/out/ (gitignored).
 """
 
@@ -57,8 +58,10 @@ SNAPSHOT, SOURCE_HASH = _snapshot()
 
 from bench import (  # noqa: E402
     ablation,
+    chat_mix,
     common,
     corpora,
+    first_sync,
     quality,
     report,
     speed,
@@ -78,6 +81,8 @@ PARTS = (
     "quality",
     "ablation",
     "needles",
+    "chat",
+    "first_sync",
 )
 
 
@@ -129,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             sheet.put("pool_chunks", sum(len(d.chunks) for d in pool))
         ctx = speed.Ctx(sizes, sheet, embedder, cache, pool, real, args.rebuild)
         speed.run_all(ctx, only, timings)
+        issue16 = (("chat", chat_mix.chat_index), ("first_sync", first_sync.first_sync))
+        speed.run_all(ctx, only, timings, steps=issue16)  # keyword first, the chat mix
         if not args.skip_quality and (only is None or "quality" in only):
             with stage("quality", timings):
                 quality.run_quality(

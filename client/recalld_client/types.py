@@ -101,6 +101,7 @@ class StatusResponse(TypedDict, total=False):
     identity: dict[str, Any] | None  # provider, model, dims, chunking of the index
     counts: dict[str, Any]  # files, chunks, ...
     progress: dict[str, Any]
+    vectors: dict[str, int]  # vectors_pending, vectors_total: keyword first, vectors behind
     last_sync: float | None
     last_report: dict[str, Any] | None
     last_error: str | None
