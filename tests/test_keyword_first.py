@@ -111,3 +111,28 @@ def test_the_bar_follows_the_vectors_once_every_file_is_in() -> None:
     assert "vectors 10/40 (25 %)" in line
     assert "vectors" not in bar_line({**p, "vectors_pending": 0}, "syncing")
     assert "vectors 10/40" in describe(p)
+
+
+def test_due_chunks_are_found_newest_first_and_keyword_only_ones_never(home: Path) -> None:
+    import numpy as np
+
+    from recalld.store import FileRow, Identity, NewChunk
+    from recalld.vector_backfill import _due
+
+    store = Store(home / "index.sqlite")
+    try:
+        store.set_identity(Identity("k", "test", "m", 4, "{}"))
+        vec = np.ones(4, dtype=np.float32) / 2
+        for f in range(3):
+            chunks = [
+                NewChunk(i, i, f"text {f} {i}", f"h{f}-{i}", embed=i != 1) for i in range(1, 4)
+            ]
+            vectors = {f"h{f}-1": vec, f"h{f}-3": vec} if f == 0 else None
+            store.replace_file(FileRow(f"/m/{f}.md", "memory", 1, 0, "", 3), chunks, vectors)
+        # File 0: chunk 1 keyword-only, 3 has a vector, 2 is due; files 1 and 2: 2 due each.
+        assert vector_counts(store) == (5, 6)
+        due = _due(store, 3)
+        assert [h for _, h, _ in due] == ["h2-3", "h2-2", "h1-3"]
+        assert [h for _, h, _ in _due(store, 10)][-1] == "h0-2"
+    finally:
+        store.close()

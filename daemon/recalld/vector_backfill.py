@@ -127,6 +127,33 @@ class BackgroundChunker(Generic[T]):
                     self._busy = None
 
 
+def _without_vector(store: Store) -> list[int]:
+    """Ids of the chunks that have no vector row (due one, or keyword-only by policy), newest
+    first.
+
+    Read from an index (every index holds the rowid) and sqlite-vec's rowid table: neither
+    reads the chunks' pages, so this stays cheap when nothing is due (every sync asks). An
+    ``id NOT IN (SELECT rowid FROM chunks_vec)`` scan read the whole chunks table: 110 ms at
+    20k chunks on a loaded machine, against a few ms.
+    """
+    shadow = store.conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE name = 'chunks_vec_rowids'"
+    ).fetchone()
+    missing = (
+        "NOT EXISTS (SELECT 1 FROM chunks_vec_rowids r WHERE r.rowid = c.id)"
+        if shadow
+        else "c.id NOT IN (SELECT rowid FROM chunks_vec)"
+    )
+    ids = [
+        int(r[0])
+        for r in store.conn.execute(
+            f"SELECT c.id FROM chunks c INDEXED BY chunks_by_hash WHERE {missing}"
+        )
+    ]
+    ids.sort(reverse=True)
+    return ids
+
+
 def _due(store: Store, limit: int) -> list[tuple[int, str, str]]:
     """(id, hash, text) of chunks due a vector and without one, newest first.
 
@@ -135,27 +162,37 @@ def _due(store: Store, limit: int) -> list[tuple[int, str, str]]:
     """
     if not store.has_vec_table():
         return []
-    return [
-        (int(r[0]), str(r[1]), str(r[2]))
-        for r in store.conn.execute(
-            "SELECT id, hash, text FROM chunks WHERE embed = 1 "
-            "AND id NOT IN (SELECT rowid FROM chunks_vec) ORDER BY id DESC LIMIT ?",
-            (limit,),
-        )
-    ]
+    out: list[tuple[int, str, str]] = []
+    ids = _without_vector(store)
+    for at in range(0, len(ids), 500):
+        part = ids[at : at + 500]
+        marks = ",".join("?" * len(part))
+        rows: list[Any] = store.conn.execute(
+            f"SELECT id, hash, text FROM chunks WHERE embed = 1 AND id IN ({marks})", part
+        ).fetchall()
+        out.extend(sorted(((int(r[0]), str(r[1]), str(r[2])) for r in rows), reverse=True))
+        if len(out) >= limit:
+            break
+    return out[:limit]
 
 
 def vector_counts(store: Store) -> tuple[int, int]:
     """(pending, total): chunks due a vector but still without one, and all chunks due one."""
     if not store.has_vec_table():
         return 0, 0
-    row = store.conn.execute(
-        "SELECT (SELECT count(*) FROM chunks), (SELECT count(*) FROM chunks WHERE embed = 0), "
-        "(SELECT count(*) FROM chunks_vec)"
-    ).fetchone()
-    chunks, keyword_only, vectors = (int(v) for v in row or (0, 0, 0))
-    total = max(chunks - keyword_only, 0)
-    return max(total - vectors, 0), total
+    ids = _without_vector(store)
+    keyword_only = 0
+    for at in range(0, len(ids), 500):
+        part = ids[at : at + 500]
+        row = store.conn.execute(
+            f"SELECT count(*) FROM chunks WHERE embed = 0 AND id IN ({','.join('?' * len(part))})",
+            part,
+        ).fetchone()
+        keyword_only += int(row[0]) if row else 0
+    row = store.conn.execute("SELECT count(*) FROM chunks").fetchone()
+    chunks = int(row[0]) if row else 0
+    pending = len(ids) - keyword_only
+    return pending, chunks - keyword_only
 
 
 def fill(indexer: Indexer, report: SyncReport | None, *, budget_s: float | None) -> int:
