@@ -516,6 +516,12 @@ def _print_status(res: dict[str, Any], as_json: bool) -> None:
         f"{counts.get('cached_embeddings', 0)} cached embeddings)",
         f"last sync: {_when(last)}",
     ]
+    vec = res.get("vectors") or {}
+    if vec.get("vectors_pending"):
+        lines.append(
+            f"vectors:   {vec['vectors_pending']:,} of {vec.get('vectors_total', 0):,} chunks "
+            "still wait for one (searchable by keyword meanwhile)"
+        )
     tr = res.get("transcripts") or {}
     if tr.get("files"):
         lines.append(
