@@ -136,3 +136,19 @@ def test_due_chunks_are_found_newest_first_and_keyword_only_ones_never(home: Pat
         assert [h for _, h, _ in _due(store, 10)][-1] == "h0-2"
     finally:
         store.close()
+
+
+def test_the_tray_ring_follows_the_vectors_once_every_file_is_in() -> None:
+    from recalld.tray import view_for
+
+    event = {
+        "state": "syncing",
+        "progress": {
+            "files_total": 10,
+            "files_done": 10,
+            "vectors_pending": 30,
+            "vectors_total": 40,
+        },
+    }
+    view = view_for(event)
+    assert view.progress == 0.25 and "vectors 10/40 (25 %)" in view.title
