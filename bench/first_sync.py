@@ -78,7 +78,7 @@ def run(embedder: Any, pool: list[corpora.Doc], files: int, home: Path) -> dict[
     with Store(home / "index.sqlite", readonly=True) as store:
         row = store.conn.execute("SELECT count(*) FROM chunks WHERE embed = 1").fetchone()
     out["raw_embed_chunks_per_s"] = (raw_n + n2) / (raw_s + s2)
-    out["first_sync_chunks_per_s"] = int(row[0]) / out["vectors_complete_s"]
+    out["first_sync_chunks_per_s"] = int(row[0] if row else 0) / out["vectors_complete_s"]
     out["first_sync_vs_embed_ratio"] = (
         out["first_sync_chunks_per_s"] / out["raw_embed_chunks_per_s"]
     )
@@ -101,7 +101,8 @@ def first_sync(ctx: Any) -> None:
         f"{int(got['files'])} real notes (tldr/scifact/locomo) written to a fresh home, then a "
         "daemon started: seconds until status counts every file and a keyword search finds a "
         "word of the last one; vectors_complete_s until vectors_pending is 0; the ratio is "
-        "its chunks/s against LocalEmbedder.embed() of the same texts, 256 per call, half before, half after",
+        "its chunks/s against LocalEmbedder.embed() of the same texts, 256 per call, half "
+        "timed before the daemon, half after",
     )
 
 
