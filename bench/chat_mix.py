@@ -39,7 +39,7 @@ CHAT_SHARE = 0.56  # chunks that are chat turns (locomo conversations)
 
 
 def chat_pool(pool: Sequence[corpora.Doc], share: float = CHAT_SHARE) -> list[corpora.Doc]:
-    """The pool with the locomo files cycled (as numbered copies) until their chunks are
+    """The pool with the locomo files cycled (as numbered copies) until their chunks are about
     ``share`` of all chunks; the bundles vary each copy's names, dates and numbers."""
     chat = [d for d in pool if d.set == "locomo" and d.chunks]
     other = [d for d in pool if d.set != "locomo" and d.chunks]
@@ -48,8 +48,12 @@ def chat_pool(pool: Sequence[corpora.Doc], share: float = CHAT_SHARE) -> list[co
     if not chat or not n_chat:
         raise ValueError("the pool has no locomo conversations")
     copies = max(1, round(share / (1 - share) * n_other / n_chat))
-    cycled = [replace(d, rel=f"{d.rel}#{k}") for k in range(copies) for d in chat]
-    return [*other, *cycled]
+    # The copies are not a set of corpora.SETS: make_bundles joins each real file once,
+    # unchanged, and the copies only as varied replicas (other names, dates, numbers).
+    cycled = [
+        replace(d, set="locomo-copy", rel=f"{d.rel}#{k}") for k in range(1, copies) for d in chat
+    ]
+    return [*other, *chat, *cycled]
 
 
 def chat_queries(count: int, seed: str = "chat") -> list[str]:
