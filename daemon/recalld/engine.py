@@ -506,6 +506,7 @@ class Engine:
             if dirty is None:
                 self._remember_mounts(problems)
             indexer.backfill_vectors(report)  # keyword first: a step of vectors after the writes
+            report.embed_error = indexer.embed_error  # a provider that is down: retried later
             self.vector_backlog.refresh(self.writer, more=report.vectors_pending)
             self._note_skipped(report, dirty)
             self._after_write(report)
@@ -543,6 +544,7 @@ class Engine:
         self.last_sync = time.time()
         out = report.as_dict()
         out["vectors_pending"] = step.vectors_pending
+        out["embed_error"] = indexer.embed_error
         out["indexed_sizes"] = report.indexed_sizes
         return out
 
@@ -604,6 +606,7 @@ class Engine:
                     report.sessions = sessions.as_dict()
                     self.last_session_sizes = sessions.indexed_sizes
                 indexer.backfill_vectors(report)
+                report.embed_error = indexer.embed_error
             except BaseException:
                 self.needs_reindex = saved
                 raise
