@@ -238,7 +238,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "index.reader_mmap_mb",
-        1024,
+        0,
         "Memory-map this much of the index for searches (file-backed, shared; 0: no map).",
         0,
         1_048_576,

@@ -120,6 +120,7 @@ class Engine:
         self.last_session_sizes: dict[str, int] = {}
         self._counts: dict[str, int] | None = None
         self._counts_lock = threading.Lock()
+        self._counts_generation = 0  # bumped by every write: a count begun before is not kept
         self._guard: ProviderGuard | None = None
         self.skipped: dict[str, str] = {}  # files the last syncs could not index, with why
         # Set by the daemon: big notes chunked off the writer, vectors back-filled in slices.
@@ -658,13 +659,19 @@ class Engine:
     def counts(self, store: Store) -> dict[str, int]:
         """Row counts, cached until the next write (counting FTS and vec0 rows scans them)."""
         with self._counts_lock:
-            if self._counts is None:
-                self._counts = store.counts()
-            return dict(self._counts)
+            if self._counts is not None:
+                return dict(self._counts)
+            generation = self._counts_generation
+        counts = store.counts()  # outside the lock; a write meanwhile makes it stale:
+        with self._counts_lock:
+            if generation == self._counts_generation:  # ... then it is returned, not kept
+                self._counts = counts
+        return dict(counts)
 
     def _invalidate_counts(self) -> None:
         with self._counts_lock:
             self._counts = None
+            self._counts_generation += 1
 
     def index_info(self) -> dict[str, Any]:
         """The ``index`` block of search results."""
