@@ -157,6 +157,13 @@ TARGETS = (
         _quality_margin("scifact-train"),
     ),
     Target("tldr: hybrid hit@1", "quality_tldr_hybrid_hit@1", 0.90, False, ""),
+    # issue 16: the conversation-heavy mix and keyword first (bench/chat_mix.py, first_sync.py)
+    Target(
+        "chat mix: hybrid p50 / (query embed + numpy)", "search_chat_vs_embed_numpy", 1.5, True, "x"
+    ),
+    Target("chat mix: keyword p50 / numpy p50", "keyword_chat_vs_numpy", 1.0, True, "x"),
+    Target("fresh 10k files keyword-searchable", "keyword_searchable_s_10k_files", 30.0, True, "s"),
+    Target("first sync vectors / raw embedder", "first_sync_vs_embed_ratio", 0.9, False, ""),
 )
 
 

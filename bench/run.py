@@ -6,7 +6,8 @@
     .venv/bin/python bench/run.py --only large,noop  # some parts -> bench/out/BENCHMARKS.partial.*
 
 Parts: client_import, cli_start (bench/cli_start.py), throughput, rss_indexing, small, large,
-noop, transcripts, quality, ablation, needles (bench/transcript_needles.py).
+noop, transcripts, quality, ablation, needles (bench/transcript_needles.py), chat
+(bench/chat_mix.py), first_sync (bench/first_sync.py).
 Corpora, homes and the embedding cache live under bench/out/ (gitignored).
 """
 
@@ -57,9 +58,11 @@ SNAPSHOT, SOURCE_HASH = _snapshot()
 
 from bench import (  # noqa: E402
     ablation,
+    chat_mix,
     cli_start,
     common,
     corpora,
+    first_sync,
     quality,
     report,
     speed,
@@ -80,6 +83,8 @@ PARTS = (
     "quality",
     "ablation",
     "needles",
+    "chat",
+    "first_sync",
 )
 
 
@@ -134,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         if only is None or "cli_start" in only:
             with stage("cli_start", timings):
                 cli_start.run_part(sheet)
+        issue16 = (("chat", chat_mix.chat_index), ("first_sync", first_sync.first_sync))
+        speed.run_all(ctx, only, timings, steps=issue16)  # keyword first, the chat mix
         if not args.skip_quality and (only is None or "quality" in only):
             with stage("quality", timings):
                 quality.run_quality(

@@ -814,19 +814,28 @@ def transcript_append(ctx: Ctx) -> None:
         engine.close()
 
 
-def run_all(ctx: Ctx, only: set[str] | None, timings: dict[str, float]) -> None:
-    """Every speed measurement, in an order that keeps heavy memory users apart."""
+def run_all(
+    ctx: Ctx,
+    only: set[str] | None,
+    timings: dict[str, float],
+    steps: Sequence[tuple[str, Callable[[Ctx], None]]] | None = None,
+) -> None:
+    """Every speed measurement (or ``steps``), in an order that keeps heavy memory users apart."""
     from bench.common import stage
 
-    steps: list[tuple[str, Callable[[Ctx], None]]] = [
-        ("client_import", client_import),
-        ("throughput", index_throughput),
-        ("rss_indexing", rss_indexing),
-        ("small", small_index),
-        ("large", large_index),
-        ("noop", noop_resync),
-        ("transcripts", transcript_append),
-    ]
+    steps = (
+        steps
+        if steps is not None
+        else [
+            ("client_import", client_import),
+            ("throughput", index_throughput),
+            ("rss_indexing", rss_indexing),
+            ("small", small_index),
+            ("large", large_index),
+            ("noop", noop_resync),
+            ("transcripts", transcript_append),
+        ]
+    )
     for name, fn in steps:
         if only and name not in only:
             continue

@@ -181,7 +181,7 @@ def test_sigkill_at_random_moments_of_syncs(home: Path) -> None:
                 state = c.status()["state"]
             daemon.kill9()
             states[state] += 1
-            check_consistent(index, where)
+            check_consistent(index, where, vectors=False)  # keyword first: vectors may be due
         assert states["syncing"] + states["reindexing"] >= KILLS // 2, (
             f"too few kills landed during a sync ({dict(states)}); seed {seed}"
         )

@@ -77,6 +77,7 @@ class SearchResponse(_SearchResponseBase, total=False):
 
     budget: dict[str, int]  # with max_tokens: max_tokens, used_tokens, snippets_trimmed, dropped
     explain: dict[str, Any]  # with explain=True: query shape, weights, match expression
+    vectors_pending: int  # chunks found by keyword only until their vectors are filled in
 
 
 class GetResponse(TypedDict):
@@ -100,6 +101,7 @@ class StatusResponse(TypedDict, total=False):
     identity: dict[str, Any] | None  # provider, model, dims, chunking of the index
     counts: dict[str, Any]  # files, chunks, ...
     progress: dict[str, Any]
+    vectors: dict[str, int]  # vectors_pending, vectors_total: keyword first, vectors behind
     last_sync: float | None
     last_report: dict[str, Any] | None
     last_error: str | None

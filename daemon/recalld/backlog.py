@@ -126,12 +126,13 @@ class Backlog:
 
     def _snapshot(self) -> tuple[dict[str, Any], int]:
         new, again = self._waiting()
+        vectors = self.engine.vector_backlog.as_dict()  # keyword first: the vectors behind
         if self.engine.job is None and self.engine.state == "idle":
             shown = Progress(phase="waiting") if new else self.engine.progress
-            return shown.as_dict(new), new + again
+            return {**shown.as_dict(new), **vectors}, new + again
         # The job's own progress, or a rebuild's (a reindex counts every file afresh).
         progress: Progress = self.engine.progress
-        p = progress.as_dict(new)
+        p = {**progress.as_dict(new), **vectors}
         return p, max(p["files_total"] - p["files_done"], 0) + again
 
     def progress(self) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -15,6 +16,14 @@ def _json(obj: Any, **kw: Any) -> str:
     import json  # only --json needs it: the fast path's text answers do not pay for it
 
     return json.dumps(obj, ensure_ascii=False, **kw)
+
+
+def pending_note(res: Mapping[str, Any]) -> str | None:
+    """The short note of a search answer while vectors are being filled in (CLI and MCP)."""
+    pending = res.get("vectors_pending")
+    if not isinstance(pending, int) or pending <= 0:
+        return None
+    return f"{pending:,} chunks still wait for vectors: they are matched by keyword only for now"
 
 
 def print_search(res: dict[str, Any], as_json: bool, max_tokens: int | None = None) -> None:
@@ -41,6 +50,8 @@ def search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
     err: list[str] = []
     if res.get("degraded"):
         err.append(f"note: {res['degraded']}")
+    if note := pending_note(res):
+        err.append(f"note: {note}")
     results = res.get("results", [])
     if not results:
         out.append("no results")
@@ -127,6 +138,12 @@ def print_status(res: dict[str, Any], as_json: bool) -> None:
         f"{counts.get('cached_embeddings', 0)} cached embeddings)",
         f"last sync: {when(last)}",
     ]
+    vec = res.get("vectors") or {}
+    if vec.get("vectors_pending"):
+        lines.append(
+            f"vectors:   {vec['vectors_pending']:,} of {vec.get('vectors_total', 0):,} chunks "
+            "still wait for one (searchable by keyword meanwhile)"
+        )
     tr = res.get("transcripts") or {}
     if tr.get("files"):
         lines.append(

@@ -228,6 +228,21 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         3600,
     ),
+    # keyword channel at scale (recalld.common_terms)
+    Setting(
+        "search.max_term_df",
+        0.0,
+        "OR queries drop a word found in more than this share of chunks (0: keep every word).",
+        0,
+        1,
+    ),
+    Setting(
+        "index.reader_mmap_mb",
+        0,
+        "Memory-map this much of the index for searches (file-backed, shared; 0: no map).",
+        0,
+        1_048_576,
+    ),
     Setting(
         "rerank.provider",
         "none",

@@ -22,7 +22,6 @@ from typing import Any
 
 from recalld import index_health, paths, security
 from recalld.backlog import Backlog, JobQueue
-from recalld.big_files import BACKFILL_SLICE, BackgroundChunker
 from recalld.chunking import Chunk
 from recalld.config import Config
 from recalld.config_watch import LiveConfig
@@ -31,6 +30,7 @@ from recalld.errors import BadRequest, IndexError_, Unavailable
 from recalld.filters import make_filter
 from recalld.index_files import describe_write_error
 from recalld.indexer import Progress
+from recalld.vector_backfill import BACKFILL_SLICE, BackgroundChunker
 from recalld.watcher import Watcher
 
 log = logging.getLogger(__name__)
@@ -259,7 +259,7 @@ class Daemon:
                 sessions = self.sessions  # read once: a config edit may swap it
                 if sessions is not None:
                     sessions.mark_indexed(self.engine.last_session_sizes)
-                if report.get("vectors_pending"):  # the next back-fill slice, after queued jobs
+                if self.engine.vector_backlog.more:  # the next back-fill step, after queued jobs
                     with contextlib.suppress(Unavailable):
                         self.submit(Job("paths"))
                 error = None
@@ -479,11 +479,19 @@ class Daemon:
         self.submit(job)
         if not wait:
             return {"queued": True, "job": job.kind}
+        deadline = time.monotonic() + float(timeout)
         if not job.done.wait(float(timeout)):
             raise Unavailable(f"the {job.kind} is still running after {timeout} s")
         if job.error:
             raise Unavailable(f"{job.kind} failed: {job.error}")
-        return {"queued": False, "job": job.kind, "report": job.result}
+        report = dict(job.result or {})
+        # Keyword first: the files are searchable now; waiting means their vectors too.
+        backlog = self.engine.vector_backlog
+        while backlog.more and time.monotonic() < deadline and not self._stop.is_set():
+            time.sleep(0.05)
+        if "vectors_pending" in report:
+            report["vectors_pending"] = bool(backlog.pending)
+        return {"queued": False, "job": job.kind, "report": report}
 
     def h_sync(self, params: Mapping[str, Any]) -> dict[str, Any]:
         return self._run_job(Job("full"), params)

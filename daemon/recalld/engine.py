@@ -20,12 +20,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager, suppress
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from recalld import __version__, access, index_files, paths
-from recalld.big_files import BackgroundChunker
 from recalld.chunking import Chunk
+from recalld.common_terms import CommonTerms, tune_reader
 from recalld.config import Config
 from recalld.embedding.base import Embedder, provider_key
 from recalld.embedding.registry import ProviderChoice, resolve_embedder
@@ -37,6 +38,7 @@ from recalld.provider_guard import PROBE_DEADLINE_S, ProviderGuard
 from recalld.search import SearchContext, parse_request, run_search
 from recalld.session_sync import SessionIndexer
 from recalld.store import FileChange, Identity, Store, prefix_bounds
+from recalld.vector_backfill import BackgroundChunker, VectorBacklog
 from recalld.vector_index import VectorIndex
 
 log = logging.getLogger(__name__)
@@ -118,15 +120,19 @@ class Engine:
         self.last_session_sizes: dict[str, int] = {}
         self._counts: dict[str, int] | None = None
         self._counts_lock = threading.Lock()
+        self._counts_generation = 0  # bumped by every write: a count begun before is not kept
         self._guard: ProviderGuard | None = None
         self.skipped: dict[str, str] = {}  # files the last syncs could not index, with why
         # Set by the daemon: big notes chunked off the writer, vectors back-filled in slices.
         self.background: BackgroundChunker[list[Chunk]] | None = None
         self.backfill_slice: int | None = None
+        self.vector_backlog = VectorBacklog()  # chunks still waiting for a vector
+        self.common_terms = CommonTerms()  # document frequencies of query terms
         if writable:
             index_files.remove_stale_rebuilds(self.index_path)
             self.writer = Store(self.index_path)
             self._check_identity()
+            self.vector_backlog.refresh(self.writer)
         else:
             with self.reader() as store:
                 self._check_identity_readonly(store)
@@ -290,6 +296,7 @@ class Engine:
                 store = self._readers.get_nowait()
             except queue.Empty:
                 store = Store(self.index_path, readonly=True)
+                tune_reader(store, self.config)
                 with self._readers_lock:
                     self._all_readers.append(store)
             try:
@@ -360,8 +367,17 @@ class Engine:
                 executor=self._executor,
                 reranker=self.reranker(),
                 index_info=self.index_info,
+                common_term=self.common_terms.checker(
+                    store, self.config.float("search.max_term_df")
+                ),
             )
-            return run_search(request, ctx)
+            if not self.vector_backlog.known:  # read-only engines count once
+                self.vector_backlog.refresh(store)
+            result = run_search(request, ctx)
+        # Keyword first: chunks still waiting for a vector are found by keyword only until then
+        # (0 for a keyword-only search: it misses nothing).
+        result["vectors_pending"] = self.vector_backlog.pending if wants_vectors else 0
+        return result
 
     _reranker: Any = None
     _reranker_loaded = False
@@ -440,11 +456,14 @@ class Engine:
             on_progress=self._progress,
         )
         indexer.background, indexer.backfill_slice = self.background, self.backfill_slice
+        indexer.backlog = self.vector_backlog if store is self.writer else None
         indexer.job = self.job
         return indexer
 
     def _progress(self, progress: Progress) -> None:
         self.progress = progress
+        if self.state == "syncing" and self.writer is not None:  # files land keyword-first
+            self.vector_backlog.refresh_now_and_then(self.writer)
         if self.on_progress is not None:
             self.on_progress(progress)
 
@@ -456,7 +475,7 @@ class Engine:
         return SessionIndexer(
             store,
             self.config,
-            indexer.vectors_for,
+            partial(indexer.vectors_for, embed=not indexer.keyword_first),
             default_tokenizer().count,
             self.embedder,
             on_change=on_change,
@@ -487,6 +506,9 @@ class Engine:
                 self.last_session_sizes = sessions.indexed_sizes
             if dirty is None:
                 self._remember_mounts(problems)
+            indexer.backfill_vectors(report)  # keyword first: a step of vectors after the writes
+            report.embed_error = indexer.embed_error  # a provider that is down: retried later
+            self.vector_backlog.refresh(self.writer, more=report.vectors_pending)
             self._note_skipped(report, dirty)
             self._after_write(report)
             return report
@@ -515,10 +537,15 @@ class Engine:
         indexer = self._indexer(self.writer, self._on_change)
         session_indexer = self._session_indexer(self.writer, indexer, self._on_change)
         report = session_indexer.sync(paths_)
+        step = SyncReport()
+        indexer.backfill_vectors(step)
+        self.vector_backlog.refresh(self.writer, more=step.vectors_pending)
         self.skipped.update(session_indexer.skipped)
         self.last_session_sizes = report.indexed_sizes
         self.last_sync = time.time()
         out = report.as_dict()
+        out["vectors_pending"] = step.vectors_pending
+        out["embed_error"] = indexer.embed_error
         out["indexed_sizes"] = report.indexed_sizes
         return out
 
@@ -537,6 +564,7 @@ class Engine:
             with self._vectors_lock:
                 self._vectors = None
             self.needs_reindex = None
+            self.vector_backlog.refresh(self.writer)
         self._invalidate_counts()
         return moved
 
@@ -566,6 +594,9 @@ class Engine:
             try:
                 indexer = self._indexer(new, None)
                 indexer.job = None  # a rebuild counts every file afresh
+                # Not keyword-first: the old index answers until the swap, so the new one is
+                # swapped in with every vector it can get (status says if any are missing).
+                indexer.backfill_slice = None
                 report = indexer.sync()
                 if self.config.session_globs():
                     session_indexer = self._session_indexer(new, indexer, None)
@@ -575,6 +606,8 @@ class Engine:
                     ]
                     report.sessions = sessions.as_dict()
                     self.last_session_sizes = sessions.indexed_sizes
+                indexer.backfill_vectors(report)
+                report.embed_error = indexer.embed_error
             except BaseException:
                 self.needs_reindex = saved
                 raise
@@ -605,6 +638,7 @@ class Engine:
                 self.writer = Store(self.index_path)
                 with self._vectors_lock:
                     self._vectors = vectors
+            self.vector_backlog.refresh(self.writer)
             self._note_skipped(report, None)
             self._after_write(report)
             return report
@@ -625,13 +659,19 @@ class Engine:
     def counts(self, store: Store) -> dict[str, int]:
         """Row counts, cached until the next write (counting FTS and vec0 rows scans them)."""
         with self._counts_lock:
-            if self._counts is None:
-                self._counts = store.counts()
-            return dict(self._counts)
+            if self._counts is not None:
+                return dict(self._counts)
+            generation = self._counts_generation
+        counts = store.counts()  # outside the lock; a write meanwhile makes it stale:
+        with self._counts_lock:
+            if generation == self._counts_generation:  # ... then it is returned, not kept
+                self._counts = counts
+        return dict(counts)
 
     def _invalidate_counts(self) -> None:
         with self._counts_lock:
             self._counts = None
+            self._counts_generation += 1
 
     def index_info(self) -> dict[str, Any]:
         """The ``index`` block of search results."""
@@ -665,7 +705,8 @@ class Engine:
             "degraded": self.degraded(),
             "identity": _identity_dict(identity),
             "counts": counts,
-            "progress": self.progress.as_dict(),
+            "progress": {**self.progress.as_dict(), **self.vector_backlog.as_dict()},
+            "vectors": self.vector_backlog.as_dict(),
             "last_sync": last_sync,
             "transcripts": transcripts,
             "last_report": self.last_report.as_dict() if self.last_report else None,

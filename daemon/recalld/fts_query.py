@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -157,10 +158,17 @@ def _scan(query: str) -> list[_Term]:
     return terms
 
 
-def _select(query: str, mode: str, partial: bool = False) -> list[tuple[_Term, str]]:
+def _select(
+    query: str,
+    mode: str,
+    partial: bool = False,
+    common: Callable[[tuple[str, ...]], bool] | None = None,
+) -> list[tuple[_Term, str]]:
     terms = _scan(query)
     if mode == "or":
         terms = [t for t in terms if not t.stopword] or terms
+        if common is not None:  # too common to rank by (recalld.common_terms)
+            terms = [t for t in terms if not common(t.parts)] or terms
     # (AND keeps stopwords: the index has them, and dropping one would widen the query.)
     out: list[tuple[_Term, str]] = []
     size = 0
@@ -174,17 +182,22 @@ def _select(query: str, mode: str, partial: bool = False) -> list[tuple[_Term, s
 
 
 def build_match(
-    query: str, *, mode: Literal["or", "and"] = "or", partial: bool = False
+    query: str,
+    *,
+    mode: Literal["or", "and"] = "or",
+    partial: bool = False,
+    common: Callable[[tuple[str, ...]], bool] | None = None,
 ) -> str | None:
     """An FTS5 MATCH expression for ``query``, or None when it has no searchable term.
 
     ``mode="or"`` ranks any-term matches (BM25 does the rest) and drops English stopwords
     unless nothing else is left; ``mode="and"`` requires every term. ``partial`` adds each
     term's identifier-part and CJK-bigram variants (``search.partial_identifiers``).
+    ``common`` tells a term too common to rank by, which ``"or"`` drops like a stopword.
     """
     if mode not in ("or", "and"):
         raise ValueError(f"mode must be 'or' or 'and', not {mode!r}")
-    terms = _select(query, mode, partial)
+    terms = _select(query, mode, partial, common)
     if not terms:
         return None
     return (" AND " if mode == "and" else " OR ").join(expr for _, expr in terms)

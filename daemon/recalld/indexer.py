@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recalld.big_files import BACKFILL_BUDGET_S, BIG_FILE_BYTES, BackgroundChunker
 from recalld.chunking import Chunk, chunk_markdown
 from recalld.config import Config
 from recalld.embedding.base import Embedder
@@ -39,6 +38,13 @@ from recalld.store import FileChange, FileRow, Identity, NewChunk, Store
 from recalld.sync_report import Prepared as Prepared  # re-exported: engine, daemon, tests
 from recalld.sync_report import Progress as Progress
 from recalld.sync_report import SyncReport as SyncReport
+from recalld.vector_backfill import (
+    BACKFILL_BUDGET_S,
+    BIG_FILE_BYTES,
+    BackgroundChunker,
+    VectorBacklog,
+    fill,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +53,6 @@ SESSION_CHUNKER_VERSION = "sessions-3"  # 2: whole transcripts, chunk kinds; 3: 
 # (3 re-reads transcripts indexed before: compaction summaries, hook output, fuller toolUseResult)
 EMBED_GROUP_CHUNKS = 256  # chunks embedded per call across files
 MAX_REPORTED_SKIPS = 100  # skipped files listed by name in a sync report
-
-
-def _big(prepared: Prepared, sliced: bool) -> bool:
-    """A file with more chunks than one embedding group (only when back-fill is sliced)."""
-    return sliced and len(prepared.chunks) > EMBED_GROUP_CHUNKS
 
 
 def _title(pieces: Sequence[Any], path: Path) -> str:
@@ -145,10 +146,12 @@ class Indexer:
         self._known: dict[str, FileRow] | None = None
         # Roots whose files must not be removed now (missing, unmounted), set by the engine.
         self.unavailable_roots: dict[Path, str] = {}
-        # Set by the daemon: big notes are chunked off the writer, their vectors back-filled
-        # in steps of about a second, backfill_slice chunks per call (see recalld.big_files).
+        # Set by the daemon: files go in keyword-first (big notes chunked off the writer), their
+        # vectors back-filled in steps of about a second, backfill_slice chunks per call (see
+        # recalld.vector_backfill). Unset (in-process syncs): vectors are embedded inline.
         self.background: BackgroundChunker[list[Chunk]] | None = None
         self.backfill_slice: int | None = None
+        self.backlog: VectorBacklog | None = None  # the engine's count of chunks due a vector
 
     # discovery --------------------------------------------------------------------------------
 
@@ -251,7 +254,6 @@ class Indexer:
             self._flush(pending, report)
         self._known = None
         self._verdicts.clear()
-        self.backfill_vectors(report)
         report.embed_error = self.embed_error
         report.seconds = round(time.monotonic() - started, 3)
         self.progress.phase = "idle"
@@ -423,15 +425,15 @@ class Indexer:
             self.background.request(key, digest, chunk)
         return done
 
+    @property
+    def keyword_first(self) -> bool:
+        """Whether files are written before their vectors (the daemon), see vector_backfill."""
+        return self.backfill_slice is not None
+
     def _flush(self, batch: Sequence[Prepared], report: SyncReport) -> None:
-        sliced = self.backfill_slice is not None
-        hashes = {c.hash: c.text for p in batch if not _big(p, sliced) for c in p.chunks}
-        vectors = self.vectors_for(hashes, report)
-        later = {c.hash: c.text for p in batch if _big(p, sliced) for c in p.chunks}
-        if later:  # a big file goes in keyword-first; its vectors are back-filled in slices
-            cached = self.vectors_for(later, report, embed=False)
-            vectors = {**(vectors or {}), **(cached or {})} if vectors or cached else None
-            report.vectors_pending = True
+        hashes = {c.hash: c.text for p in batch for c in p.chunks}
+        # Keyword first: only cached vectors now, the rest are back-filled after the writes.
+        vectors = self.vectors_for(hashes, report, embed=not self.keyword_first)
         for prepared in batch:
             try:
                 change = self.store.replace_file(prepared.row, prepared.chunks, vectors)
@@ -442,6 +444,8 @@ class Indexer:
                 self._skip(report, prepared.row.path, f"indexing failed: {exc}")
                 continue
             self._apply(change)
+            if self.backlog is not None and self.keyword_first:
+                self.backlog.wrote(sum(c.embed for c in prepared.chunks) - len(change.added))
             report.chunks_written += len(prepared.chunks)
             self.progress.chunks_done += len(prepared.chunks)
 
@@ -477,31 +481,13 @@ class Indexer:
         return found
 
     def backfill_vectors(self, report: SyncReport | None = None) -> int:
-        """Embed chunks that were indexed without a vector (provider was down or added later)."""
-        if self.embedder is None:
-            return 0
-        done = 0
-        started = time.monotonic()
-        while True:
-            sliced = self.backfill_slice is not None
-            if sliced and done and time.monotonic() - started >= BACKFILL_BUDGET_S:
-                if report is not None:  # the rest in a later step, after other jobs
-                    report.vectors_pending = True
-                return done
-            rows = self.store.chunks_missing_vectors(self.backfill_slice or EMBED_GROUP_CHUNKS)
-            if not rows:
-                return done
-            vectors = self.vectors_for({h: t for _, h, t in rows}, report)
-            if not vectors:
-                return done
-            pairs = [(cid, vectors[h]) for cid, h, _ in rows if h in vectors]
-            if not pairs:
-                return done
-            self.store.put_vectors(pairs)
-            self._apply(FileChange([], pairs))
-            done += len(pairs)
-            if len(pairs) < len(rows):
-                return done
+        """Embed chunks indexed without a vector: a step of about a second when keyword-first
+        (the daemon queues the next), else all of them (see recalld.vector_backfill.fill)."""
+        return fill(self, report, budget_s=BACKFILL_BUDGET_S if self.keyword_first else None)
+
+    def apply_vectors(self, pairs: list[tuple[int, npt.NDArray[np.float32]]]) -> None:
+        """Tell the in-memory vector index about vectors just written."""
+        self._apply(FileChange([], pairs))
 
     # hooks -------------------------------------------------------------------------------------
 

@@ -121,6 +121,10 @@ SEARCH_OUTPUT_SCHEMA: dict[str, Any] = {
         },
         "mode": {"type": "string", "enum": ["hybrid", "keyword", "vector"]},
         "degraded": {"type": "string", "description": "Why semantic search is off."},
+        "vectors_pending": {
+            "type": "string",
+            "description": "Set while chunks still wait for vectors (matched by keyword only).",
+        },
         "budget": {"type": "string", "description": "What maxTokens trimmed or dropped."},
         "index": {"type": "string", "description": "The index is still syncing."},
         "note": {"type": "string", "description": "Present when nothing matched."},

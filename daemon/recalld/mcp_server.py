@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from recalld import __version__, paths
+from recalld.cli_output import pending_note
 from recalld.mcp_schemas import (
     GET_OUTPUT_SCHEMA,
     GET_SCHEMA,
@@ -225,6 +226,8 @@ def search_payload(res: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"results": results, "mode": res.get("mode")}
     if res.get("degraded"):
         out["degraded"] = res["degraded"]
+    if note := pending_note(res):
+        out["vectors_pending"] = note
     budget = res.get("budget")
     if budget and (budget.get("snippets_trimmed") or budget.get("dropped")):
         out["budget"] = (

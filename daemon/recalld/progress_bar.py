@@ -20,7 +20,7 @@ LINE_EVERY_S = 2.0  # plain lines when the output is a file or a pipe
 
 
 def describe(p: Mapping[str, Any], what: str = "sync progress") -> str:
-    """One line: files, chunks, rate, time left (the daemon's log uses it too)."""
+    """One line: files, chunks, rate, time left, vectors still due (the daemon's log too)."""
     total, done = int(p.get("files_total") or 0), int(p.get("files_done") or 0)
     pct = f" ({100 * done / total:.0f} %)" if total else ""
     eta = f", about {duration(p['eta_s'])} left" if p.get("eta_s", 0) >= 1 else ""
@@ -29,7 +29,17 @@ def describe(p: Mapping[str, Any], what: str = "sync progress") -> str:
         f"{what}: {done:,}/{total:,} files{pct}{waiting}, {p.get('files_changed', 0):,} changed, "
         f"{p.get('chunks_done', 0):,} chunks ({p.get('chunks_embedded', 0):,} embedded), "
         f"{p.get('files_per_s', 0):.1f} files/s, {p.get('chunks_per_s', 0):.1f} chunks/s{eta}"
+        f"{vectors_text(p, ', ')}"
     )
+
+
+def vectors_text(p: Mapping[str, Any], sep: str) -> str:
+    """``, vectors 3,000/10,000 (30 %)`` while chunks wait for vectors (keyword first), else ''."""
+    pending, total = int(p.get("vectors_pending") or 0), int(p.get("vectors_total") or 0)
+    if pending <= 0 or total <= 0:
+        return ""
+    done = max(total - pending, 0)
+    return f"{sep}vectors {done:,}/{total:,} ({100 * done / total:.0f} %)"
 
 
 def duration(seconds: float) -> str:
@@ -39,14 +49,19 @@ def duration(seconds: float) -> str:
 
 
 def bar_line(p: Mapping[str, Any], state: str) -> str:
-    """The terminal bar: ``syncing [#####-----] 512/2,000 files · 480 chunks · rates · ETA``."""
+    """The terminal bar: ``syncing [#####-----] 512/2,000 files · 480 chunks · rates · ETA``;
+    once every file is searchable by keyword and vectors are still due, the bar follows them."""
     total, done = int(p.get("files_total") or 0), int(p.get("files_done") or 0)
+    vectors = vectors_text(p, " · ")
+    if vectors and done >= total:
+        total, done = int(p["vectors_total"]), int(p["vectors_total"]) - int(p["vectors_pending"])
     filled = int(BAR_WIDTH * done / total) if total else 0
     bar = "#" * filled + "-" * (BAR_WIDTH - filled)
     eta = f" · ETA {duration(p['eta_s'])}" if p.get("eta_s", 0) >= 1 else ""
     return (
-        f"{state:<10} [{bar}] {done:,}/{total:,} files · {p.get('chunks_done', 0):,} chunks · "
-        f"{p.get('files_per_s', 0):.1f} files/s · {p.get('chunks_per_s', 0):.1f} chunks/s{eta}"
+        f"{state:<10} [{bar}] {p.get('files_done') or 0:,}/{p.get('files_total') or 0:,} files"
+        f" · {p.get('chunks_done', 0):,} chunks · {p.get('files_per_s', 0):.1f} files/s · "
+        f"{p.get('chunks_per_s', 0):.1f} chunks/s{eta}{vectors}"
     )
 
 
@@ -128,6 +143,7 @@ def follow_status(
                 bar.show(
                     f"{state}: {event.get('files') or 0:,} files, {event.get('chunks') or 0:,} "
                     f"chunks, {event.get('pending') or 0:,} pending, last sync {when}"
+                    f"{vectors_text(p, ', ')}"
                 )
     except KeyboardInterrupt:
         pass

@@ -151,6 +151,7 @@ class SearchContext:
     executor: Executor | None = None
     reranker: Any = None  # recalld.rerank.Reranker, optional
     index_info: Callable[[], dict[str, Any]] | None = None
+    common_term: Callable[[tuple[str, ...]], bool] | None = None  # recalld.common_terms
 
 
 def snippet(text: str, terms: Sequence[str], limit: int) -> str:
@@ -245,7 +246,7 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
 
     keyword_hits: list[tuple[int, float]] = []
     partial = cfg.bool("search.partial_identifiers")
-    match = build_match(req.query, partial=partial) if run_keyword else None
+    match = build_match(req.query, partial=partial, common=ctx.common_term) if run_keyword else None
     if match and not partial:
         match = "{text context} : (" + match + ")"  # the derived ident column stays out
     if match:

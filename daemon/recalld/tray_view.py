@@ -69,6 +69,10 @@ def view_for(
         if total > 0:
             progress = min(done / total, 1.0)
             head += f" {done}/{total} files ({100 * progress:.0f} %)"
+        vp, vt = int(p.get("vectors_pending") or 0), int(p.get("vectors_total") or 0)
+        if vp and vt and done >= total:  # keyword first: every file in, vectors behind
+            progress = (vt - vp) / vt
+            head += f", vectors {vt - vp:,}/{vt:,} ({100 * progress:.0f} %)"
     elif error:
         state, head = "error", "recalld: error"
     elif degraded:
