@@ -34,6 +34,7 @@ from recalld.filters import PathFilter
 from recalld.indexer import Indexer, Progress, SyncReport, identity_for
 from recalld.path_rule import shown
 from recalld.provider_guard import PROBE_DEADLINE_S, ProviderGuard
+from recalld.rwlock import ReadWriteLock
 from recalld.search import SearchContext, parse_request, run_search
 from recalld.session_sync import SessionIndexer
 from recalld.store import FileChange, Identity, Store, prefix_bounds
@@ -46,41 +47,7 @@ ProgressHook = Callable[[Progress], None]
 MAX_SKIPPED_SHOWN = 100  # files listed by name in status["skipped_files"]
 
 
-class SwapLock:
-    """Many searches at once, or one index swap: a small readers-writer lock."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            while self._writer:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            while self._writer:
-                self._cond.wait()
-            self._writer = True
-            while self._readers:
-                self._cond.wait()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
+SwapLock = ReadWriteLock  # many searches at once, or one index swap
 
 
 class Engine:
@@ -105,6 +72,7 @@ class Engine:
         self._readers_lock = threading.Lock()
         self._vectors: VectorIndex | None = None
         self._vectors_lock = threading.Lock()
+        self.vectors_load_s: float | None = None
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recalld-channel")
         self.writer: Store | None = None
         self.progress = Progress()
@@ -316,9 +284,13 @@ class Engine:
         with self._vectors_lock:
             if self._vectors is None:
                 started = time.perf_counter()
-                self._vectors = VectorIndex.load(store, emb.dims)
+                self._vectors = VectorIndex.load(store, emb.dims, folder=self.index_path.parent)
+                self.vectors_load_s = round(time.perf_counter() - started, 3)
                 log.info(
-                    "loaded %d vectors in %.2f s", len(self._vectors), time.perf_counter() - started
+                    "loaded %d vectors in %.2f s (%s)",
+                    len(self._vectors),
+                    self.vectors_load_s,
+                    self._vectors.storage,
                 )
             return self._vectors
 
@@ -579,7 +551,11 @@ class Engine:
                 self.needs_reindex = saved
                 raise
             index_files.test_phase("rebuild-indexed")
-            vectors = VectorIndex.load(new, wanted.dims) if wanted.provider_key else None
+            vectors = (
+                VectorIndex.load(new, wanted.dims, folder=self.index_path.parent)
+                if wanted.provider_key
+                else None
+            )
             new.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             new.conn.execute("PRAGMA journal_mode = DELETE")
             new.close()
@@ -679,7 +655,15 @@ class Engine:
             "skipped_files": [{"path": p, "reason": r} for p, r in skipped[:MAX_SKIPPED_SHOWN]],
             "skipped_total": len(skipped),
             "redactions": redaction_counts(),  # since this process started: indexed, served
+            "vector_matrix": self._matrix_status(),
         }
+
+    def _matrix_status(self) -> dict[str, Any] | None:
+        """The in-memory vector matrix: rows, where they live, how long the load took."""
+        vectors = self._vectors
+        if vectors is None:
+            return None
+        return {"rows": len(vectors), "storage": vectors.storage, "load_s": self.vectors_load_s}
 
     def close(self) -> None:
         """Close every connection."""

@@ -99,6 +99,16 @@ class FileChange:
     added: list[tuple[int, npt.NDArray[np.float32]]]
 
 
+@dataclass(frozen=True)
+class VectorBlock:
+    """One vec0 storage chunk: ``size`` slots, a validity bitmap, int64 rowids, float32 rows."""
+
+    size: int
+    validity: bytes
+    rowids: bytes
+    vectors: bytes
+
+
 def prefix_bounds(prefix: str) -> tuple[str, str]:
     """Range ``[lo, hi)`` of strings starting with ``prefix`` (index-friendly LIKE 'p%')."""
     return prefix, prefix + _PREFIX_END
@@ -435,6 +445,42 @@ class Store:
                 return
             last = int(rows[-1][0])
             yield [int(r[0]) for r in rows], b"".join(r[1] for r in rows)
+
+    def vector_blocks(self) -> tuple[int, Iterator[VectorBlock]] | None:
+        """The vec0 table's own storage, read in bulk: (vector count, blocks of up to 1024).
+
+        vec0 keeps vectors in chunks of slots (``chunks_vec_chunks``: a validity bitmap and the
+        slots' rowids; ``chunks_vec_vector_chunks00``: the slots' float32 vectors, one blob). One
+        SELECT per chunk reads ~1,000 vectors where ``iter_vectors`` makes a row each. The
+        caller must exhaust the iterator (it holds a read transaction). None when the table or
+        that layout is missing (then read ``iter_vectors``).
+        """
+        needed = ("chunks_vec_chunks", "chunks_vec_vector_chunks00", "chunks_vec_rowids")
+        marks = ",".join("?" * len(needed))
+        found = self.conn.execute(
+            f"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ({marks})",
+            needed,
+        ).fetchone()
+        if not found or int(found[0]) != len(needed):
+            return None
+        self.conn.execute("BEGIN")  # one snapshot for the count and the blocks
+        try:
+            row = self.conn.execute("SELECT count(*) FROM chunks_vec_rowids").fetchone()
+            count = int(row[0]) if row else 0
+        except BaseException:
+            self.conn.execute("COMMIT")
+            raise
+        return count, self._vector_blocks()
+
+    def _vector_blocks(self) -> Iterator[VectorBlock]:
+        try:
+            for size, validity, rowids, vectors in self.conn.execute(
+                "SELECT c.size, c.validity, c.rowids, v.vectors FROM chunks_vec_chunks c "
+                "JOIN chunks_vec_vector_chunks00 v ON v.rowid = c.chunk_id ORDER BY c.chunk_id"
+            ):
+                yield VectorBlock(int(size), validity, rowids, vectors)
+        finally:
+            self.conn.execute("COMMIT")
 
     def vectors(self, ids: Sequence[int]) -> dict[int, bytes]:
         """Float32 blobs of some chunks."""
