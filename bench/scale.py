@@ -1,10 +1,10 @@
 """Scale: a one-million-chunk index (derived vectors), cold start, peak RSS and concurrency.
 
-The 1M home is built like the 100k one (``corpora.large_home``: every real file of a small real
-pool, then varied copies whose vectors are the overlap-weighted real vectors plus calibrated
-noise), indexed by recalld's own ``Engine.sync()``. Building it takes tens of minutes on two
-cores, so it is reused while the chunker and tokenizer are unchanged (the daemon migrates the
-schema on open; vectors and chunk texts do not depend on the rest of the indexing code).
+The 1M home follows the 100k one's recipe (``corpora.large_home``: every real file of a small
+real pool, then varied copies whose vectors are the real vectors plus calibrated noise), but is
+written through ``Store.replace_file`` with the pool's chunks varied in place: chunking a million
+chunks afresh would take most of an hour on two shared cores. It is reused while the chunker,
+tokenizer and pool are unchanged (the daemon migrates the schema on open).
 
     .venv/bin/python -m bench.scale build     # build (or reuse) bench/out/speed/idx-1m
 """
@@ -25,75 +25,102 @@ from bench import corpora
 from bench.cache import VectorCache
 from bench.common import OUT, QUICK, log
 from recalld.embedding.local import LocalEmbedder
-from recalld.indexer import identity_for
-from recalld.store import Store
+from recalld.indexer import content_hash, identity_for, text_hash
+from recalld.store import FileRow, NewChunk, Store
 
 F32 = npt.NDArray[np.float32]
 SCALE = OUT / "speed"
 MILLION = 1_000_000
 POOL_LIMITS = QUICK.pool_limits  # a small real pool: embedded once, cheap to reuse
-PUT_BATCH = 5000
+NOISE_SIGMA = 0.4116  # large_noise_sigma of the 100k home (calibrated on real embeddings)
 
 
 def million_home(
     home: Path, embedder: LocalEmbedder, cache: VectorCache, target: int = MILLION
 ) -> dict[str, Any]:
     """Build (or reuse) the ``target``-chunk home; returns its build facts."""
-    pool = corpora.load_pool(POOL_LIMITS)
+    pool = [d for d in corpora.load_pool(POOL_LIMITS) if d.chunks]
     real = corpora.pool_vectors(pool, cache, "scale pool")
     key = _chunk_key(target, real, pool)
-    manifest = corpora.Manifest.read(home)
-    if manifest is not None and manifest.key == key:
+    manifest = corpora.reusable(home, key)
+    if manifest is not None:
         return {**manifest.info, "reused": True}
     started = time.perf_counter()
     corpora.wipe(home)
     config = corpora.home_config(home)
     memory = Path(config.memory_roots()[0])
-    bundles = corpora.make_bundles(pool, target)
-    log(f"1m: {len(bundles)} files chunked in {time.perf_counter() - started:.1f} s")
-    noise = corpora.calibrate_noise([b for b in bundles if b.varied], real, cache)
+    mixed = corpora.interleave(pool, "replicas")
     rng = np.random.default_rng(20240611)
-    chunks = 0
-    seen: set[str] = set()
-    pending: dict[str, F32] = {}
+    files = chunks = 0
     with Store(home / "index.sqlite") as store:
         store.set_identity(identity_for(config, embedder))
-        for rep in bundles:
-            vecs, _ = corpora.replica_vectors(rep, real, noise["sigma"], rng, embedder.dims)
-            for h, v in vecs.items():
-                if h not in seen:  # one vector per text, as the embedding cache keeps it
-                    seen.add(h)
-                    pending[h] = v
-            if len(pending) >= PUT_BATCH:
-                store.put_cache(embedder.key, embedder.model, embedder.dims, pending)
-                pending = {}
-            path = memory / rep.rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(rep.text, encoding="utf-8")
-            chunks += len(rep.chunks)
-        store.put_cache(embedder.key, embedder.model, embedder.dims, pending)
-    files = len(bundles)
-    del bundles, pending, seen
-    log(f"1m: {files} files, {chunks} chunks written; indexing ...")
-    engine = corpora.engine_for(config, embedder)
-    try:
-        t = time.perf_counter()
-        report = engine.sync()
-        sync_s = time.perf_counter() - t
-    finally:
-        engine.close()
+        while chunks < target:
+            first = files * corpora.PER_FILE
+            docs = [mixed[(first + j) % len(mixed)] for j in range(corpora.PER_FILE)]
+            # The first pass over the pool is the real files unchanged, then varied copies.
+            k = None if first < len(mixed) else files + 1
+            path = memory / f"r{files // 200:03d}" / f"bundle-{files:05d}.md"
+            chunks += _write_bundle(store, path, docs, k, real, rng)
+            files += 1
+            if files % 2000 == 0:
+                log(f"1m: {chunks} chunks in {files} files ({time.perf_counter() - started:.0f} s)")
     info: dict[str, Any] = {
         "files": files,
-        "chunks": report.chunks_written,
-        "sync_s": round(sync_s, 1),
-        "sync_embedded": report.chunks_embedded,
-        "noise": noise,
+        "chunks": chunks,
+        "noise_sigma": NOISE_SIGMA,
         "pool_chunks": sum(len(d.chunks) for d in pool),
         "build_s": round(time.perf_counter() - started, 1),
     }
     corpora.Manifest(key, info).write(home)
-    log(f"1m: built in {info['build_s']} s ({info['chunks']} chunks)")
+    log(f"1m: built in {info['build_s']} s ({chunks} chunks, {files} files)")
     return {**info, "reused": False}
+
+
+def _write_bundle(
+    store: Store,
+    path: Path,
+    docs: list[corpora.Doc],
+    k: int | None,
+    real: dict[str, F32],
+    rng: np.random.Generator,
+) -> int:
+    """One file of the home: its docs joined (varied by ``k``), written to disk and indexed.
+
+    Chunks are the real docs' chunks, shifted and varied like their text (``vary`` keeps lines
+    and maps each word the same way everywhere), so the chunker does not run a million times.
+    A varied chunk's vector is its real chunk's vector plus calibrated noise (the 100k home's
+    ``large_noise_sigma``), normalised; the file's size and mtime are recorded so that the
+    daemon's start-up reconcile finds it unchanged.
+    """
+    texts: list[str] = []
+    new: list[NewChunk] = []
+    bases: list[F32] = []
+    line = 1
+    for j, doc in enumerate(docs):
+        vary = (lambda t: t) if k is None else (lambda t, kk=k + j: corpora.vary(t, kk))
+        text = vary(doc.text).rstrip("\n")
+        for c in doc.chunks:
+            body = vary(c.text)
+            start, end = c.start_line + line - 1, c.end_line + line - 1
+            new.append(NewChunk(start, end, body, text_hash(body), vary(c.context)))
+            bases.append(real[c.hash])
+        line += text.count("\n") + 2
+        texts.append(text)
+    vecs = np.stack(bases)
+    if k is not None:
+        vecs = vecs + rng.standard_normal(vecs.shape).astype(np.float32) * (
+            NOISE_SIGMA / np.sqrt(vecs.shape[1])
+        )
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    by_hash = {c.hash: vecs[i].astype(np.float32) for i, c in enumerate(new)}
+    data = ("\n\n".join(texts) + "\n").encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    st = path.stat()
+    lines = data.count(b"\n")
+    row = FileRow(str(path), "memory", st.st_size, st.st_mtime_ns, content_hash(data), lines)
+    store.replace_file(row, new, by_hash)
+    return len(new)
 
 
 def _chunk_key(target: int, real: dict[str, F32], pool: list[corpora.Doc]) -> str:
@@ -124,7 +151,9 @@ def main(argv: list[str]) -> int:
     embedder.warm()
     cache = VectorCache(embedder)
     try:
-        info = million_home(SCALE / "idx-1m", embedder, cache)
+        target = int(argv[1]) if len(argv) > 1 else MILLION
+        name = "idx-1m" if target == MILLION else f"idx-{target}"
+        info = million_home(SCALE / name, embedder, cache, target)
     finally:
         cache.close()
     log(f"1m home: {info}")

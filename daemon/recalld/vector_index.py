@@ -119,9 +119,11 @@ class VectorIndex:
         rng = np.random.default_rng(n)
         picks = np.sort(rng.choice(n, min(PCA_SAMPLE, n), replace=False))
         sample = self._matrix[picks]
-        centred = sample - sample.mean(axis=0)
-        _, _, vt = np.linalg.svd(centred, full_matrices=False)
-        proj = np.ascontiguousarray(vt[: self._rdims].T, dtype=np.float32)
+        centred = (sample - sample.mean(axis=0)).astype(np.float64)
+        # The top eigenvectors of the (dims x dims) covariance: the SVD of the sample gives the
+        # same axes but took 20 s instead of 0.2 s with OpenBLAS threads on a busy machine.
+        _, vecs = np.linalg.eigh(centred.T @ centred)
+        proj = np.ascontiguousarray(vecs[:, ::-1][:, : self._rdims], dtype=np.float32)
         low = np.empty((self._rows.capacity, self._rdims), dtype=np.float32)
         for start in range(0, n, PROJECT_BLOCK):
             stop = min(n, start + PROJECT_BLOCK)
