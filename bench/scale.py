@@ -14,10 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -26,11 +28,16 @@ import numpy.typing as npt
 import recalld.store
 from bench import corpora
 from bench.cache import VectorCache
-from bench.common import OUT, QUICK, log
+from bench.common import OUT, QUICK, Sampler, Sheet, log, percentile
+from bench.daemonproc import Daemon
 from recalld.embedding.local import LocalEmbedder
+from recalld.embedding.registry import ProviderChoice
+from recalld.engine import Engine
 from recalld.ident_tokens import ident_text
 from recalld.indexer import content_hash, identity_for, text_hash
 from recalld.store import FileRow, NewChunk, Store
+from recalld.vector_index import VectorIndex
+from recalld.vector_load import load_rows
 
 F32 = npt.NDArray[np.float32]
 SCALE = OUT / "speed"
@@ -189,8 +196,177 @@ def _chunk_key(target: int, real: dict[str, F32], pool: list[corpora.Doc]) -> st
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
+# measurements ------------------------------------------------------------------------------------
+
+QUERIES = 100
+THROUGHPUT_S = 8.0
+PROFILED = 30  # in-process searches under the sampler
+
+
+def run(ctx: Any) -> None:
+    """The ``scale`` part: cold start and RSS at 100k and 1M, search and recall at 1M, clients."""
+    sheet = ctx.sheet
+    queries = corpora.real_queries(QUERIES, "scale")
+    qvecs = ctx.embedder.embed(queries, query=True)
+    for size, tag in ((100_000, "100k"), (MILLION, "1m")):
+        name = "idx-1m" if size == MILLION else f"idx-{size}"
+        home = SCALE / name
+        info = million_home(home, ctx.embedder, ctx.cache, size)
+        sheet.put(f"scale_chunks_{tag}", info["chunks"])
+        sheet.put(f"scale_build_s_{tag}", info["build_s"], 1)
+        measure_home(sheet, home, tag, queries, qvecs, ctx.embedder)
+    sheet.note(
+        "cold_start_s_1m",
+        "a `recalld serve` subprocess started on the built index (files on disk, page cache warm: "
+        "the host is shared, caches are not dropped); seconds from spawn to the first answered "
+        "hybrid search (model load, vector load and the query embedding included)",
+    )
+
+
+def measure_home(
+    sheet: Any, home: Path, tag: str, queries: list[str], qvecs: F32, embedder: LocalEmbedder
+) -> None:
+    """Cold start, RSS, search vs numpy, recall and concurrency on one home."""
+    t = time.perf_counter()
+    d = Daemon(home).start(timeout=900)
+    try:
+        with d.client(timeout=900) as c:
+            first = c.search(queries[0])
+            sheet.put(f"cold_start_s_{tag}", time.perf_counter() - t, 2)
+            if first.get("degraded"):
+                sheet.errors[f"scale_{tag}"] = f"degraded first search: {first['degraded']}"
+            d.wait_idle()
+            matrix: Any = dict(c.status()).get("vector_matrix") or {}
+            sheet.put(f"vector_load_s_{tag}", matrix.get("load_s"))
+            if tag == "1m":
+                _search_vs_numpy(sheet, c, home, queries, qvecs)
+            else:
+                _throughput(sheet, d, queries, tag)
+        time.sleep(1.0)
+        parts = d.rss_parts()
+        sheet.put(f"rss_idle_mb_{tag}_scale", parts["VmRSS"], 1)
+        sheet.put(f"rss_idle_anon_mb_{tag}", parts.get("RssAnon"), 1)
+        sheet.put(f"rss_idle_file_mb_{tag}", parts.get("RssFile"), 1)
+        sheet.put(f"rss_peak_mb_{tag}", parts["VmHWM"], 1)
+        sheet.put(f"rss_peak_over_idle_{tag}", parts["VmHWM"] / parts["VmRSS"], 3)
+    finally:
+        d.stop()
+    if tag == "1m":
+        _profile_1m(sheet, home, queries, embedder)
+
+
+def _search_vs_numpy(sheet: Any, c: Any, home: Path, queries: list[str], qvecs: F32) -> None:
+    """Socket hybrid searches, each followed by numpy brute force over the same matrix."""
+    with Store(home / "index.sqlite", readonly=True) as store:
+        _, rows, n = load_rows(store, qvecs.shape[1], None)
+        vindex = VectorIndex.load(store, qvecs.shape[1], folder=home)
+    matrix = rows.matrix[:n]
+    want = 24
+    for q in queries[1:6]:
+        c.search(q)  # warm the page cache of the daemon's index
+    search_ms: list[float] = []
+    numpy_ms: list[float] = []
+    scan_ms: list[float] = []
+    for i, q in enumerate(queries):
+        t = time.perf_counter()
+        c.search(q)
+        search_ms.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        scores = matrix @ qvecs[i]
+        top = np.argpartition(-scores, want - 1)[:want]
+        top = top[np.argsort(-scores[top])]
+        numpy_ms.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        vindex.search(qvecs[i], want)
+        scan_ms.append((time.perf_counter() - t) * 1000)
+    sheet.put("search_p50_ms_1m", percentile(search_ms, 0.5), 2)
+    sheet.put("search_p95_ms_1m", percentile(search_ms, 0.95), 2)
+    sheet.put("numpy_p50_ms_1m", percentile(numpy_ms, 0.5), 2)
+    sheet.put("vector_scan_p50_ms_1m", percentile(scan_ms, 0.5), 2)
+    kw = [_timed(c, q, "keyword") for q in queries]
+    vec = [_timed(c, q, "vector") for q in queries]
+    sheet.put("keyword_search_p50_ms_1m", percentile(kw, 0.5), 2)
+    sheet.put("vector_search_p50_ms_1m", percentile(vec, 0.5), 2)
+    sheet.put("vector_recall_vs_exact_1m", _recall(vindex, qvecs, matrix), 4)
+    sheet.note(
+        "search_p50_ms_1m",
+        f"{len(queries)} real queries via recalld_client.search() (hybrid, query embedding "
+        f"included) to a daemon on the {n}-vector index; numpy: float32 matrix @ q + "
+        "argpartition (top 24) over the same vectors, right after each search",
+    )
+    vindex.close()
+
+
+def _timed(c: Any, q: str, mode: str) -> float:
+    t = time.perf_counter()
+    c.search(q, mode=mode)
+    return (time.perf_counter() - t) * 1000
+
+
+def _recall(vindex: VectorIndex, qvecs: F32, matrix: F32) -> float:
+    """Mean share of the index's top 10 whose exact score reaches the exact 10th (ties count)."""
+    shares = []
+    for qv in qvecs:
+        scores = matrix @ qv
+        tenth = float(np.partition(-scores, 9)[9]) * -1
+        got = vindex.search(qv, 10)
+        exact = vindex.vectors_of([cid for cid, _ in got])
+        shares.append(sum(float(exact[cid] @ qv) >= tenth - 1e-5 for cid, _ in got) / 10)
+    return float(np.mean(shares))
+
+
+def _throughput(sheet: Any, d: Daemon, queries: list[str], tag: str) -> None:
+    """Searches per second with 1, 4 and 16 clients, each on its own connection."""
+    rates: dict[int, float] = {}
+    for clients in (1, 4, 16):
+        done = [0] * clients
+        stop = time.perf_counter() + THROUGHPUT_S
+
+        def loop(i: int, done: list[int] = done, stop: float = stop, n: int = clients) -> None:
+            with d.client() as c:
+                j = i
+                while time.perf_counter() < stop:
+                    c.search(queries[j % len(queries)])
+                    done[i] += 1
+                    j += n
+
+        started = time.perf_counter()
+        threads = [threading.Thread(target=loop, args=(i,)) for i in range(clients)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        rates[clients] = sum(done) / (time.perf_counter() - started)
+        sheet.put(f"throughput_{clients}_clients_{tag}", rates[clients], 1)
+    sheet.put(f"throughput_4_vs_1_clients_{tag}", rates[4] / rates[1], 3)
+    sheet.put(f"throughput_16_vs_1_clients_{tag}", rates[16] / rates[1], 3)
+
+
+def _profile_1m(sheet: Any, home: Path, queries: list[str], embedder: LocalEmbedder) -> None:
+    """Hybrid searches in-process on the 1M index under the sampler: where the time goes."""
+    config = corpora.home_config(home)
+    engine = Engine(config, writable=False, choice=ProviderChoice(embedder, "bench"))
+    try:
+        engine.warm()
+        times = []
+        with Sampler() as sampler:
+            for q in queries[:PROFILED]:
+                t = time.perf_counter()
+                engine.search({"query": q})
+                times.append((time.perf_counter() - t) * 1000)
+        sheet.put("inprocess_search_p50_ms_1m", percentile(times, 0.5), 2)
+        sheet.tables["profile_search_1m"] = (
+            f"Engine.search() in the bench process on the 1M index, {len(times)} hybrid queries, "
+            f"p50 {percentile(times, 0.5):.1f} ms\n{sampler.report()}"
+        )
+    finally:
+        engine.close()
+
+
 def main(argv: list[str]) -> int:
-    """``build``: build or reuse the 1M home."""
+    """``build [N]``: build or reuse the N-chunk (1M) home; ``measure``: the part, printed."""
+    if argv[:1] == ["measure"]:
+        return _measure_alone()
     if argv[:1] != ["build"]:
         print(__doc__)
         return 2
@@ -209,3 +385,18 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def _measure_alone() -> int:
+    """Run the part outside ``bench/run.py`` (figures printed as JSON, no report written)."""
+    embedder = LocalEmbedder(batch_size=16, threads=0)
+    embedder.warm()
+    cache = VectorCache(embedder)
+    sheet = Sheet()
+    try:
+        run(SimpleNamespace(sheet=sheet, embedder=embedder, cache=cache))
+    finally:
+        cache.close()
+    print(json.dumps({"metrics": sheet.metrics, "errors": sheet.errors}, indent=1))
+    print(sheet.tables.get("profile_search_1m", ""))
+    return 0
