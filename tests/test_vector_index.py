@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import resource
+import signal
 import threading
 import time
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -170,3 +174,39 @@ def test_apply_replaces_and_swap_removes(prefilter: bool) -> None:
     assert index.search(mat[0], 1)[0][0] == 5
     assert not index.vectors_of([1, 2, 3])
     np.testing.assert_array_equal(index.vectors_of([2500])[2500], mat[2499])
+
+
+@contextlib.contextmanager
+def _file_size_limit(nbytes: int) -> Iterator[None]:
+    """Files of this process may not grow past ``nbytes`` (a disk that is full, for one test)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed
+    resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old)
+
+
+def test_full_disk_keeps_every_vector_in_memory(tmp_path: Path) -> None:
+    store = _store_with_vectors(tmp_path / "index.sqlite", files=20, per_file=50)
+    truth = _row_by_row(store)
+    with _file_size_limit(64 * 1024):  # the matrix needs (1000 + 1024) x 128 bytes
+        index = VectorIndex.load(store, DIMS, folder=tmp_path)
+    assert index.storage == "memory" and len(index) == 1000
+    got = index.vectors_of(list(truth))
+    assert all(np.array_equal(got[c], np.frombuffer(b, dtype="<f4")) for c, b in truth.items())
+    # Room for the load, not for growing: the rows move to memory, none is lost (no SIGBUS).
+    with _file_size_limit(400 * 1024):
+        index = VectorIndex.load(store, DIMS, folder=tmp_path)
+        assert index.storage == "scratch file"
+        extra = _unit(3000, DIMS, 17)
+        index.apply([], [(50_000 + i, extra[i]) for i in range(3000)])
+    assert index.storage == "memory" and len(index) == 4000
+    np.testing.assert_array_equal(index.vectors_of([52_999])[52_999], extra[2999])
+    first = next(iter(truth))
+    np.testing.assert_array_equal(
+        index.vectors_of([first])[first], np.frombuffer(truth[first], dtype="<f4")
+    )
+    store.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -106,7 +106,8 @@ class VectorBlock:
     size: int
     validity: bytes
     rowids: bytes
-    vectors: bytes
+    nbytes: int  # of the float32 rows blob
+    read_into: Callable[[Any], None]  # copies the rows blob into a writable buffer
 
 
 def prefix_bounds(prefix: str) -> tuple[str, str]:
@@ -473,13 +474,24 @@ class Store:
         return count, self._vector_blocks()
 
     def _vector_blocks(self) -> Iterator[VectorBlock]:
+        blob: Any = None
         try:
-            for size, validity, rowids, vectors in self.conn.execute(
-                "SELECT c.size, c.validity, c.rowids, v.vectors FROM chunks_vec_chunks c "
+            for size, validity, rowids, row in self.conn.execute(
+                "SELECT c.size, c.validity, c.rowids, v._rowid_ FROM chunks_vec_chunks c "
                 "JOIN chunks_vec_vector_chunks00 v ON v.rowid = c.chunk_id ORDER BY c.chunk_id"
             ):
-                yield VectorBlock(int(size), validity, rowids, vectors)
+                # Incremental blob I/O straight into the caller's buffer: no 1.5 MB bytes object
+                # per chunk. A block must be read before the next one is yielded.
+                if blob is None:
+                    blob = self.conn.blob_open(
+                        "main", "chunks_vec_vector_chunks00", "vectors", row, False
+                    )
+                else:
+                    blob.reopen(row)
+                yield VectorBlock(int(size), validity, rowids, blob.length(), blob.read_into)
         finally:
+            if blob is not None:
+                blob.close()
             self.conn.execute("COMMIT")
 
     def vectors(self, ids: Sequence[int]) -> dict[int, bytes]:

@@ -5,8 +5,14 @@ memory-mapped. Its pages are file-backed (the kernel writes them back and may ev
 memory pressure, re-reading on demand), so a 1M x 384 matrix (1.5 GB) does not count as
 anonymous memory. Being unlinked from the start, it can never be stale or outlive the process,
 not even after ``kill -9``: it is rebuilt from vec0 (the source of truth) at every load, and
-nothing reads it but the process that wrote it. Where no such file can be made (a read-only
-folder, a full disk), the matrix is anonymous memory and ``Rows.where`` says so.
+nothing reads it but the process that wrote it. Its blocks are reserved up front
+(``posix_fallocate``), so a full disk is an error at load or growth, never a SIGBUS on a write
+through the map. Where no such file can be had (a read-only folder, a full disk), the matrix is
+anonymous memory and ``Rows.where`` says so.
+
+Loading copies each vec0 chunk (~1,000 vectors) once into a reused buffer by incremental blob
+I/O, and from there once into the file with ``pwrite`` (faster than faulting fresh pages of a
+map one by one); the file is mapped when complete, pre-faulted.
 """
 
 from __future__ import annotations
@@ -15,18 +21,19 @@ import logging
 import mmap
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import numpy.typing as npt
 
-from recalld.store import Store, VectorBlock
+from recalld.store import Store
 
 log = logging.getLogger(__name__)
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 class Rows:
@@ -34,42 +41,76 @@ class Rows:
 
     def __init__(self, dims: int, capacity: int, folder: Path | None) -> None:
         self.dims = dims
-        self._file = _scratch_file(folder) if folder is not None else None
-        self.where = "memory" if self._file is None else "scratch file"
-        self.matrix: F32 = self._allocate(max(capacity, 1))
+        self._file: IO[bytes] | None = None
+        self._capacity = max(capacity, 1)
+        self.matrix: F32 = np.empty((0, dims), dtype=np.float32)
+        if folder is not None:
+            self._file = _scratch_file(folder, self._capacity * dims * 4)
+        if self._file is None:
+            self.matrix = np.empty((self._capacity, dims), dtype=np.float32)
+
+    @property
+    def where(self) -> str:
+        """ "scratch file" (file-backed pages) or "memory" (anonymous)."""
+        return "memory" if self._file is None else "scratch file"
 
     @property
     def capacity(self) -> int:
         """Rows allocated."""
-        return int(self.matrix.shape[0])
+        return self._capacity
 
-    def _allocate(self, rows: int) -> F32:
-        nbytes = rows * self.dims * 4
-        if self._file is not None:
-            try:
-                os.ftruncate(self._file.fileno(), nbytes)
-                mapped = mmap.mmap(self._file.fileno(), nbytes)
-                return np.frombuffer(mapped, dtype=np.float32).reshape(rows, self.dims)
-            except (OSError, ValueError) as exc:
-                log.warning("vector scratch file unusable (%s); keeping vectors in memory", exc)
-                self._file.close()
-                self._file = None
-                self.where = "memory"
-        return np.empty((rows, self.dims), dtype=np.float32)
+    def write(self, start: int, rows: F32) -> None:
+        """Put ``rows`` at row ``start`` (before ``finish``: by ``pwrite`` into the file)."""
+        if self._file is None or len(self.matrix):
+            self.matrix[start : start + len(rows)] = rows
+            return
+        data = np.ascontiguousarray(rows, dtype=np.float32).data.cast("B")
+        offset = start * self.dims * 4
+        while len(data):
+            done = os.pwrite(self._file.fileno(), data, offset)
+            data, offset = data[done:], offset + done
+
+    def finish(self) -> None:
+        """Map the file (pre-faulted) once the load wrote it."""
+        if self._file is not None and not len(self.matrix):
+            self.matrix = self._map(_POPULATE)
+
+    def _map(self, flags: int) -> F32:
+        assert self._file is not None
+        nbytes = self._capacity * self.dims * 4
+        mapped = mmap.mmap(self._file.fileno(), nbytes, flags=mmap.MAP_SHARED | flags)
+        return np.frombuffer(mapped, dtype=np.float32).reshape(self._capacity, self.dims)
 
     def grow(self, need: int, used: int) -> None:
         """Make room for ``need`` rows, keeping the first ``used``."""
-        if need <= self.capacity:
+        if need <= self._capacity:
             return
-        new_cap = max(need, int(self.capacity * 1.25) + 4096)
+        new_cap = max(need, int(self._capacity * 1.25) + 4096)
         if self._file is not None:
-            # The file keeps the rows: a bigger file and a new map, no copy through memory.
-            self.matrix = self._allocate(new_cap)
-            if self._file is not None:
+            try:
+                os.posix_fallocate(self._file.fileno(), 0, new_cap * self.dims * 4)
+            except OSError as exc:
+                log.warning("vector scratch file cannot grow (%s); moving vectors to memory", exc)
+                self._to_memory(used)
+            else:
+                # The file keeps the rows: a longer file and a new map, no copy through memory.
+                self._capacity = new_cap
+                if len(self.matrix):
+                    self.matrix = self._map(0)
                 return
         bigger = np.empty((new_cap, self.dims), dtype=np.float32)
         bigger[:used] = self.matrix[:used]
-        self.matrix = bigger
+        self.matrix, self._capacity = bigger, new_cap
+
+    def _to_memory(self, used: int) -> None:
+        assert self._file is not None
+        if not len(self.matrix):
+            self.finish()
+        anon = np.empty((self._capacity, self.dims), dtype=np.float32)
+        anon[:used] = self.matrix[:used]
+        self.matrix = anon
+        self._file.close()
+        self._file = None
 
     def close(self) -> None:
         """Drop the matrix (the scratch file's space is freed once nothing maps it)."""
@@ -79,12 +120,21 @@ class Rows:
             self._file = None
 
 
-def _scratch_file(folder: Path) -> tempfile._TemporaryFileWrapper[bytes] | None:
+def _scratch_file(folder: Path, nbytes: int) -> IO[bytes] | None:
     try:
-        return tempfile.TemporaryFile(dir=folder, prefix=".recalld-vectors-")  # type: ignore[return-value]
+        handle = tempfile.TemporaryFile(dir=folder, prefix=".recalld-vectors-")  # noqa: SIM115
     except OSError as exc:
         log.warning("no vector scratch file in %s (%s); keeping vectors in memory", folder, exc)
         return None
+    try:
+        os.posix_fallocate(handle.fileno(), 0, nbytes)
+    except OSError as exc:
+        log.warning(
+            "no room for a %d MB vector scratch file (%s); vectors in memory", nbytes >> 20, exc
+        )
+        handle.close()
+        return None
+    return handle
 
 
 def load_rows(store: Store, dims: int, folder: Path | None) -> tuple[I64, Rows, int]:
@@ -95,31 +145,30 @@ def load_rows(store: Store, dims: int, folder: Path | None) -> tuple[I64, Rows, 
     expected, blocks = bulk
     rows = Rows(dims, expected + 1024, folder)  # room for a first delta; grows by 1/4
     ids = np.empty(rows.capacity, dtype=np.int64)
+    buffer = np.empty(0, dtype=np.float32)
     count = 0
     for block in blocks:
-        got_ids, got_vecs = _unpack(block, dims)
-        n = len(got_ids)
+        if buffer.nbytes < block.nbytes:
+            buffer = np.empty(block.nbytes // 4, dtype=np.float32)
+        block.read_into(buffer.data.cast("B")[: block.nbytes])
+        size = block.size
+        vectors = buffer[: size * dims].reshape(size, dims)
+        rowids = np.frombuffer(block.rowids, dtype="<i8")[:size]
+        valid = np.unpackbits(np.frombuffer(block.validity, dtype=np.uint8), bitorder="little")
+        valid = valid[:size].astype(bool)
+        if not valid.all():
+            vectors, rowids = vectors[valid], rowids[valid]
+        n = len(rowids)
         if count + n > rows.capacity:  # the count and the blocks disagree: never trust it
             rows.grow(count + n, count)
             ids = _grown(ids, rows.capacity, count)
-        ids[count : count + n] = got_ids
-        rows.matrix[count : count + n] = got_vecs
+        ids[count : count + n] = rowids
+        rows.write(count, vectors)
         count += n
+    rows.finish()
     if count != expected:
         log.warning("vec0 counted %d vectors, its storage held %d", expected, count)
     return ids, rows, count
-
-
-def _unpack(block: VectorBlock, dims: int) -> tuple[I64, F32]:
-    """The valid slots of one vec0 chunk (views into its blobs, no copies but the mask)."""
-    size = block.size
-    valid = np.unpackbits(np.frombuffer(block.validity, dtype=np.uint8), bitorder="little")
-    valid = valid[:size].astype(bool)
-    rowids = np.frombuffer(block.rowids, dtype="<i8")[:size]
-    vectors = np.frombuffer(block.vectors, dtype="<f4")[: size * dims].reshape(size, dims)
-    if valid.all():
-        return rowids, vectors
-    return rowids[valid], vectors[valid]
 
 
 def _grown(ids: I64, capacity: int, used: int) -> I64:
@@ -133,16 +182,13 @@ def _load_row_by_row(store: Store, dims: int, folder: Path | None) -> tuple[I64,
     rows = Rows(dims, 4096, folder)
     ids = np.empty(rows.capacity, dtype=np.int64)
     count = 0
-    for part_ids, blob in _batches(store):
+    for part_ids, blob in store.iter_vectors():
         n = len(part_ids)
         if count + n > rows.capacity:
             rows.grow(count + n, count)
             ids = _grown(ids, rows.capacity, count)
         ids[count : count + n] = part_ids
-        rows.matrix[count : count + n] = np.frombuffer(blob, dtype="<f4").reshape(n, dims)
+        rows.write(count, np.frombuffer(blob, dtype="<f4").reshape(n, dims))
         count += n
+    rows.finish()
     return ids, rows, count
-
-
-def _batches(store: Store) -> Iterator[tuple[list[int], bytes]]:
-    yield from store.iter_vectors()
