@@ -19,7 +19,9 @@ for the few microseconds of a row update.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -125,9 +127,16 @@ class VectorIndex:
         _, vecs = np.linalg.eigh(centred.T @ centred)
         proj = np.ascontiguousarray(vecs[:, ::-1][:, : self._rdims], dtype=np.float32)
         low = np.empty((self._rows.capacity, self._rdims), dtype=np.float32)
-        for start in range(0, n, PROJECT_BLOCK):
+        matrix = self._matrix
+
+        def project(start: int) -> None:
             stop = min(n, start + PROJECT_BLOCK)
-            np.matmul(self._matrix[start:stop], proj, out=low[start:stop])
+            np.matmul(matrix[start:stop], proj, out=low[start:stop])
+
+        # The daemon runs BLAS on one thread (cli.py); blocks on every core (matmul releases
+        # the GIL) make the projection of a 1M-row load take seconds, not tens of seconds.
+        with ThreadPoolExecutor(max_workers=min(os.cpu_count() or 1, 4)) as pool:
+            list(pool.map(project, range(0, n, PROJECT_BLOCK)))
         self._proj, self._low, self._fitted_rows = proj, low, n
 
     def _grow(self, need: int) -> None:
