@@ -6,7 +6,7 @@
     .venv/bin/python bench/run.py --only large,noop  # some parts -> bench/out/BENCHMARKS.partial.*
 
 Parts: client_import, throughput, rss_indexing, small, large, noop, transcripts, quality,
-ablation, needles (bench/transcript_needles.py).
+ablation, needles (bench/transcript_needles.py), scale (bench/scale.py: 100k and 1M chunks).
 Corpora, homes and the embedding cache live under bench/out/ (gitignored).
 """
 
@@ -61,6 +61,7 @@ from bench import (  # noqa: E402
     corpora,
     quality,
     report,
+    scale,
     speed,
     transcript_needles,
 )
@@ -78,6 +79,7 @@ PARTS = (
     "quality",
     "ablation",
     "needles",
+    "scale",
 )
 
 
@@ -129,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
             sheet.put("pool_chunks", sum(len(d.chunks) for d in pool))
         ctx = speed.Ctx(sizes, sheet, embedder, cache, pool, real, args.rebuild)
         speed.run_all(ctx, only, timings)
+        if only is None or "scale" in only:
+            with stage("scale", timings):
+                scale.run(ctx)
         if not args.skip_quality and (only is None or "quality" in only):
             with stage("quality", timings):
                 quality.run_quality(
