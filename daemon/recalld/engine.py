@@ -295,11 +295,29 @@ class Engine:
             return self._vectors
 
     def warm(self) -> None:
-        """Load the embedding model and the vector matrix now rather than on the first search."""
-        if self.embedder is not None:
-            self.embedder.embed(["warm up"], query=True)
-        with self.reader() as store:
-            self.vectors(store)
+        """Load the embedding model and the vector matrix now rather than on the first search.
+
+        Side by side: the model load is CPU, the matrix load mostly I/O and copies (1M vectors:
+        seconds each), and the first search needs both.
+        """
+        failed: list[BaseException] = []
+
+        def load_vectors() -> None:
+            try:
+                with self.reader() as store:
+                    self.vectors(store)
+            except BaseException as exc:  # noqa: BLE001 - raised below, on the caller's thread
+                failed.append(exc)
+
+        loader = threading.Thread(target=load_vectors, name="recalld-vectors-load", daemon=True)
+        loader.start()
+        try:
+            if self.embedder is not None:
+                self.embedder.embed(["warm up"], query=True)
+        finally:
+            loader.join()
+        if failed:
+            raise failed[0]
 
     def _on_change(self, change: FileChange) -> None:
         self._invalidate_counts()
