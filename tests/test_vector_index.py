@@ -51,9 +51,9 @@ def test_bulk_load_reads_every_vector_with_deletions_gaps(tmp_path: Path) -> Non
     for f in range(0, 60, 7):  # free slots in the middle of vec0's chunks
         store.remove_file(f"/m/f{f}.md")
     truth = _row_by_row(store)
-    bulk = store.vector_blocks()
-    assert bulk is not None and bulk[0] == len(truth)
-    list(bulk[1])
+    scan = store.vector_scan()
+    assert scan is not None and scan.count == len(truth)
+    scan.close()
     index = VectorIndex.load(store, DIMS, folder=tmp_path)
     assert len(index) == len(truth) == 60 * 50 - 9 * 50
     got = index.vectors_of(list(truth))

@@ -497,8 +497,7 @@ class Indexer:
             pairs = [(cid, vectors[h]) for cid, h, _ in rows if h in vectors]
             if not pairs:
                 return done
-            self.store.put_vectors(pairs)
-            self._apply(FileChange([], pairs))
+            self._apply(FileChange([], pairs, self.store.put_vectors(pairs)))
             done += len(pairs)
             if len(pairs) < len(rows):
                 return done

@@ -21,13 +21,14 @@ import logging
 import mmap
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 import numpy as np
 import numpy.typing as npt
 
-from recalld.store import Store
+from recalld.store import Store, VectorScan
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +40,61 @@ _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 class Rows:
     """A growable float32 matrix, file-backed (scratch file) when possible."""
 
-    def __init__(self, dims: int, capacity: int, folder: Path | None) -> None:
+    def __init__(
+        self, dims: int, capacity: int, folder: Path | None, *, file: IO[bytes] | None = None
+    ) -> None:
         self.dims = dims
-        self._file: IO[bytes] | None = None
+        self._file: IO[bytes] | None = file
+        self._mmap: mmap.mmap | None = None
         self._capacity = max(capacity, 1)
         self.matrix: F32 = np.empty((0, dims), dtype=np.float32)
-        if folder is not None:
+        if folder is not None and file is None:
             self._file = _scratch_file(folder, self._capacity * dims * 4)
         if self._file is None:
             self.matrix = np.empty((self._capacity, dims), dtype=np.float32)
+
+    @classmethod
+    def create(cls, path: Path, dims: int, capacity: int) -> Rows | None:
+        """A new file at ``path`` (a new inode: maps of the file it replaces stay valid)."""
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            handle = tmp.open("w+b")
+        except OSError as exc:
+            log.warning("cannot create %s (%s)", tmp, exc)
+            return None
+        try:
+            os.posix_fallocate(handle.fileno(), 0, max(capacity, 1) * dims * 4)
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("no room for the vectors file %s (%s)", path, exc)
+            handle.close()
+            tmp.unlink(missing_ok=True)
+            return None
+        return cls(dims, capacity, None, file=handle)
+
+    @classmethod
+    def reopen(cls, path: Path, dims: int, capacity: int, inode: int) -> Rows:
+        """The saved file at ``path``, mapped; OSError unless it is that inode and big enough."""
+        handle = path.open("r+b")
+        st = os.fstat(handle.fileno())
+        if st.st_ino != inode or st.st_size < capacity * dims * 4:
+            handle.close()
+            raise OSError(f"{path} is not the file that was saved")
+        rows = cls(dims, capacity, None, file=handle)
+        rows.finish()
+        return rows
+
+    def inode(self) -> int | None:
+        """The file's inode number (None: in memory)."""
+        return os.fstat(self._file.fileno()).st_ino if self._file is not None else None
+
+    def flush(self) -> None:
+        """Make the file's rows durable (a no-op in memory)."""
+        if self._file is None:
+            return
+        if self._mmap is not None:
+            self._mmap.flush()
+        os.fsync(self._file.fileno())
 
     @property
     def where(self) -> str:
@@ -78,8 +125,8 @@ class Rows:
     def _map(self, flags: int) -> F32:
         assert self._file is not None
         nbytes = self._capacity * self.dims * 4
-        mapped = mmap.mmap(self._file.fileno(), nbytes, flags=mmap.MAP_SHARED | flags)
-        return np.frombuffer(mapped, dtype=np.float32).reshape(self._capacity, self.dims)
+        self._mmap = mmap.mmap(self._file.fileno(), nbytes, flags=mmap.MAP_SHARED | flags)
+        return np.frombuffer(self._mmap, dtype=np.float32).reshape(self._capacity, self.dims)
 
     def grow(self, need: int, used: int) -> None:
         """Make room for ``need`` rows, keeping the first ``used``."""
@@ -110,14 +157,14 @@ class Rows:
         anon[:used] = self.matrix[:used]
         self.matrix = anon
         self._file.close()
-        self._file = None
+        self._file = self._mmap = None
 
     def close(self) -> None:
         """Drop the matrix (the scratch file's space is freed once nothing maps it)."""
         self.matrix = np.empty((0, self.dims), dtype=np.float32)
         if self._file is not None:
             self._file.close()
-            self._file = None
+            self._file = self._mmap = None
 
 
 def _scratch_file(folder: Path, nbytes: int) -> IO[bytes] | None:
@@ -138,16 +185,24 @@ def _scratch_file(folder: Path, nbytes: int) -> IO[bytes] | None:
 
 
 def load_rows(store: Store, dims: int, folder: Path | None) -> tuple[I64, Rows, int]:
-    """All vectors of ``store``: (ids, rows, count), ids in the matrix's row order."""
-    bulk = store.vector_blocks()
-    if bulk is None:
+    """All vectors of ``store`` into a scratch file in ``folder``: (ids, rows, count)."""
+    scan = store.vector_scan()
+    if scan is None:
         return _load_row_by_row(store, dims, folder)
-    expected, blocks = bulk
-    rows = Rows(dims, expected + 1024, folder)  # room for a first delta; grows by 1/4
+    with scan:
+        return read_scan(scan, dims, lambda capacity: Rows(dims, capacity, folder))
+
+
+def read_scan(
+    scan: VectorScan, dims: int, make_rows: Callable[[int], Rows]
+) -> tuple[I64, Rows, int]:
+    """The scan's vectors into rows made by ``make_rows(capacity)``: (ids, rows, count)."""
+    expected = scan.count
+    rows = make_rows(expected + 1024)  # room for a first delta; grows by 1/4
     ids = np.empty(rows.capacity, dtype=np.int64)
     buffer = np.empty(0, dtype=np.float32)
     count = 0
-    for block in blocks:
+    for block in scan.blocks():
         if buffer.nbytes < block.nbytes:
             buffer = np.empty(block.nbytes // 4, dtype=np.float32)
         block.read_into(buffer.data.cast("B")[: block.nbytes])
