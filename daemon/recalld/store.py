@@ -410,7 +410,8 @@ class Store:
                     "INSERT OR REPLACE INTO chunks_vec(rowid, embedding) VALUES (?, ?)",
                     (chunk_id, vector_blob(vec)),
                 )
-            return self._bump_vectors()
+            generation = self._bump_vectors()
+        return generation
 
     def _bump_vectors(self) -> int:
         """Count one more write of the vec0 table (in the caller's transaction).
