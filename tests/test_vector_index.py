@@ -69,7 +69,7 @@ def test_bulk_load_reads_every_vector_with_deletions_gaps(tmp_path: Path) -> Non
 def test_rows_live_in_an_unlinked_scratch_file(tmp_path: Path) -> None:
     store = _store_with_vectors(tmp_path / "index.sqlite", files=4, per_file=10)
     index = VectorIndex.load(store, DIMS, folder=tmp_path)
-    assert index.storage == "scratch file"
+    assert index.storage == "file"
     maps = Path("/proc/self/maps").read_text()
     assert f"{tmp_path}/.recalld-vectors-" in maps or "(deleted)" in maps
     assert not list(tmp_path.glob(".recalld-vectors-*"))  # never visible, never left behind
@@ -200,7 +200,7 @@ def test_full_disk_keeps_every_vector_in_memory(tmp_path: Path) -> None:
     # Room for the load, not for growing: the rows move to memory, none is lost (no SIGBUS).
     with _file_size_limit(400 * 1024):
         index = VectorIndex.load(store, DIMS, folder=tmp_path)
-        assert index.storage == "scratch file"
+        assert index.storage == "file"
         extra = _unit(3000, DIMS, 17)
         index.apply([], [(50_000 + i, extra[i]) for i in range(3000)])
     assert index.storage == "memory" and len(index) == 4000

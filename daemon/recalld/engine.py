@@ -38,6 +38,7 @@ from recalld.rwlock import ReadWriteLock
 from recalld.search import SearchContext, parse_request, run_search
 from recalld.session_sync import SessionIndexer
 from recalld.store import FileChange, Identity, Store, prefix_bounds
+from recalld.vector_files import VectorFiles
 from recalld.vector_index import VectorIndex
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class Engine:
         if writable:
             index_files.remove_stale_rebuilds(self.index_path)
             self.writer = Store(self.index_path)
+            self.writer.ensure_vectors_epoch()
             self._check_identity()
         else:
             with self.reader() as store:
@@ -284,15 +286,22 @@ class Engine:
         with self._vectors_lock:
             if self._vectors is None:
                 started = time.perf_counter()
-                self._vectors = VectorIndex.load(store, emb.dims, folder=self.index_path.parent)
+                self._vectors = VectorIndex.load(
+                    store, emb.dims, folder=self.index_path.parent, files=self._vector_files()
+                )
                 self.vectors_load_s = round(time.perf_counter() - started, 3)
                 log.info(
-                    "loaded %d vectors in %.2f s (%s)",
+                    "loaded %d vectors in %.2f s (from the %s, rows in a %s)",
                     len(self._vectors),
                     self.vectors_load_s,
+                    self._vectors.loaded_from,
                     self._vectors.storage,
                 )
             return self._vectors
+
+    def _vector_files(self) -> VectorFiles | None:
+        """The saved matrix beside the index (the writer's engine only: it sees every change)."""
+        return VectorFiles(self.index_path) if self.writable else None
 
     def warm(self) -> None:
         """Load the embedding model and the vector matrix now rather than on the first search.
@@ -323,7 +332,7 @@ class Engine:
         self._invalidate_counts()
         with self._vectors_lock:
             if self._vectors is not None:
-                self._vectors.apply(change.removed, change.added)
+                self._vectors.apply(change.removed, change.added, change.generation)
 
     # search / get -----------------------------------------------------------------------------
 
@@ -570,7 +579,9 @@ class Engine:
                 raise
             index_files.test_phase("rebuild-indexed")
             vectors = (
-                VectorIndex.load(new, wanted.dims, folder=self.index_path.parent)
+                VectorIndex.load(
+                    new, wanted.dims, folder=self.index_path.parent, files=self._vector_files()
+                )
                 if wanted.provider_key
                 else None
             )
@@ -681,13 +692,22 @@ class Engine:
         vectors = self._vectors
         if vectors is None:
             return None
-        return {"rows": len(vectors), "storage": vectors.storage, "load_s": self.vectors_load_s}
+        return {
+            "rows": len(vectors),
+            "storage": vectors.storage,
+            "loaded_from": vectors.loaded_from,
+            "load_s": self.vectors_load_s,
+        }
 
     def close(self) -> None:
         """Close every connection."""
         self._executor.shutdown(wait=False)
         if self._guard is not None:
             self._guard.close()
+        with self._vectors_lock:
+            if self._vectors is not None:
+                self._vectors.close(save=True)  # the next start maps it instead of reading vec0
+                self._vectors = None
         self._close_readers()
         if self.writer is not None:
             self.writer.close()

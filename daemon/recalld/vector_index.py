@@ -29,7 +29,8 @@ import numpy.typing as npt
 
 from recalld.rwlock import ReadWriteLock
 from recalld.store import Store
-from recalld.vector_load import Rows, load_rows
+from recalld.vector_files import VectorFiles
+from recalld.vector_load import Rows, load_rows, read_scan
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
@@ -53,6 +54,7 @@ class VectorIndex:
         rows: Rows | None = None,
         ids: I64 | None = None,
         count: int = 0,
+        fitted: tuple[F32, F32, int] | None = None,
     ) -> None:
         self.dims = dims
         self._lock = ReadWriteLock()
@@ -66,28 +68,95 @@ class VectorIndex:
         self._proj: F32 | None = None  # (dims, _rdims)
         self._low = np.empty((0, self._rdims), dtype=np.float32)
         self._fitted_rows = 0
+        if fitted is not None:  # a saved prefilter: (projection, projected rows, rows fitted on)
+            self._proj, self._low, self._fitted_rows = fitted
         self._maybe_fit()
+        self.loaded_from = "index"  # or "saved files"
+        # The saved copy (vector_files): which index state this matrix mirrors, None: unknown.
+        self._files: VectorFiles | None = None
+        self._state: tuple[str, int] | None = None
 
     def __len__(self) -> int:
         return self._count
 
     @property
     def storage(self) -> str:
-        """Where the full rows live: "scratch file" (file-backed) or "memory"."""
+        """Where the full rows live: "file" (file-backed) or "memory"."""
         return self._rows.where
 
     @classmethod
-    def load(cls, store: Store, dims: int, *, folder: Path | None = None) -> VectorIndex:
-        """Build the matrix from the store's vec0 table (rows file-backed in ``folder``)."""
-        ids, rows, count = load_rows(store, dims, folder)
-        return cls(dims, rows=rows, ids=ids, count=count)
+    def load(
+        cls,
+        store: Store,
+        dims: int,
+        *,
+        folder: Path | None = None,
+        files: VectorFiles | None = None,
+    ) -> VectorIndex:
+        """The matrix of the store's vec0 table: the saved one of ``files`` when it matches,
+        else read in bulk (into ``files``' rows file, or a scratch file in ``folder``)."""
+        scan = store.vector_scan()
+        if scan is None:
+            ids, rows, count = load_rows(store, dims, folder)
+            return cls(dims, rows=rows, ids=ids, count=count, prefilter_min_rows=PREFILTER_MIN_ROWS)
+        with scan:
+            saved = files.open_saved(scan.state, dims) if files is not None else None
+            if saved is not None:
+                fitted = None
+                if saved.proj is not None and saved.low is not None:
+                    fitted = (saved.proj, saved.low, saved.fitted_rows)
+                index = cls(
+                    dims,
+                    rows=saved.rows,
+                    ids=saved.ids,
+                    count=saved.count,
+                    fitted=fitted,
+                    prefilter_min_rows=PREFILTER_MIN_ROWS,
+                )
+                index.loaded_from = "saved files"
+            else:
 
-    def close(self) -> None:
-        """Free the matrix (searches after this find nothing)."""
+                def make(capacity: int) -> Rows:
+                    made = files.new_rows(dims, capacity) if files is not None else None
+                    return made if made is not None else Rows(dims, capacity, folder)
+
+                ids, rows, count = read_scan(scan, dims, make)
+                index = cls(
+                    dims, rows=rows, ids=ids, count=count, prefilter_min_rows=PREFILTER_MIN_ROWS
+                )
+        index._files, index._state = files, scan.state
+        return index
+
+    def close(self, *, save: bool = False) -> None:
+        """Free the matrix (searches after this find nothing); ``save``: for the next start."""
         with self._lock.exclusive():
+            if save and self._files is not None and self._state is not None:
+                low = self._low if self._proj is not None else None
+                self._files.save(
+                    self._rows,
+                    self._ids,
+                    self._count,
+                    low,
+                    self._proj,
+                    self._fitted_rows,
+                    self._state,
+                )
+            self._files = self._state = None
             self._count = 0
             self._rows.close()
             self._low = np.empty((0, self._rdims), dtype=np.float32)
+
+    def _track(self, generation: int | None) -> None:
+        """Follow the index's vectors generation through the changes applied (lock held)."""
+        if self._state is None:
+            return
+        epoch, mine = self._state
+        if generation is not None and generation <= mine:
+            return  # committed before the load's snapshot: already in the matrix
+        if generation == mine + 1:
+            self._state = (epoch, generation)
+        else:
+            self._state = None  # a write this matrix never saw: never save it as current
 
     @property
     def _matrix(self) -> F32:
@@ -152,9 +221,18 @@ class VectorIndex:
             low[: self._count] = self._low[: self._count]
             self._low = low
 
-    def apply(self, removed: Sequence[int], added: Sequence[tuple[int, F32]]) -> None:
-        """Mirror a committed change: drop ``removed`` ids, add or replace ``added`` rows."""
+    def apply(
+        self,
+        removed: Sequence[int],
+        added: Sequence[tuple[int, F32]],
+        generation: int | None = None,
+    ) -> None:
+        """Mirror a committed change: drop ``removed`` ids, add or replace ``added`` rows.
+
+        ``generation``: the vectors generation the change committed (``FileChange``).
+        """
         with self._lock.exclusive():
+            self._track(generation)
             for chunk_id in removed:
                 self._remove_one(int(chunk_id))
             if added:

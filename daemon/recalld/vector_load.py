@@ -99,7 +99,7 @@ class Rows:
     @property
     def where(self) -> str:
         """ "scratch file" (file-backed pages) or "memory" (anonymous)."""
-        return "memory" if self._file is None else "scratch file"
+        return "memory" if self._file is None else "file"
 
     @property
     def capacity(self) -> int:
