@@ -245,6 +245,7 @@ def measure_home(
     for name in ("vec0", "saved"):
         t = time.perf_counter()
         d = Daemon(home).start(timeout=900)
+        sheet.put(f"cold_listening_{name}_s_{tag}", time.perf_counter() - t, 2)
         try:
             with d.client(timeout=900) as c:
                 first = c.search(queries[0])
