@@ -399,6 +399,21 @@ def _profile_1m(sheet: Any, home: Path, queries: list[str], embedder: LocalEmbed
         engine.close()
 
 
+def _measure_alone() -> int:
+    """Run the part outside ``bench/run.py`` (figures printed as JSON, no report written)."""
+    embedder = LocalEmbedder(batch_size=16, threads=0)
+    embedder.warm()
+    cache = VectorCache(embedder)
+    sheet = Sheet()
+    try:
+        run(SimpleNamespace(sheet=sheet, embedder=embedder, cache=cache))
+    finally:
+        cache.close()
+    print(json.dumps({"metrics": sheet.metrics, "errors": sheet.errors}, indent=1))
+    print(sheet.tables.get("profile_search_1m", ""))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     """``build [N]``: build or reuse the N-chunk (1M) home; ``measure``: the part, printed."""
     if argv[:1] == ["measure"]:
@@ -421,18 +436,3 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
-
-
-def _measure_alone() -> int:
-    """Run the part outside ``bench/run.py`` (figures printed as JSON, no report written)."""
-    embedder = LocalEmbedder(batch_size=16, threads=0)
-    embedder.warm()
-    cache = VectorCache(embedder)
-    sheet = Sheet()
-    try:
-        run(SimpleNamespace(sheet=sheet, embedder=embedder, cache=cache))
-    finally:
-        cache.close()
-    print(json.dumps({"metrics": sheet.metrics, "errors": sheet.errors}, indent=1))
-    print(sheet.tables.get("profile_search_1m", ""))
-    return 0
