@@ -81,7 +81,9 @@ class Rows:
             handle.close()
             raise OSError(f"{path} is not the file that was saved")
         rows = cls(dims, capacity, None, file=handle)
-        rows.finish()
+        # Not pre-faulted: searches scan the prefilter's rows and touch ~2,000 of these each,
+        # so mapping 1.5 GB of page tables up front would only delay the first search.
+        rows.matrix = rows._map(0)
         return rows
 
     def inode(self) -> int | None:
