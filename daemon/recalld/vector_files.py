@@ -89,15 +89,13 @@ class VectorFiles:
             raise ValueError(f"count {count} of capacity {capacity}")
         rows = Rows.reopen(self.folder / "rows.f32", dims, capacity, int(str(meta["rows_inode"])))
         ids = np.empty(capacity, dtype=np.int64)
-        ids[:count] = _read_array(self.folder / "ids.i64", np.int64, count)
+        _read_into(self.folder / "ids.i64", ids[:count])
         low = proj = None
         if rdims:
-            proj = _read_array(self.folder / "proj.f32", np.float32, dims * rdims)
-            proj = proj.reshape(dims, rdims)
+            proj = np.empty((dims, rdims), dtype=np.float32)
+            _read_into(self.folder / "proj.f32", proj)
             low = np.empty((capacity, rdims), dtype=np.float32)
-            low[:count] = _read_array(self.folder / "low.f32", np.float32, count * rdims).reshape(
-                count, rdims
-            )
+            _read_into(self.folder / "low.f32", low[:count])
         return Saved(ids, count, rows, low, proj, fitted, int(str(meta["generation"])))
 
     def new_rows(self, dims: int, capacity: int) -> Rows | None:
@@ -162,11 +160,13 @@ class VectorFiles:
             fsync_dir(self.folder)
 
 
-def _read_array(path: Path, dtype: type, count: int) -> npt.NDArray[Any]:
-    out: npt.NDArray[Any] = np.fromfile(path, dtype=dtype, count=count)
-    if len(out) != count:
-        raise ValueError(f"{path.name} holds {len(out)} values, not {count}")
-    return out
+def _read_into(path: Path, out: npt.NDArray[Any]) -> None:
+    """Fill ``out`` (contiguous) from the file, straight into its memory; it must be as long."""
+    view = out.data.cast("B")
+    with path.open("rb") as fh:
+        got = fh.readinto(view)
+        if got != len(view) or fh.read(1):
+            raise ValueError(f"{path.name} is not {len(view)} bytes long")
 
 
 def _write_array(path: Path, values: npt.NDArray[np.generic]) -> None:
