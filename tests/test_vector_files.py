@@ -155,3 +155,25 @@ def test_damaged_meta_or_short_files_read_the_index(tmp_path: Path) -> None:
     assert got.loaded_from == "index"
     _same_as_index(got, store)
     store.close()
+
+
+def test_files_are_private_and_a_dead_writers_leftovers_go(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = _store_with_vectors(path, files=2, per_file=5)
+    folder = tmp_path / "index.sqlite.vectors"
+    folder.mkdir()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    leftover = folder / f".low.f32.{int(dead.stdout)}.tmp"  # a save killed half-way
+    leftover.write_bytes(b"\0" * 4096)
+    mine = folder / f".other.{os.getpid()}.tmp"  # a live process's own: not touched
+    mine.write_bytes(b"")
+    _load(store, path).close(save=True)
+    assert not leftover.exists() and mine.exists()
+    for name in ("rows.f32", "ids.i64", "meta.json"):
+        assert (folder / name).stat().st_mode & 0o077 == 0, name
+    store.close()

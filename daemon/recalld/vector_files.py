@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recalld.index_files import fsync_dir
+from recalld.index_files import fsync_dir, pid_alive
 from recalld.vector_load import Rows
 
 log = logging.getLogger(__name__)
@@ -101,8 +101,9 @@ class VectorFiles:
     def new_rows(self, dims: int, capacity: int) -> Rows | None:
         """A fresh ``rows.f32`` for a matrix read from vec0 (None: no room, use a scratch file)."""
         try:
-            self.folder.mkdir(exist_ok=True)
+            self.folder.mkdir(mode=0o700, exist_ok=True)  # vectors are derived from notes
             self._unvouch()
+            self._remove_leftovers()
         except OSError as exc:
             log.warning("no vectors folder %s (%s)", self.folder, exc)
             return None
@@ -142,7 +143,7 @@ class VectorFiles:
                 "rows_inode": inode,
             }
             tmp = self._meta.with_name(f".meta.{os.getpid()}.tmp")
-            with tmp.open("w", encoding="utf-8") as fh:
+            with _private(tmp, "w") as fh:
                 json.dump(meta, fh)
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -153,11 +154,23 @@ class VectorFiles:
             return False
         return True
 
+    def _remove_leftovers(self) -> None:
+        """Temporary files of a process that died while writing them (``.<name>.<pid>.tmp``)."""
+        for leftover in self.folder.glob(".*.tmp"):
+            pid = leftover.name.rsplit(".", 2)[-2]
+            if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+                leftover.unlink(missing_ok=True)
+
     def _unvouch(self) -> None:
         """Remove meta.json durably (before the files are changed or replaced)."""
         if self._meta.exists():
             self._meta.unlink()
             fsync_dir(self.folder)
+
+
+def _private(path: Path, mode: str) -> Any:
+    """``open(path, mode)`` for writing, readable by the owner only (0600)."""
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), mode)
 
 
 def _read_into(path: Path, out: npt.NDArray[Any]) -> None:
@@ -171,7 +184,7 @@ def _read_into(path: Path, out: npt.NDArray[Any]) -> None:
 
 def _write_array(path: Path, values: npt.NDArray[np.generic]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as fh:
+    with _private(tmp, "wb") as fh:
         np.ascontiguousarray(values).tofile(fh)
         fh.flush()
         os.fsync(fh.fileno())

@@ -58,7 +58,7 @@ class Rows:
         """A new file at ``path`` (a new inode: maps of the file it replaces stay valid)."""
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
-            handle = tmp.open("w+b")
+            handle = open(os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600), "w+b")  # noqa: SIM115
         except OSError as exc:
             log.warning("cannot create %s (%s)", tmp, exc)
             return None
