@@ -164,7 +164,38 @@ TARGETS = (
     Target("chat mix: keyword p50 / numpy p50", "keyword_chat_vs_numpy", 1.0, True, "x"),
     Target("fresh 10k files keyword-searchable", "keyword_searchable_s_10k_files", 30.0, True, "s"),
     Target("first sync vectors / raw embedder", "first_sync_vs_embed_ratio", 0.9, False, ""),
+    # Scale (bench/scale.py, issue 16): ratios are to references measured in the same run.
+    Target(
+        "hybrid p50 at 1M / numpy p50 at 1M",
+        "search_p50_1m_vs_numpy",
+        1.0,
+        True,
+        "x",
+        lambda m: _ratio(m, "search_p50_ms_1m", "numpy_p50_ms_1m"),
+    ),
+    Target(
+        "hybrid p95 at 1M / numpy p50 at 1M",
+        "search_p95_1m_vs_numpy",
+        2.0,
+        True,
+        "x",
+        lambda m: _ratio(m, "search_p95_ms_1m", "numpy_p50_ms_1m"),
+    ),
+    Target("cold start to first answered search, 100k", "cold_start_s_100k", 2.0, True, "s"),
+    Target("cold start to first answered search, 1M", "cold_start_s_1m", 10.0, True, "s"),
+    Target("peak RSS / idle RSS, 100k", "rss_peak_over_idle_100k", 1.25, True, "x"),
+    Target("peak RSS / idle RSS, 1M", "rss_peak_over_idle_1m", 1.25, True, "x"),
+    Target("anonymous RSS idle at 1M", "rss_idle_anon_mb_1m", 1200.0, True, "MB"),
+    Target("vector recall@10 vs exact at 1M", "vector_recall_vs_exact_1m", 0.99, False, ""),
+    Target(
+        "throughput 4 clients / 1 client, 100k", "throughput_4_vs_1_clients_100k", 1.6, False, "x"
+    ),
 )
+
+
+def _ratio(m: dict[str, Any], a: str, b: str) -> float | None:
+    x, y = _num(m.get(a)), _num(m.get(b))
+    return x / y if x is not None and y else None
 
 
 def _speed_rows(m: dict[str, Any]) -> list[tuple[str, str, str, str]]:

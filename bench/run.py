@@ -7,7 +7,8 @@
 
 Parts: client_import, cli_start (bench/cli_start.py), throughput, rss_indexing, small, large,
 noop, transcripts, quality, ablation, needles (bench/transcript_needles.py), chat
-(bench/chat_mix.py), first_sync (bench/first_sync.py).
+(bench/chat_mix.py), first_sync (bench/first_sync.py), scale (bench/scale.py: 100k and 1M
+chunks).
 Corpora, homes and the embedding cache live under bench/out/ (gitignored).
 """
 
@@ -65,6 +66,7 @@ from bench import (  # noqa: E402
     first_sync,
     quality,
     report,
+    scale,
     speed,
     transcript_needles,
 )
@@ -85,6 +87,7 @@ PARTS = (
     "needles",
     "chat",
     "first_sync",
+    "scale",
 )
 
 
@@ -141,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
                 cli_start.run_part(sheet)
         issue16 = (("chat", chat_mix.chat_index), ("first_sync", first_sync.first_sync))
         speed.run_all(ctx, only, timings, steps=issue16)  # keyword first, the chat mix
+        if only is None or "scale" in only:
+            with stage("scale", timings):
+                scale.run(ctx)
         if not args.skip_quality and (only is None or "quality" in only):
             with stage("quality", timings):
                 quality.run_quality(

@@ -117,6 +117,7 @@ class StatusResponse(TypedDict, total=False):
     skipped_files: list[dict[str, str]]  # {"path", "reason"}: files that could not be indexed
     skipped_total: int
     redactions: dict[str, Any]  # {"indexed"|"served": {"total", "by_kind"}} since the daemon began
+    vector_matrix: dict[str, Any] | None  # rows, storage ("file"|"memory"), loaded_from, load_s
 
 
 class Hello(TypedDict):

@@ -35,10 +35,12 @@ from recalld.filters import PathFilter
 from recalld.indexer import Indexer, Progress, SyncReport, identity_for
 from recalld.path_rule import shown
 from recalld.provider_guard import PROBE_DEADLINE_S, ProviderGuard
+from recalld.rwlock import ReadWriteLock
 from recalld.search import SearchContext, parse_request, run_search
 from recalld.session_sync import SessionIndexer
 from recalld.store import FileChange, Identity, Store, prefix_bounds
 from recalld.vector_backfill import BackgroundChunker, VectorBacklog
+from recalld.vector_files import VectorFiles
 from recalld.vector_index import VectorIndex
 
 log = logging.getLogger(__name__)
@@ -48,41 +50,7 @@ ProgressHook = Callable[[Progress], None]
 MAX_SKIPPED_SHOWN = 100  # files listed by name in status["skipped_files"]
 
 
-class SwapLock:
-    """Many searches at once, or one index swap: a small readers-writer lock."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            while self._writer:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            while self._writer:
-                self._cond.wait()
-            self._writer = True
-            while self._readers:
-                self._cond.wait()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
+SwapLock = ReadWriteLock  # many searches at once, or one index swap
 
 
 class Engine:
@@ -107,6 +75,7 @@ class Engine:
         self._readers_lock = threading.Lock()
         self._vectors: VectorIndex | None = None
         self._vectors_lock = threading.Lock()
+        self.vectors_load_s: float | None = None
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recalld-channel")
         self.writer: Store | None = None
         self.progress = Progress()
@@ -131,6 +100,7 @@ class Engine:
         if writable:
             index_files.remove_stale_rebuilds(self.index_path)
             self.writer = Store(self.index_path)
+            self.writer.ensure_vectors_epoch()
             self._check_identity()
             self.vector_backlog.refresh(self.writer)
         else:
@@ -323,24 +293,53 @@ class Engine:
         with self._vectors_lock:
             if self._vectors is None:
                 started = time.perf_counter()
-                self._vectors = VectorIndex.load(store, emb.dims)
+                self._vectors = VectorIndex.load(
+                    store, emb.dims, folder=self.index_path.parent, files=self._vector_files()
+                )
+                self.vectors_load_s = round(time.perf_counter() - started, 3)
                 log.info(
-                    "loaded %d vectors in %.2f s", len(self._vectors), time.perf_counter() - started
+                    "loaded %d vectors in %.2f s (from the %s, rows in a %s)",
+                    len(self._vectors),
+                    self.vectors_load_s,
+                    self._vectors.loaded_from,
+                    self._vectors.storage,
                 )
             return self._vectors
 
+    def _vector_files(self) -> VectorFiles | None:
+        """The saved matrix beside the index (the writer's engine only: it sees every change)."""
+        return VectorFiles(self.index_path) if self.writable else None
+
     def warm(self) -> None:
-        """Load the embedding model and the vector matrix now rather than on the first search."""
-        if self.embedder is not None:
-            self.embedder.embed(["warm up"], query=True)
-        with self.reader() as store:
-            self.vectors(store)
+        """Load the embedding model and the vector matrix now rather than on the first search.
+
+        Side by side: the model load is CPU, the matrix load mostly I/O and copies (1M vectors:
+        seconds each), and the first search needs both.
+        """
+        failed: list[BaseException] = []
+
+        def load_vectors() -> None:
+            try:
+                with self.reader() as store:
+                    self.vectors(store)
+            except BaseException as exc:  # noqa: BLE001 - raised below, on the caller's thread
+                failed.append(exc)
+
+        loader = threading.Thread(target=load_vectors, name="recalld-vectors-load", daemon=True)
+        loader.start()
+        try:
+            if self.embedder is not None:
+                self.embedder.embed(["warm up"], query=True)
+        finally:
+            loader.join()
+        if failed:
+            raise failed[0]
 
     def _on_change(self, change: FileChange) -> None:
         self._invalidate_counts()
         with self._vectors_lock:
             if self._vectors is not None:
-                self._vectors.apply(change.removed, change.added)
+                self._vectors.apply(change.removed, change.added, change.generation)
 
     # search / get -----------------------------------------------------------------------------
 
@@ -612,7 +611,13 @@ class Engine:
                 self.needs_reindex = saved
                 raise
             index_files.test_phase("rebuild-indexed")
-            vectors = VectorIndex.load(new, wanted.dims) if wanted.provider_key else None
+            vectors = (
+                VectorIndex.load(
+                    new, wanted.dims, folder=self.index_path.parent, files=self._vector_files()
+                )
+                if wanted.provider_key
+                else None
+            )
             new.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             new.conn.execute("PRAGMA journal_mode = DELETE")
             new.close()
@@ -720,6 +725,19 @@ class Engine:
             "skipped_files": [{"path": p, "reason": r} for p, r in skipped[:MAX_SKIPPED_SHOWN]],
             "skipped_total": len(skipped),
             "redactions": redaction_counts(),  # since this process started: indexed, served
+            "vector_matrix": self._matrix_status(),
+        }
+
+    def _matrix_status(self) -> dict[str, Any] | None:
+        """The in-memory vector matrix: rows, where they live, how long the load took."""
+        vectors = self._vectors
+        if vectors is None:
+            return None
+        return {
+            "rows": len(vectors),
+            "storage": vectors.storage,
+            "loaded_from": vectors.loaded_from,
+            "load_s": self.vectors_load_s,
         }
 
     def close(self) -> None:
@@ -727,6 +745,10 @@ class Engine:
         self._executor.shutdown(wait=False)
         if self._guard is not None:
             self._guard.close()
+        with self._vectors_lock:
+            if self._vectors is not None:
+                self._vectors.close(save=True)  # the next start maps it instead of reading vec0
+                self._vectors = None
         self._close_readers()
         if self.writer is not None:
             self.writer.close()

@@ -485,9 +485,11 @@ class Indexer:
         (the daemon queues the next), else all of them (see recalld.vector_backfill.fill)."""
         return fill(self, report, budget_s=BACKFILL_BUDGET_S if self.keyword_first else None)
 
-    def apply_vectors(self, pairs: list[tuple[int, npt.NDArray[np.float32]]]) -> None:
-        """Tell the in-memory vector index about vectors just written."""
-        self._apply(FileChange([], pairs))
+    def apply_vectors(
+        self, pairs: list[tuple[int, npt.NDArray[np.float32]]], generation: int | None = None
+    ) -> None:
+        """Tell the in-memory vector index about vectors just written (at that generation)."""
+        self._apply(FileChange([], pairs, generation))
 
     # hooks -------------------------------------------------------------------------------------
 

@@ -8,9 +8,10 @@ one transaction, so a crash never leaves a half-indexed file.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,10 @@ class Identity:
             other.model,
             other.dims,
         )
+
+
+VECTORS_EPOCH = "vectors_epoch"  # random, new with each vec0 table (a rebuild, a new index)
+VECTORS_GENERATION = "vectors_generation"  # +1 in every transaction that writes vec0
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,18 @@ class FileChange:
 
     removed: list[int]
     added: list[tuple[int, npt.NDArray[np.float32]]]
+    generation: int | None = None  # the vectors' generation after this write (None: unknown)
+
+
+@dataclass(frozen=True)
+class VectorBlock:
+    """One vec0 storage chunk: ``size`` slots, a validity bitmap, int64 rowids, float32 rows."""
+
+    size: int
+    validity: bytes
+    rowids: bytes
+    nbytes: int  # of the float32 rows blob
+    read_into: Callable[[Any], None]  # copies the rows blob into a writable buffer
 
 
 def prefix_bounds(prefix: str) -> tuple[str, str]:
@@ -203,6 +220,7 @@ class Store:
                 self.conn.execute(
                     f"CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{identity.dims}])"
                 )
+                self.set_meta(VECTORS_EPOCH, os.urandom(16).hex())
             self.set_meta("identity", json.dumps(asdict(identity), sort_keys=True))
 
     def has_vec_table(self) -> bool:
@@ -286,6 +304,7 @@ class Store:
                     added.append((chunk_id, vec))
             if session_state is not None:
                 self.set_session_state(row.path, session_state)
+            generation = self._bump_vectors() if has_vec else None
             self.conn.execute(
                 "INSERT INTO files(path, source, size, mtime_ns, hash, lines, indexed_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
@@ -293,7 +312,7 @@ class Store:
                 "hash = excluded.hash, lines = excluded.lines, indexed_at = excluded.indexed_at",
                 (row.path, row.source, row.size, row.mtime_ns, row.hash, row.lines, time.time()),
             )
-        return FileChange(removed, added)
+        return FileChange(removed, added, generation)
 
     def remove_file(self, path: str) -> FileChange:
         """Drop a file, its chunks and its transcript state."""
@@ -302,7 +321,8 @@ class Store:
             removed = self._delete_chunks(path, from_line=None, has_vec=has_vec)
             self.conn.execute("DELETE FROM session_state WHERE path = ?", (path,))
             self.conn.execute("DELETE FROM files WHERE path = ?", (path,))
-        return FileChange(removed, [])
+            generation = self._bump_vectors() if has_vec else None
+        return FileChange(removed, [], generation)
 
     def _delete_chunks(
         self,
@@ -382,14 +402,43 @@ class Store:
             )
         ]
 
-    def put_vectors(self, rows: Sequence[tuple[int, npt.NDArray[np.float32]]]) -> None:
-        """Add vectors for existing chunks (one transaction)."""
+    def put_vectors(self, rows: Sequence[tuple[int, npt.NDArray[np.float32]]]) -> int:
+        """Add vectors for existing chunks (one transaction); returns the vectors' generation."""
         with self.conn:
             for chunk_id, vec in rows:
                 self.conn.execute(
                     "INSERT OR REPLACE INTO chunks_vec(rowid, embedding) VALUES (?, ?)",
                     (chunk_id, vector_blob(vec)),
                 )
+            generation = self._bump_vectors()
+        return generation
+
+    def _bump_vectors(self) -> int:
+        """Count one more write of the vec0 table (in the caller's transaction).
+
+        With ``VECTORS_EPOCH`` it names a state of the vectors: a saved copy of the matrix
+        (``vector_files``) is used only when both match the index's.
+        """
+        row = self.conn.execute(
+            "INSERT INTO meta(key, value) VALUES (?, '1') ON CONFLICT(key) DO UPDATE SET "
+            "value = CAST(value AS INTEGER) + 1 RETURNING value",
+            (VECTORS_GENERATION,),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def vectors_state(self) -> tuple[str, int] | None:
+        """(epoch, generation) of the vectors, or None when the index has no epoch yet."""
+        epoch = self.meta(VECTORS_EPOCH)
+        if not epoch:
+            return None
+        return epoch, int(self.meta(VECTORS_GENERATION) or 0)
+
+    def ensure_vectors_epoch(self) -> None:
+        """Give an index made before epochs one (writer only; its vectors count from here)."""
+        if self.has_vec_table() and not self.meta(VECTORS_EPOCH):
+            with self.conn:
+                self.set_meta(VECTORS_EPOCH, os.urandom(16).hex())
+                self._bump_vectors()
 
     # keyword channel --------------------------------------------------------------------------
 
@@ -435,6 +484,24 @@ class Store:
                 return
             last = int(rows[-1][0])
             yield [int(r[0]) for r in rows], b"".join(r[1] for r in rows)
+
+    def vector_scan(self) -> VectorScan | None:
+        """vec0's own storage read in bulk (``with store.vector_scan() as scan``), or None.
+
+        vec0 keeps vectors in chunks of slots (``chunks_vec_chunks``: a validity bitmap and the
+        slots' rowids; ``chunks_vec_vector_chunks00``: the slots' float32 vectors, one blob). One
+        SELECT per chunk reads ~1,000 vectors where ``iter_vectors`` makes a row each. None when
+        the table or that layout is missing (then read ``iter_vectors``).
+        """
+        needed = ("chunks_vec_chunks", "chunks_vec_vector_chunks00", "chunks_vec_rowids")
+        marks = ",".join("?" * len(needed))
+        found = self.conn.execute(
+            f"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ({marks})",
+            needed,
+        ).fetchone()
+        if not found or int(found[0]) != len(needed):
+            return None
+        return VectorScan(self)
 
     def vectors(self, ids: Sequence[int]) -> dict[int, bytes]:
         """Float32 blobs of some chunks."""
@@ -595,6 +662,55 @@ class Store:
         """``PRAGMA integrity_check`` passes."""
         row = self.conn.execute("PRAGMA integrity_check").fetchone()
         return bool(row and row[0] == "ok")
+
+
+class VectorScan:
+    """One read snapshot of vec0's storage: the vector count, the vectors' state, the blocks."""
+
+    def __init__(self, store: Store) -> None:
+        self._conn = store.conn
+        self._conn.execute("BEGIN")  # one snapshot for the count, the state and the blocks
+        self._open = True
+        try:
+            row = self._conn.execute("SELECT count(*) FROM chunks_vec_rowids").fetchone()
+            self.count = int(row[0]) if row else 0
+            self.state = store.vectors_state()
+        except BaseException:
+            self.close()
+            raise
+
+    def blocks(self) -> Iterator[VectorBlock]:
+        """The chunks in order; each block must be read before the next is yielded."""
+        blob: Any = None
+        try:
+            for size, validity, rowids, row in self._conn.execute(
+                "SELECT c.size, c.validity, c.rowids, v._rowid_ FROM chunks_vec_chunks c "
+                "JOIN chunks_vec_vector_chunks00 v ON v.rowid = c.chunk_id ORDER BY c.chunk_id"
+            ):
+                # Incremental blob I/O straight into the caller's buffer: no 1.5 MB bytes object
+                # per chunk.
+                if blob is None:
+                    blob = self._conn.blob_open(
+                        "main", "chunks_vec_vector_chunks00", "vectors", row, False
+                    )
+                else:
+                    blob.reopen(row)
+                yield VectorBlock(int(size), validity, rowids, blob.length(), blob.read_into)
+        finally:
+            if blob is not None:
+                blob.close()
+
+    def close(self) -> None:
+        """End the snapshot (always: a reader left in a transaction would never see new rows)."""
+        if self._open:
+            self._open = False
+            self._conn.execute("COMMIT")
+
+    def __enter__(self) -> VectorScan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _row(r: Sequence[Any]) -> ChunkRow:

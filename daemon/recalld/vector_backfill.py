@@ -221,8 +221,7 @@ def fill(indexer: Indexer, report: SyncReport | None, *, budget_s: float | None)
             vectors = indexer.vectors_for({h: t for _, h, t in part}, report)
             pairs = [(cid, vectors[h]) for cid, h, _ in part if h in vectors] if vectors else []
             if pairs:
-                indexer.store.put_vectors(pairs)
-                indexer.apply_vectors(pairs)
+                indexer.apply_vectors(pairs, indexer.store.put_vectors(pairs))
                 done += len(pairs)
             if len(pairs) < len(part):
                 return done  # the provider failed (embed_error says why): retried later

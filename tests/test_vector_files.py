@@ -1,0 +1,179 @@
+"""The saved matrix beside the index: reused only when it is exactly the index's vectors."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recalld import vector_index
+from recalld.store import FileChange, FileRow, NewChunk, Store
+from recalld.vector_files import VectorFiles
+from recalld.vector_index import VectorIndex
+from test_vector_index import DIMS, _row_by_row, _store_with_vectors, _unit
+
+
+def _load(store: Store, index_path: Path) -> VectorIndex:
+    return VectorIndex.load(store, DIMS, folder=index_path.parent, files=VectorFiles(index_path))
+
+
+def _same_as_index(index: VectorIndex, store: Store) -> None:
+    truth = _row_by_row(store)
+    assert len(index) == len(truth)
+    got = index.vectors_of(list(truth))
+    for cid, blob in truth.items():
+        np.testing.assert_array_equal(got[cid], np.frombuffer(blob, dtype="<f4"))
+
+
+def _write(store: Store, name: str, seed: int, chunks: int = 3) -> FileChange:
+    vecs = _unit(chunks, DIMS, seed)
+    new = [NewChunk(j + 1, j + 1, f"{name} {j}", f"{name}-{j}") for j in range(chunks)]
+    row = FileRow(f"/m/{name}.md", "memory", 1, 1, name, chunks)
+    return store.replace_file(row, new, {c.hash: vecs[i] for i, c in enumerate(new)})
+
+
+@pytest.fixture
+def prefilter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vector_index, "PREFILTER_MIN_ROWS", 500)
+
+
+@pytest.mark.usefixtures("prefilter")
+def test_clean_close_is_reused_with_its_changes_and_prefilter(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = _store_with_vectors(path, files=20, per_file=50)
+    store.ensure_vectors_epoch()
+    index = _load(store, path)
+    assert index.loaded_from == "index" and index._proj is not None
+    for change in (_write(store, "new", 3), store.remove_file("/m/f2.md")):
+        index.apply(change.removed, change.added, change.generation)
+    index.close(save=True)
+    assert (tmp_path / "index.sqlite.vectors" / "meta.json").exists()
+    again = _load(store, path)
+    assert again.loaded_from == "saved files" and again._proj is not None
+    _same_as_index(again, store)
+    q = _unit(1, DIMS, 3)[0]
+    assert again.search(q, 1)[0][0] == max(_row_by_row(store)) - 2  # the "new" file's first
+    # In use now: a crash from here must not leave it vouched for.
+    assert not (tmp_path / "index.sqlite.vectors" / "meta.json").exists()
+    store.close()
+
+
+def test_a_write_the_matrix_never_saw_means_reading_the_index(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = _store_with_vectors(path, files=4, per_file=10)
+    index = _load(store, path)
+    other = Store(path)  # another process's write, never applied to this matrix
+    _write(other, "elsewhere", 5)
+    other.close()
+    index.close(save=True)  # saved as of its own generation, which is not the index's now
+    again = _load(store, path)
+    assert again.loaded_from == "index"
+    _same_as_index(again, store)
+    # A change applied out of order (a gap) is never saved as current either.
+    _write(store, "late", 6)
+    change = _write(store, "later", 7)
+    again.apply(change.removed, change.added, change.generation)  # "late" was missed
+    again.close(save=True)
+    assert not (tmp_path / "index.sqlite.vectors" / "meta.json").exists()
+    assert _load(store, path).loaded_from == "index"
+    store.close()
+
+
+def test_sigkill_while_serving_reads_the_index_again(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = _store_with_vectors(path, files=4, per_file=10)
+    index = _load(store, path)
+    index.close(save=True)
+    script = textwrap.dedent(
+        f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_vector_files import _load, _write
+        from recalld.store import Store
+        from pathlib import Path
+        path = Path({str(path)!r})
+        store = Store(path)
+        index = _load(store, path)
+        assert index.loaded_from == "saved files"
+        change = _write(store, "killed", 9)
+        index.apply(change.removed, change.added, change.generation)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    again = _load(store, path)
+    assert again.loaded_from == "index"
+    _same_as_index(again, store)  # the killed process's write included
+    store.close()
+
+
+def test_rebuilt_index_and_replaced_files_are_not_trusted(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = _store_with_vectors(path, files=4, per_file=10)
+    first = _load(store, path)
+    second = _load(store, path)  # a rebuild's matrix: a new rows file over the first's
+    assert first.search(_unit(1, DIMS, 7)[0], 3) == second.search(_unit(1, DIMS, 7)[0], 3)
+    first.close(save=True)  # its rows are no longer the folder's: not saved
+    assert not (tmp_path / "index.sqlite.vectors" / "meta.json").exists()
+    second.close(save=True)
+    folder = tmp_path / "index.sqlite.vectors"
+    rows = folder / "rows.f32"
+    shutil.copy(rows, tmp_path / "copy")
+    os.replace(tmp_path / "copy", rows)  # same bytes, another file
+    assert _load(store, path).loaded_from == "index"
+    store.close()
+    # A new index at the same path (a rebuild's swap): another epoch.
+    third = _load(Store(path), path)
+    third.close(save=True)
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    fresh = _store_with_vectors(path, files=4, per_file=10)
+    got = _load(fresh, path)
+    assert got.loaded_from == "index"
+    _same_as_index(got, fresh)
+    fresh.close()
+
+
+def test_damaged_meta_or_short_files_read_the_index(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = _store_with_vectors(path, files=4, per_file=10)
+    folder = tmp_path / "index.sqlite.vectors"
+    _load(store, path).close(save=True)
+    (folder / "meta.json").write_text("{not json")
+    assert _load(store, path).loaded_from == "index"
+    _load(store, path).close(save=True)
+    (folder / "ids.i64").write_bytes(b"\0" * 8)  # fewer ids than saved
+    got = _load(store, path)
+    assert got.loaded_from == "index"
+    _same_as_index(got, store)
+    store.close()
+
+
+def test_files_are_private_and_a_dead_writers_leftovers_go(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = _store_with_vectors(path, files=2, per_file=5)
+    folder = tmp_path / "index.sqlite.vectors"
+    folder.mkdir()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    leftover = folder / f".low.f32.{int(dead.stdout)}.tmp"  # a save killed half-way
+    leftover.write_bytes(b"\0" * 4096)
+    mine = folder / f".other.{os.getpid()}.tmp"  # a live process's own: not touched
+    mine.write_bytes(b"")
+    _load(store, path).close(save=True)
+    assert not leftover.exists() and mine.exists()
+    for name in ("rows.f32", "ids.i64", "meta.json"):
+        assert (folder / name).stat().st_mode & 0o077 == 0, name
+    store.close()
