@@ -122,20 +122,52 @@ def check_recovered(d: DaemonProcess, status: dict[str, object], context: str) -
     assert "Traceback" not in d.log_tail(1_000_000).split("sync failed")[0], d.log_tail()
 
 
-def test_a_garbage_page_is_found_at_start_moved_aside_and_rebuilt(home: Path) -> None:
+@pytest.mark.parametrize("closed", ["crashed", "cleanly"])
+def test_a_garbage_page_is_found_at_start_moved_aside_and_rebuilt(home: Path, closed: str) -> None:
+    """Checked before serving after a crash, after the start when it was closed cleanly (the
+    damage then came from outside: a disk, another program): recovered either way."""
     index = home / "index.sqlite"
     checkpoint(index)
     garble_middle_page(index)
     assert index_health.quick_check(index) is not None, "the damage was not even detectable"
+    if closed == "cleanly":
+        index_health.mark_clean(index)
     started = time.monotonic()
     d = DaemonProcess(home).start()
     try:
         status = rebuilt(d)
         took = time.monotonic() - started
-        print(f"\ngarbage page: corrupt index to rebuilt ({N_NOTES} notes) in {took:.1f} s")
-        check_recovered(d, status, "garbage page at start")
+        print(f"\ngarbage page ({closed}): corrupt to rebuilt ({N_NOTES} notes) in {took:.1f} s")
+        check_recovered(d, status, f"garbage page at start, closed {closed}")
     finally:
         d.stop()
+
+
+def test_a_clean_close_is_marked_and_checked_after_start(home: Path) -> None:
+    """The mark: written by a clean stop, taken by the next start (which checks after it
+    listens), absent after a kill -9 (so that start checks before serving)."""
+    index = home / "index.sqlite"
+    mark = Path(f"{index}{index_health.CLEAN_MARK_SUFFIX}")
+    d = DaemonProcess(home).start()
+    d.wait_idle()
+    assert not mark.exists()
+    d.stop()
+    assert mark.exists() and mark.stat().st_mode & 0o077 == 0
+    d = DaemonProcess(home).start()
+    try:
+        d.wait_idle()
+        assert not mark.exists(), "the start did not take the mark"
+        wait_for(lambda: "index check: ['ok']" in d.log_tail(1_000_000), timeout=60)
+        log = d.log_tail(1_000_000).split("recalld listening on")
+        assert "index check" not in log[-2] and "index check: ['ok']" in log[-1], (
+            "the check of a cleanly closed index ran before the socket listened"
+        )
+        assert d.proc is not None
+        d.proc.kill()
+        d.proc.wait(10)
+    finally:
+        d.stop()
+    assert not mark.exists(), "a killed daemon left the mark"
 
 
 @pytest.mark.parametrize("keep", ["half", "header"])

@@ -81,6 +81,9 @@ class Daemon:
         # Set when a damaged index was moved aside (at start or later): kept in status warnings.
         self.health_note: str | None = None
         self._recover_asked = threading.Event()
+        # The index was closed cleanly: its integrity is checked after start (check_later).
+        self.check_after_start = False
+        self._damage_found: str | None = None
         # Big notes are chunked on a thread of their own; a sync writes them when ready.
         self.chunker: BackgroundChunker[list[Chunk]] = BackgroundChunker(self._on_chunked)
         self.engine.background, self.engine.backfill_slice = self.chunker, BACKFILL_SLICE
@@ -101,6 +104,20 @@ class Daemon:
         self.watcher = self._new_watcher()
         self.submit(Job("full"))
         self._start_sessions()
+        if self.check_after_start:
+            threading.Thread(target=self._check_later, name="recalld-check", daemon=True).start()
+
+    def _check_later(self) -> None:
+        """The start's integrity check of a cleanly closed index, while searches are answered:
+        damage found is recovered like damage met by a read (moved aside, rebuilt)."""
+        problem = index_health.quick_check(self.engine.index_path)
+        if problem is None or self._stop.is_set():
+            return
+        self._damage_found = problem
+        if not self._recover_asked.is_set():
+            self._recover_asked.set()
+            with contextlib.suppress(Unavailable):
+                self.submit(Job("recover"))
 
     def _new_watcher(self) -> Watcher | None:
         """A started watcher over the configured memory folders (None when sync.watch is off)."""
@@ -189,6 +206,7 @@ class Daemon:
             )
             return False
         self.engine.close()
+        index_health.mark_clean(self.engine.index_path)
         return True
 
     # writer -------------------------------------------------------------------------------------
@@ -244,7 +262,8 @@ class Daemon:
                     if job.run is not None:
                         job.run()
                 if "recover" in kinds:
-                    self._recover("a search or status read hit a damaged page")
+                    why = self._damage_found or "a search or status read hit a damaged page"
+                    self._recover(why)
                     kinds.add("full")
                 if "reindex" in kinds:
                     report = self.engine.reindex().as_dict()
@@ -280,6 +299,7 @@ class Daemon:
     def _recover(self, why: str) -> None:
         """The index is damaged: move it aside and start an empty one (the writer thread)."""
         self._recover_asked.clear()
+        self._damage_found = None
         problem = index_health.quick_check(self.engine.index_path) or why
         aside = self.engine.start_over(index_health.move_aside)
         self.note_damaged(problem, aside)
@@ -615,8 +635,10 @@ def serve(config: Config, config_path: Path | None = None) -> int:
 
 def _open_daemon(config: Config, index: Path) -> Daemon:
     """The daemon over a checked index: one that fails ``quick_check`` (or cannot even be
-    opened as a database) is moved aside first, and the start's full sync rebuilds it."""
-    problem = index_health.quick_check(index)
+    opened as a database) is moved aside first, and the start's full sync rebuilds it. An index
+    the last daemon closed cleanly is checked after the start instead (``_check_later``)."""
+    clean = index_health.take_clean_mark(index)
+    problem = None if clean else index_health.quick_check(index)
     aside = index_health.move_aside(index) if problem else None
     try:
         daemon = Daemon(config)
@@ -627,6 +649,7 @@ def _open_daemon(config: Config, index: Path) -> Daemon:
         daemon = Daemon(config)
     if problem and aside is not None:
         daemon.note_damaged(problem, aside)
+    daemon.check_after_start = clean and aside is None
     return daemon
 
 
