@@ -4,12 +4,13 @@ and tags, Obsidian wikilinks and body tags, through the real engine, store and m
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import make_engine, write
+from conftest import BENCH, make_engine, write
 from recalld.config import Config
 from recalld.front_matter import (
     FrontMatter,
@@ -112,6 +113,36 @@ def test_fallback_reader_agrees_with_pyyaml() -> None:
     for key in ("title", "description", "aliases", "tags", "keywords"):
         assert ours[key] == theirs[key], key
     assert simple_yaml("title: 'It''s' # note\nx:\n  nested: 1\n") == {"title": "It's", "x": None}
+    assert simple_yaml("aliases: [\n  '/a/',\n  \"b, c\",\n]\nweight: 3") == {
+        "aliases": ["/a/", "b, c"],
+        "weight": "3",
+    }
+
+
+def test_without_pyyaml_the_fallback_reads_front_matter(monkeypatch: pytest.MonkeyPatch) -> None:
+    with_yaml = read_front_matter(HUGO)
+    monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml now raises ImportError
+    assert read_front_matter(HUGO) == with_yaml
+    assert read_front_matter("---\ntitle: ok\n---\n") == FrontMatter(title="ok")
+
+
+def test_fallback_reader_agrees_on_a_real_vault() -> None:
+    """Every front matter block of the Hugo docs (992 notes) reads the same both ways."""
+    import yaml
+
+    notes = sorted((BENCH / "vault-known-item" / "corpus").rglob("*.md"))
+    assert len(notes) > 900
+    for note in notes:
+        lines = note.read_text(encoding="utf-8").split("\n")
+        end = front_matter_end(lines)
+        assert end is not None, note
+        block = "\n".join(lines[1:end])
+        theirs, ours = yaml.safe_load(block) or {}, simple_yaml(block)
+        for key in ("title", "description", "aliases", "tags", "keywords"):
+            want = theirs.get(key)
+            want = [str(v) for v in want] if isinstance(want, list) else want
+            want = str(want) if want is not None and not isinstance(want, list) else want
+            assert (ours.get(key) or None) == (want or None), (note, key)
 
 
 def test_card_round_trip() -> None:

@@ -108,7 +108,7 @@ def read_front_matter(text: str) -> FrontMatter | None:
 def _load(block: str) -> Any:
     try:
         import yaml  # type: ignore[import-untyped]
-    except ImportError:  # pragma: no cover - PyYAML is pinned; the reader below is the fallback
+    except ImportError:  # PyYAML comes with huggingface_hub (tokenizers); not declared by us
         return simple_yaml(block)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return yaml.load(block, Loader=loader)  # a safe loader: plain data only
@@ -187,6 +187,9 @@ def simple_yaml(block: str) -> dict[str, Any]:
             continue
         key, raw = m.group(1), (m.group(2) or "").strip()
         body: list[str] = []
+        while raw.startswith("[") and not raw.endswith("]") and i < len(lines):
+            raw += " " + lines[i].strip()  # a flow list over several lines
+            i += 1
         while i < len(lines) and (not lines[i].strip() or lines[i][:1] in (" ", "\t", "-")):
             body.append(lines[i].strip())
             i += 1
@@ -205,7 +208,7 @@ def simple_yaml(block: str) -> dict[str, Any]:
 
 def _split_flow(inner: str) -> list[str]:
     """Items of a flow list, commas inside quotes kept."""
-    items = re.findall(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^']|'')*'|[^,]+", inner)
+    items = re.findall(r"\s*(?:\"(?:[^\"\\]|\\.)*\"|'(?:[^']|'')*'|[^,]+)", inner)
     return [i.strip() for i in items if i.strip()]
 
 
