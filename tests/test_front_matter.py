@@ -82,7 +82,7 @@ def test_front_matter_forms(text: str, expected: FrontMatter | None) -> None:
 @pytest.mark.parametrize(
     ("text", "why"),
     [
-        ("---\ntitle: [unclosed\n---\nbody\n", "not valid YAML"),
+        ("---\nok: 1\ntitle: x: y\n---\nbody\n", "not valid YAML (line 3: mapping values"),
         ("---\n- just\n- a list\n---\n", "not a key: value mapping"),
         ("---\ntitle: x\nbig: " + "y" * 70_000 + "\n---\n", "is not read"),
     ],

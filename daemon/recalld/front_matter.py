@@ -91,8 +91,7 @@ def read_front_matter(text: str) -> FrontMatter | None:
     try:
         data = _load(block)
     except Exception as exc:  # noqa: BLE001 - any YAML problem: index the note as text
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return FrontMatter(error=f"front matter is not valid YAML ({first})")
+        return FrontMatter(error=f"front matter is not valid YAML ({_yaml_problem(exc)})")
     if data is None:
         return FrontMatter()
     if not isinstance(data, dict):
@@ -112,6 +111,15 @@ def _load(block: str) -> Any:
         return simple_yaml(block)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return yaml.load(block, Loader=loader)  # a safe loader: plain data only
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """``line N: problem`` of a YAML error (N counts the file's lines), else its first line."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is not None and problem:
+        return f"line {int(mark.line) + 2}: {problem}"  # +1: 1-based, +1: the opening ---
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _scalar(value: Any) -> str:
