@@ -72,6 +72,11 @@ def test_front_matter_fields() -> None:
             FrontMatter(aliases=("Journal",), tags=("daily", "log", "x")),
         ),
         ("---\ntitle: 2024-01-05\n---\n", FrontMatter(title="2024-01-05")),
+        (
+            '+++\ntitle = "Toml"\naliases = ["/old/"]\ntags = ["a"]\ndate = 2024-01-05\n+++\n',
+            FrontMatter(title="Toml", aliases=("/old/",), tags=("a",)),
+        ),
+        ("+++\ntitle = 'no end'\n---\n", None),
         ("---\ntitle: [a, b]\naliases: [{x: 1}, ok]\n---\n", FrontMatter(aliases=("ok",))),
     ],
 )
@@ -84,6 +89,7 @@ def test_front_matter_forms(text: str, expected: FrontMatter | None) -> None:
     [
         ("---\nok: 1\ntitle: x: y\n---\nbody\n", "not valid YAML (line 3: mapping values"),
         ("---\n- just\n- a list\n---\n", "not a key: value mapping"),
+        ("+++\ntitle = x\n+++\n", "not valid TOML (Invalid value (at line 1, column 9))"),
         ("---\ntitle: x\nbig: " + "y" * 70_000 + "\n---\n", "is not read"),
     ],
 )

@@ -1,4 +1,4 @@
-"""A note's names and context from its YAML front matter (``chunking.front_matter``).
+"""A note's names and context from its front matter (``chunking.front_matter``).
 
 Obsidian, Hugo, Jekyll and most static-site tools put a note's own name and summary in a YAML
 block at the top of the file::
@@ -10,21 +10,23 @@ block at the top of the file::
     tags: [docs, intro]
     ---
 
-``title`` and ``aliases`` (``alias``) are the note's *names*: a query equal to one of them means
-that note (the name boost of :mod:`recalld.search`). ``description``, ``tags`` (``tag``) and
-``keywords`` are its *context*. The indexer puts both into the FTS ``context`` column of the
-note's first chunk (its *card*, see :func:`card_context`); the block's lines stay in that chunk's
-text, so citations and ``get`` keep their exact line ranges.
+(or the same in TOML between ``+++`` lines, as Hugo allows; ``tomllib`` reads it).
+``title`` and ``aliases`` (``alias``) are the note's *names*: a query equal to one of them
+means that note (the name boost of :mod:`recalld.search`). ``description``, ``tags`` (``tag``)
+and ``keywords`` are its *context*. The indexer puts both into the FTS ``context`` column of
+the note's first chunk (its *card*, see :func:`card_context`); the block's lines stay in that
+chunk's text, so citations and ``get`` keep their exact line ranges.
 
-PyYAML reads the block when it is importable (it is pinned in requirements.txt); otherwise a
-small reader handles the forms these keys take in practice (``key: value``, quoted strings,
-``[a, b]`` lists, ``- item`` lists, ``>``/``|`` blocks). Bad front matter never stops indexing:
-the note is indexed as plain text and :attr:`FrontMatter.error` says why.
+PyYAML reads a YAML block when it is importable (tokenizers' huggingface_hub brings it);
+otherwise a small reader handles the forms these keys take in practice (``key: value``, quoted
+strings, ``[a, b]`` lists, ``- item`` lists, ``>``/``|`` blocks). Bad front matter never stops
+indexing: the note is indexed as plain text and :attr:`FrontMatter.error` says why.
 """
 
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +45,7 @@ MAX_BLOCK_CHARS = 64_000
 MAX_VALUE_CHARS = 500
 MAX_ITEMS = 50
 
+_CLOSERS = {"---": ("---", "..."), "+++": ("+++",)}
 _NAME_KEYS = ("aliases", "alias")
 _TAG_KEYS = ("tags", "tag", "keywords")
 _SCALAR = str | int | float  # bool is an int; dates come back as date objects (str() below)
@@ -66,20 +69,23 @@ class FrontMatter:
 def front_matter_end(lines: Sequence[str]) -> int | None:
     """0-based index of the line closing the front matter, or None when there is none.
 
-    A block starts with ``---`` on the first line and ends at the next ``---`` or ``...``
-    (the chunker uses the same rule, so the block is exactly the first chunk's lines).
+    A YAML block starts with ``---`` on the first line and ends at the next ``---`` or
+    ``...``; a TOML block (Hugo) starts and ends with ``+++``. The chunker uses the same rule,
+    so the block is exactly the first chunk's lines.
     """
-    if not lines or lines[0].rstrip() != "---":
+    first = lines[0].rstrip() if lines else ""
+    ends = _CLOSERS.get(first)
+    if ends is None:
         return None
     for j in range(1, len(lines)):
-        if lines[j].rstrip() in ("---", "..."):
+        if lines[j].rstrip() in ends:
             return j
     return None
 
 
 def read_front_matter(text: str) -> FrontMatter | None:
     """The front matter of a note's text, or None when the note has none."""
-    if not text.startswith("---"):
+    if not text.startswith(("---", "+++")):
         return None
     lines = text.split("\n")
     end = front_matter_end(lines)
@@ -88,10 +94,16 @@ def read_front_matter(text: str) -> FrontMatter | None:
     block = "\n".join(ln.rstrip("\r") for ln in lines[1:end])
     if len(block) > MAX_BLOCK_CHARS:
         return FrontMatter(error=f"front matter of {len(block)} characters is not read")
-    try:
-        data = _load(block)
-    except Exception as exc:  # noqa: BLE001 - any YAML problem: index the note as text
-        return FrontMatter(error=f"front matter is not valid YAML ({_yaml_problem(exc)})")
+    if text.startswith("+++"):
+        try:
+            data: Any = tomllib.loads(block)
+        except tomllib.TOMLDecodeError as exc:
+            return FrontMatter(error=f"front matter is not valid TOML ({exc})")
+    else:
+        try:
+            data = _load(block)
+        except Exception as exc:  # noqa: BLE001 - any YAML problem: index the note as text
+            return FrontMatter(error=f"front matter is not valid YAML ({_yaml_problem(exc)})")
     if data is None:
         return FrontMatter()
     if not isinstance(data, dict):
