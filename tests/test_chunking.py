@@ -425,3 +425,14 @@ def test_huge_single_line_is_chunked_in_linear_time_and_bounded_memory() -> None
     assert len(chunks) > 1000
     assert counted <= 1.3 * len(text), counted / len(text)
     assert peak < 40 * len(text), peak / len(text)
+
+
+@pytest.mark.parametrize(("open_", "close"), [("---", "---"), ("---", "..."), ("+++", "+++")])
+def test_front_matter_is_the_first_chunk_alone(open_: str, close: str) -> None:
+    """YAML (``---``) and TOML (``+++``) front matter: its own first chunk, its exact lines."""
+    text = f"{open_}\ntitle: T\naliases: [a]\n{close}\nBody line one.\nBody line two.\n"
+    chunks = chunk_markdown(text, count)
+    check_invariants(text, chunks)
+    assert [(c.start_line, c.end_line) for c in chunks] == [(1, 4), (5, 6)]
+    mixed = "+++\ntitle = 'T'\n---\nBody.\n"  # a TOML opener is not closed by ---
+    assert chunk_markdown(mixed, count)[0].end_line == 4

@@ -39,6 +39,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from recalld.front_matter import front_matter_end
 from recalld.line_pieces import LinePieces, char_runs
 
 __all__ = ["Chunk", "chunk_markdown"]
@@ -162,12 +163,10 @@ def _parse_blocks(lines: list[str]) -> list[_Block]:
     blocks: list[_Block] = []
     n = len(lines)
     i = 0
-    if n and lines[0].rstrip() == "---":
-        for j in range(1, n):
-            if lines[j].rstrip() in ("---", "..."):
-                blocks.append(_Block(0, j, "front"))
-                i = j + 1
-                break
+    front = front_matter_end(lines)
+    if front is not None:
+        blocks.append(_Block(0, front, "front"))
+        i = front + 1
     para = -1  # start of the open paragraph, -1 when none
 
     def flush(end: int) -> None:

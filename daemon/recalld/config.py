@@ -212,6 +212,11 @@ SETTINGS: tuple[Setting, ...] = (
         1,
         8192,
     ),
+    Setting(
+        "chunking.front_matter",
+        True,
+        "Index front matter title/aliases (names) and description/tags (context) with the note.",
+    ),
     Setting("sync.debounce_s", 1.5, "Quiet time before a changed file is re-indexed.", 0, 3600),
     Setting("sync.watch", True, "Watch memory folders for changes."),
     Setting(

@@ -24,6 +24,7 @@ from recalld.chunking import Chunk, chunk_markdown
 from recalld.config import Config
 from recalld.embedding.base import Embedder
 from recalld.filters import PathFilter, make_filter
+from recalld.front_matter import FrontMatter, card_context, read_front_matter
 from recalld.index_health import is_index_failure
 from recalld.path_rule import (
     PathRule,
@@ -48,7 +49,7 @@ from recalld.vector_backfill import (
 
 log = logging.getLogger(__name__)
 
-CHUNKER_VERSION = "md-3"
+CHUNKER_VERSION = "md-4"  # 4: front matter names and context in the first chunk's context
 SESSION_CHUNKER_VERSION = "sessions-3"  # 2: whole transcripts, chunk kinds; 3: summaries, hooks
 # (3 re-reads transcripts indexed before: compaction summaries, hook output, fuller toolUseResult)
 EMBED_GROUP_CHUNKS = 256  # chunks embedded per call across files
@@ -68,6 +69,14 @@ def _context(title: str, heading: str) -> str:
     if not heading:
         return title
     return heading if heading.split(" > ")[0] == title else f"{title} > {heading}"
+
+
+def _contexts(pieces: Sequence[Chunk], title: str, fm: FrontMatter | None) -> list[str]:
+    """Each chunk's context; the first chunk (the note's card) also holds its front matter."""
+    out = [_context(title, c.heading) for c in pieces]
+    if out and fm is not None and not fm.empty:
+        out[0] = card_context(out[0], fm)
+    return out
 
 
 def content_hash(data: bytes) -> str:
@@ -91,6 +100,7 @@ def chunking_identity(config: Config) -> str:
             "embed_kinds": sorted(config.list("sessions.embed_kinds")),
             "embed_tool_head_chars": config.int("sessions.embed_tool_head_chars"),
             "max_tokens": config.int("chunking.max_tokens"),
+            "front_matter": config.bool("chunking.front_matter"),
             "target_tokens": config.int("chunking.target_tokens"),
         },
         sort_keys=True,
@@ -138,6 +148,7 @@ class Indexer:
         if embedder is not None:
             self.max_tokens = min(self.max_tokens, embedder.max_input_tokens)
         self.target_tokens = min(config.int("chunking.target_tokens"), self.max_tokens)
+        self.front_matter = config.bool("chunking.front_matter")
         self.progress = Progress()
         # Set by the daemon while one job spans several syncs (watcher batches back to back):
         # they all count into it, each file once.
@@ -394,12 +405,14 @@ class Indexer:
         if pieces is None:
             report.files_deferred += 1
             return None
-        title = _title(pieces, path)
+        fm = read_front_matter(text) if self.front_matter else None
+        if fm is not None and fm.error:
+            log.warning("%s: %s; indexed as plain text", shown(path), fm.error)
+            report.skipped.append({"path": shown(path), "reason": f"{fm.error}: names not read"})
+        title = (fm.title if fm else "") or _title(pieces, path)
         chunks = [
-            NewChunk(
-                c.start_line, c.end_line, c.text, text_hash(c.text), _context(title, c.heading)
-            )
-            for c in pieces
+            NewChunk(c.start_line, c.end_line, c.text, text_hash(c.text), context)
+            for c, context in zip(pieces, _contexts(pieces, title, fm), strict=True)
         ]
         lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
         row = FileRow(str(path), "memory", st.st_size, st.st_mtime_ns, digest, lines)

@@ -21,6 +21,7 @@ from recalld.config import Config
 from recalld.diversity import Candidate, collapse, mmr
 from recalld.embedding.base import Embedder
 from recalld.errors import BadRequest
+from recalld.front_matter import context_names
 from recalld.fts_query import build_match, query_terms
 from recalld.note_dates import decay, is_evergreen, note_date
 from recalld.query_shape import QueryShape, analyze, boosted, literal_share, normalise_name
@@ -198,11 +199,11 @@ def channel_weights(shape: QueryShape | None, cfg: Config) -> tuple[float, float
     return vw, 1.0 - vw
 
 
-def _name_of(row: ChunkRow) -> tuple[str, str]:
-    """The normalised file stem and document title of a chunk (for the name boost)."""
+def _name_of(row: ChunkRow) -> list[str]:
+    """The normalised file stem, document title and aliases of a chunk (for the name boost)."""
     base = row.path.rsplit("/", 1)[-1]
     stem = base.rsplit(".", 1)[0] if "." in base[1:] else base
-    return normalise_name(stem), normalise_name(row.context.split(" > ")[0])
+    return [normalise_name(n) for n in (stem, *context_names(row.context))]
 
 
 def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
