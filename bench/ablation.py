@@ -56,6 +56,15 @@ VARIANTS: dict[str, dict[str, Value]] = {
     "all (defaults)": {},
     "all + mmr + recency": {"search.mmr_lambda": 0.7, "search.recency_half_life_days": 30.0},
 }
+#: Issue 17's ranking levers, each alone on top of the defaults (bench/loo.py judges them).
+LEVERS: dict[str, dict[str, Value]] = {
+    "+coord 0.5": {"search.coordination": 0.5},
+    "+coord 1.0": {"search.coordination": 1.0},
+    "+doc 0.2": {"search.doc_evidence": 0.2},
+    "+prf 0.3": {"search.prf": 0.3},
+    "+prf 0.6": {"search.prf": 0.6},
+}
+VARIANTS.update(LEVERS)
 #: Every open set of ../shared/bench, then the derived partial-identifier set.
 SETS = (
     "locomo",
@@ -69,7 +78,7 @@ SETS = (
 )
 #: Sets whose per-tag rows the Markdown shows.
 TAGGED = ("locomo", "locomo-transcripts", "vault-known-item")
-STANDARD = tuple(VARIANTS)  # what `make bench` runs (--custom variants come on top)
+STANDARD = tuple(v for v in VARIANTS if v not in LEVERS)  # what `make bench` runs
 LAST = OUT / "ablation.json"
 
 

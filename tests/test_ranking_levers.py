@@ -102,3 +102,13 @@ def test_document_evidence_raises_the_best_chunk_of_a_file_with_several_matches(
     assert bonus == {2: 0.5}  # bounded: 0.5 x min(0.6 + 0.5, 1)
     assert out[0].score == pytest.approx(0.70 + 0.5 * 0.30)
     assert [f.score for f in out[2:]] == [0.60, 0.50]  # the others keep their scores
+
+
+def test_coordination_leaves_long_queries_to_bm25(home: Path) -> None:
+    engine = engine_with(home, COORD_NOTES, search__coordination=1.0)
+    try:
+        long = "zephyr quokka alpha beta gamma delta epsilon theta iota"  # 9 terms
+        assert ranked(engine, long)[0] == "repeat.md"
+        assert ranked(engine, "zephyr quokka")[0] == "both.md"
+    finally:
+        engine.close()
