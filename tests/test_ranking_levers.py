@@ -92,16 +92,25 @@ def test_document_evidence_raises_the_best_chunk_of_a_file_with_several_matches(
     fused = [
         Fused(1, 0.80, None, 0.80),  # a lucky single chunk
         Fused(2, 0.70, None, 0.70),  # the abstract's best chunk ...
-        Fused(3, 0.60, None, 0.60),  # ... and its other two
+        Fused(3, 0.60, None, 0.60),  # ... and the rest of it
         Fused(4, 0.50, None, 0.50),
+        Fused(5, 0.75, None, 0.75),  # a long chat's best chunk, its other match far away
+        Fused(6, 0.70, None, 0.70),
     ]
-    paths = {1: "lucky.md", 2: "abstract.md", 3: "abstract.md", 4: "abstract.md"}
-    assert doc_evidence.add_up(fused, paths, 0.0)[0] == fused
-    out, bonus = doc_evidence.add_up(fused, paths, 0.5)
-    assert [f.chunk_id for f in out] == [2, 1, 3, 4]
-    assert bonus == {2: 0.5}  # bounded: 0.5 x min(0.6 + 0.5, 1)
+    places = {
+        1: ("lucky.md", 1, 5),
+        2: ("abstract.md", 1, 1),
+        3: ("abstract.md", 3, 3),
+        4: ("abstract.md", 3, 3),
+        5: ("chat.md", 10, 20),
+        6: ("chat.md", 300, 310),
+    }
+    assert doc_evidence.add_up(fused, places, 0.0)[0] == fused
+    out, bonus = doc_evidence.add_up(fused, places, 0.5)
+    assert [f.chunk_id for f in out] == [2, 1, 5, 6, 3, 4]
+    assert bonus == {2: 0.5}  # bounded: 0.5 x min(0.6 + 0.5, 1); the chat gets nothing
     assert out[0].score == pytest.approx(0.70 + 0.5 * 0.30)
-    assert [f.score for f in out[2:]] == [0.60, 0.50]  # the others keep their scores
+    assert [f.score for f in out[4:]] == [0.60, 0.50]  # the others keep their scores
 
 
 def test_coordination_leaves_long_queries_to_bm25(home: Path) -> None:

@@ -2,14 +2,17 @@
 
 A three-chunk abstract whose every chunk matches the query is better evidence than one lucky
 chunk elsewhere, but ranking chunks alone sees only its best chunk. The file's best candidate
-gets a bonus from the file's other candidates, bounded so that no amount of weak matches beats a
-strong one::
+gets a bonus from the file's other candidates next to it (at most ``GAP`` lines away: the same
+passage going on, which in a short note or an abstract is the whole file), bounded so that no
+amount of weak matches beats a strong one::
 
-    bonus(file) = weight * min(sum(score of the file's other candidates), 1)
-    best(file)  = score + bonus * (1 - score)                       (stays in [0, 1])
+    bonus(best) = weight * min(sum(score of the file's candidates next to it), 1)
+    best        = score + bonus * (1 - score)                       (stays in [0, 1])
 
-Only the best chunk of a file is raised: the others keep their own scores, so the top of the
-list is not filled with one file's chunks.
+Far-away matches in a long file (a months-long chat, a manual) are other passages, not more
+evidence for this one: counting them cost LoCoMo recall@10 0.015. Only the best chunk of a file
+is raised: the others keep their own scores, so the top of the list is not filled with one
+file's chunks.
 """
 
 from __future__ import annotations
@@ -18,31 +21,39 @@ from collections.abc import Mapping, Sequence
 
 from recalld.fusion import Fused
 
-__all__ = ["add_up"]
+__all__ = ["GAP", "add_up"]
+
+#: Lines between two chunks that still make them one passage (a blank line, a heading).
+GAP = 2
 
 
 def add_up(
-    fused: Sequence[Fused], path_of: Mapping[int, str], weight: float
+    fused: Sequence[Fused], place_of: Mapping[int, tuple[str, int, int]], weight: float
 ) -> tuple[list[Fused], dict[int, float]]:
-    """``fused`` with each file's best candidate raised (re-sorted), and the bonus per chunk."""
+    """``fused`` with each file's best candidate raised (re-sorted), and the bonus per chunk.
+
+    ``place_of`` gives each chunk's (path, start line, end line).
+    """
     if weight <= 0 or len(fused) < 2:
         return list(fused), {}
-    best: dict[str, Fused] = {}
-    rest: dict[str, float] = {}
+    by_file: dict[str, list[Fused]] = {}
     for f in fused:
-        path = path_of[f.chunk_id]
-        top = best.get(path)
-        if top is None or f.score > top.score:
-            if top is not None:
-                rest[path] = rest.get(path, 0.0) + top.score
-            best[path] = f
-        else:
-            rest[path] = rest.get(path, 0.0) + f.score
+        by_file.setdefault(place_of[f.chunk_id][0], []).append(f)
     bonus: dict[int, float] = {}
-    for path, f in best.items():
-        extra = weight * min(rest.get(path, 0.0), 1.0)
-        if extra > 0:
-            bonus[f.chunk_id] = min(extra, 1.0)
+    for group in by_file.values():
+        if len(group) < 2:
+            continue
+        top = max(group, key=lambda f: (f.score, -f.chunk_id))
+        _, start, end = place_of[top.chunk_id]
+        near = sum(
+            f.score
+            for f in group
+            if f is not top
+            and place_of[f.chunk_id][1] <= end + GAP
+            and place_of[f.chunk_id][2] >= start - GAP
+        )
+        if near > 0:
+            bonus[top.chunk_id] = weight * min(near, 1.0)
     if not bonus:
         return list(fused), {}
     out = [

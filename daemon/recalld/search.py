@@ -322,8 +322,8 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
         )
 
     fused = [f for f in fused if f.chunk_id in rows]
-    paths = {cid: row.path for cid, row in rows.items()}
-    fused = doc_evidence.add_up(fused, paths, cfg.float("search.doc_evidence"))[0]
+    places = {cid: (row.path, row.start_line, row.end_line) for cid, row in rows.items()}
+    fused = doc_evidence.add_up(fused, places, cfg.float("search.doc_evidence"))[0]
     notes: dict[int, dict[str, Any]] | None = None
     if req.explain:
         notes = _channel_notes(fused, vector_hits, keyword_hits)
