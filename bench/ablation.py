@@ -59,10 +59,9 @@ VARIANTS: dict[str, dict[str, Value]] = {
 #: Issue 17's ranking levers, each alone on top of the defaults (bench/loo.py judges them).
 LEVERS: dict[str, dict[str, Value]] = {
     "+coord 0.5": {"search.coordination": 0.5},
-    "+coord 1.0": {"search.coordination": 1.0},
-    "+doc 0.2": {"search.doc_evidence": 0.2},
-    "+prf 0.3": {"search.prf": 0.3},
-    "+prf 0.6": {"search.prf": 0.6},
+    "+doc 0.3": {"search.doc_evidence": 0.3},
+    "+prf 0.5": {"search.prf": 0.5},
+    "+coord 0.5 +doc 0.3": {"search.coordination": 0.5, "search.doc_evidence": 0.3},
 }
 VARIANTS.update(LEVERS)
 #: Every open set of ../shared/bench, then the derived partial-identifier set.
