@@ -58,6 +58,7 @@ VARIANTS: dict[str, dict[str, Value]] = {
 }
 #: Issue 17's ranking levers, each alone on top of the defaults (bench/loo.py judges them).
 LEVERS: dict[str, dict[str, Value]] = {
+    "+coord 0.25": {"search.coordination": 0.25},
     "+coord 0.5": {"search.coordination": 0.5},
     "+doc 0.3": {"search.doc_evidence": 0.3},
     "+prf 0.5": {"search.prf": 0.5},
