@@ -36,6 +36,7 @@ def test_a_variant_that_wins_only_on_one_set_is_not_the_default() -> None:
     assert by_set["b"].chosen == "+tuned" and by_set["b"].passed  # 0.003 short: within
     assert by_set["c"].chosen == "+tuned" and not by_set["c"].passed
     assert loo.eligible(table, ["base", "+tuned"]) == []
+    assert loo.default(table, ["base", "+tuned"]) == "base"
 
 
 def test_a_variant_near_the_best_everywhere_is_the_default() -> None:
@@ -46,6 +47,7 @@ def test_a_variant_near_the_best_everywhere_is_the_default() -> None:
     }
     table = loo.score_table(_results(scores), ["a", "b", "c"], ["base", "+lever"], None)
     assert loo.eligible(table, ["base", "+lever"]) == ["+lever"]
+    assert loo.default(table, ["base", "+lever"]) == "+lever"
     assert all(f.passed for f in loo.folds(table, ["base", "+lever"]))
 
 
@@ -68,7 +70,8 @@ def test_cli_reads_the_cached_json_and_prints_the_table(
     loo.main(["--results", str(path), "--variants", "base,+x"])
     out = capsys.readouterr().out
     assert "| a | +x | 0.600 | +x 0.600 | 0.000 | yes |" in out
-    assert "May be the default (every fold, within 0.005): +x" in out
+    assert "May be the default (every fold, within 0.005): +x." in out
+    assert "Default: +x" in out
     with pytest.raises(SystemExit, match="not measured"):
         loo.main(["--results", str(path), "--variants", "base,+y", "--sets", "a"])
 
