@@ -7,8 +7,9 @@ nDCG@10), or one ``--metric``. For each set left out, the variant with the best 
 the *other* sets is chosen; it passes that fold when, on the left-out set, it is the best or
 within ``TOLERANCE`` of the best. A variant may be the default only when it is chosen (or within
 ``TOLERANCE`` of the choice) in every fold and passes every fold; the incumbent (listed first)
-stays the default unless it fails and another passes. Compare the values of one lever at a time (``--variants baseline,+coord``): the rule judges a setting against its
-alternatives, not against unrelated ones.
+stays the default unless it fails and another passes. Compare the values of one lever at a
+time (``--variants baseline,+coord``): the rule judges a setting against its alternatives, not
+against unrelated ones.
 """
 
 from __future__ import annotations
