@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.partial_ids import transcript_overrides  # noqa: E402
-from recalld.config import Value  # noqa: E402
+from recalld.config import Config, Value  # noqa: E402
 from recalld.evaluation import parse_overrides, run_eval  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "bench"
@@ -32,6 +32,9 @@ METRICS = ("recall@10", "recall@4kc", "hit@1", "mrr@10", "ndcg@10")
 
 #: Every addition off: the session-1 pipeline (min-max 0.2/0.8, title column 1.5).
 OFF: dict[str, Value] = {
+    "search.coordination": 0.0,
+    "search.doc_evidence": 0.0,
+    "search.prf": 0.0,
     "search.query_shape": False,
     "search.partial_identifiers": False,
     "search.dedupe": False,
@@ -100,6 +103,16 @@ def set_files(name: str) -> tuple[Path, Path, Path, dict[str, Value]]:
     return base / "corpus", base / "queries.jsonl", base / "qrels.tsv", {}
 
 
+def settings(overrides: dict[str, Value]) -> dict[str, Value]:
+    """The ``search.*`` settings a variant runs with (its overrides on today's defaults).
+
+    Stored with each row, so that a cached row is reused only while the defaults under it are
+    unchanged (a lever turned on by default changes ``all (defaults)``).
+    """
+    values = Config(overrides).as_dict()
+    return {k: v for k, v in sorted(values.items()) if k.startswith("search.")}
+
+
 def run(
     sets: list[str], variants: list[str], limit: int | None, reuse: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -114,7 +127,8 @@ def run(
         results[name] = {}
         for variant in variants:
             old = (reuse or {}).get(name, {}).get(variant)
-            if old and old.get("overrides") == VARIANTS[variant] and old.get("limit") == limit:
+            same = old and old.get("settings") == settings(VARIANTS[variant])
+            if same and old.get("limit") == limit:
                 results[name][variant] = old
                 continue
             t = time.perf_counter()
@@ -134,6 +148,7 @@ def run(
             row["queries"] = res["queries"]
             row["by_tag"] = {tag: {m: v[m] for m in METRICS} for tag, v in res["by_tag"].items()}
             row["overrides"] = VARIANTS[variant]
+            row["settings"] = settings(VARIANTS[variant])
             row["limit"] = limit
             results[name][variant] = row
             print(

@@ -87,3 +87,10 @@ def test_ablation_save_merges_rows_into_the_json(
     on_disk = json.loads((tmp_path / "ablation.json").read_text())
     assert on_disk == merged
     assert "| +x | 0.600 | 0.600 |" in (tmp_path / "ablation.md").read_text()
+
+
+def test_a_cached_row_is_reused_only_under_the_same_settings() -> None:
+    row = _row(0.5) | {"settings": ablation.settings(ablation.VARIANTS["+coord 0.5"]), "limit": 3}
+    got = ablation.run(["cranfield"], ["+coord 0.5"], 3, {"cranfield": {"+coord 0.5": row}})
+    assert got["cranfield"]["+coord 0.5"] is row
+    assert ablation.settings({}) != ablation.settings({"search.coordination": 0.9})
