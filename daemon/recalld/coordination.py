@@ -13,7 +13,7 @@ in a short query: a long one says much that no single passage repeats), each wei
 The square keeps partial matches cheap: the credit is for holding (nearly) all of them. A query
 of more than ``MAX_QUERY_TERMS`` terms gets none: holding "everything asked" means something for
 a question or a title, not for a paragraph (on the long CISI queries the credit cost hit@1). Which
-chunk holds which term is asked of FTS5 itself (a MATCH on the term restricted to the
+chunk holds which term is asked of FTS5 itself (the chunks matching the term, intersected with the
 candidates), so stemming and tokenization are exactly the index's.
 """
 
@@ -54,13 +54,17 @@ def coverage(
     out = dict.fromkeys(candidates, 0.0)
     if total <= 0 or not candidates:
         return out
-    marks = ",".join("?" * len(candidates))
-    sql = f"SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid IN ({marks})"
+    # Every chunk holding the term, intersected here: FTS5 re-runs the MATCH for each value of a
+    # ``rowid IN (...)`` list (35 ms for 4 terms x 40 candidates on LoCoMo, against 3 ms), and
+    # the rarest terms' lists are short.
+    sql = "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?"
     for term, w in weights.items():
         if w <= 0:
             continue
-        for (cid,) in conn.execute(sql, (term, *candidates)):
-            out[int(cid)] += w / total
+        holding = {int(r[0]) for r in conn.execute(sql, (term,))}
+        for cid in candidates:
+            if cid in holding:
+                out[cid] += w / total
     return out
 
 
