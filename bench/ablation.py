@@ -60,7 +60,9 @@ VARIANTS: dict[str, dict[str, Value]] = {
     "all + mmr + recency": {"search.mmr_lambda": 0.7, "search.recency_half_life_days": 30.0},
 }
 #: Issue 17's ranking levers, each alone on top of the defaults (bench/loo.py judges them).
+#: Coordination 0.5 is the default since the rule chose it ("-coord" turns it off).
 LEVERS: dict[str, dict[str, Value]] = {
+    "-coord": {"search.coordination": 0.0},
     "+coord 0.25": {"search.coordination": 0.25},
     "+coord 0.5": {"search.coordination": 0.5},
     "+doc 0.3": {"search.doc_evidence": 0.3},

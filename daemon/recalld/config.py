@@ -186,7 +186,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "search.coordination",
-        0.0,
+        0.5,
         "Keyword credit for holding all the query's rare terms (0 = off; recalld.coordination).",
         0,
         10,
