@@ -55,6 +55,17 @@ def test_coordination_credits_the_chunk_holding_every_term(
         engine.close()
 
 
+def test_explain_shows_the_rare_term_share_each_result_holds(home: Path) -> None:
+    engine = engine_with(home, COORD_NOTES)  # coordination is on by default
+    try:
+        res = engine.search({"query": "zephyr quokka", "min_score": 0.0, "explain": True})
+        shares = {Path(r["path"]).name: r["explain"]["coordination"] for r in res["results"]}
+        assert shares["both.md"] == 1.0
+        assert 0 < shares["repeat.md"] < 1 and 0 < shares["quokka-0.md"] < 1
+    finally:
+        engine.close()
+
+
 def test_or_terms_are_the_quoted_content_terms() -> None:
     assert or_terms("What did the snake_case thing do?") == ['"snake case"', '"thing"']
 

@@ -280,9 +280,9 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
             run_vector = False  # the answer is keyword-only and says so in ``mode``
 
     kw = fusion.bm25_scores(keyword_hits)
-    kw = coordination.credit(
+    kw, coverage = coordination.credit(
         ctx.store.conn, or_terms(req.query), kw, cfg.float("search.coordination")
-    )[0]
+    )
     vs = fusion.cosine_scores(vector_hits)
     if vector_hits and keyword_hits:
         mode = "hybrid" if req.mode == "hybrid" else req.mode
@@ -327,6 +327,9 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     notes: dict[int, dict[str, Any]] | None = None
     if req.explain:
         notes = _channel_notes(fused, vector_hits, keyword_hits)
+        for cid, share in coverage.items():
+            if cid in notes:
+                notes[cid]["coordination"] = round(share, 4)  # rare-term share held
     fused = _boost(fused, rows, shape, cfg, notes)
 
     # The floor keeps a chunk whose fused score reaches it, or whose cosine similarity alone
