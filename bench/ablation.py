@@ -1,10 +1,13 @@
 """Retrieval ablation: the anchor pipeline, each issue-9 addition on its own, and all together.
 
     .venv/bin/python bench/ablation.py [--sets locomo,tldr] [--variants anchor,all] [--limit N]
+    .venv/bin/python bench/ablation.py --reuse ...   # skip (set, variant) pairs already measured
 
 Runs ``recalld eval`` (min score 0, k 10) against the persistent quality homes of ``make bench``
-(bench/out/quality/<set>; built on first use) with config overrides per variant, and writes
-bench/out/ablation.json and a Markdown table (bench/out/ablation.md) for BENCHMARKS.md.
+(bench/out/quality/<set>; built on first use) with config overrides per variant. Results are
+merged into bench/out/ablation.json (one row per set and variant, with the overrides it ran
+with), so that variants added later are measured alone and ``bench/loo.py`` reads them all; a
+Markdown table goes to bench/out/ablation.md for BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -20,15 +23,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.partial_ids import transcript_overrides  # noqa: E402
-from recalld.config import Value  # noqa: E402
+from recalld.config import Config, Value  # noqa: E402
 from recalld.evaluation import parse_overrides, run_eval  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "bench"
 OUT = ROOT / "bench" / "out"
-METRICS = ("recall@10", "hit@1", "mrr@10", "ndcg@10")
+METRICS = ("recall@10", "recall@4kc", "hit@1", "mrr@10", "ndcg@10")
 
 #: Every addition off: the session-1 pipeline (min-max 0.2/0.8, title column 1.5).
 OFF: dict[str, Value] = {
+    "search.coordination": 0.0,
+    "search.doc_evidence": 0.0,
+    "search.prf": 0.0,
     "search.query_shape": False,
     "search.partial_identifiers": False,
     "search.dedupe": False,
@@ -53,8 +59,31 @@ VARIANTS: dict[str, dict[str, Value]] = {
     "all (defaults)": {},
     "all + mmr + recency": {"search.mmr_lambda": 0.7, "search.recency_half_life_days": 30.0},
 }
-SETS = ("locomo", "scifact-train", "tldr", "partial-ids")
-STANDARD = tuple(VARIANTS)  # what `make bench` runs (--custom variants come on top)
+#: Issue 17's ranking levers, each alone on top of the defaults (bench/loo.py judges them).
+#: Coordination 0.5 is the default since the rule chose it ("-coord" turns it off).
+LEVERS: dict[str, dict[str, Value]] = {
+    "-coord": {"search.coordination": 0.0},
+    "+coord 0.25": {"search.coordination": 0.25},
+    "+coord 0.5": {"search.coordination": 0.5},
+    "+doc 0.3": {"search.doc_evidence": 0.3},
+    "+prf 0.5": {"search.prf": 0.5},
+    "+coord 0.5 +doc 0.3": {"search.coordination": 0.5, "search.doc_evidence": 0.3},
+}
+VARIANTS.update(LEVERS)
+#: Every open set of ../shared/bench, then the derived partial-identifier set.
+SETS = (
+    "locomo",
+    "scifact-train",
+    "tldr",
+    "cranfield",
+    "cisi",
+    "vault-known-item",
+    "locomo-transcripts",
+    "partial-ids",
+)
+#: Sets whose per-tag rows the Markdown shows.
+TAGGED = ("locomo", "locomo-transcripts", "vault-known-item")
+STANDARD = tuple(v for v in VARIANTS if v not in LEVERS)  # what `make bench` runs
 LAST = OUT / "ablation.json"
 
 
@@ -76,13 +105,34 @@ def set_files(name: str) -> tuple[Path, Path, Path, dict[str, Value]]:
     return base / "corpus", base / "queries.jsonl", base / "qrels.tsv", {}
 
 
-def run(sets: list[str], variants: list[str], limit: int | None) -> dict[str, Any]:
-    """All (set, variant) evals; results keyed by set then variant."""
+def settings(overrides: dict[str, Value]) -> dict[str, Value]:
+    """The ``search.*`` settings a variant runs with (its overrides on today's defaults).
+
+    Stored with each row, so that a cached row is reused only while the defaults under it are
+    unchanged (a lever turned on by default changes ``all (defaults)``).
+    """
+    values = Config(overrides).as_dict()
+    return {k: v for k, v in sorted(values.items()) if k.startswith("search.")}
+
+
+def run(
+    sets: list[str], variants: list[str], limit: int | None, reuse: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """All (set, variant) evals; results keyed by set then variant.
+
+    With ``reuse`` (an earlier result), a pair measured there with the same overrides and query
+    limit is taken as it is instead of being run again.
+    """
     results: dict[str, Any] = {}
     for name in sets:
         corpus, queries, qrels, extra = set_files(name)
         results[name] = {}
         for variant in variants:
+            old = (reuse or {}).get(name, {}).get(variant)
+            same = old and old.get("settings") == settings(VARIANTS[variant])
+            if same and old.get("limit") == limit:
+                results[name][variant] = old
+                continue
             t = time.perf_counter()
             res = run_eval(
                 corpus,
@@ -99,6 +149,9 @@ def run(sets: list[str], variants: list[str], limit: int | None) -> dict[str, An
             row["p50_ms"] = res["latency_ms"]["p50"]
             row["queries"] = res["queries"]
             row["by_tag"] = {tag: {m: v[m] for m in METRICS} for tag, v in res["by_tag"].items()}
+            row["overrides"] = VARIANTS[variant]
+            row["settings"] = settings(VARIANTS[variant])
+            row["limit"] = limit
             results[name][variant] = row
             print(
                 f"{name:14} {variant:22} "
@@ -120,11 +173,15 @@ def run_all(limit: int | None = None) -> dict[str, Any]:
     return results
 
 
-def save(results: dict[str, Any]) -> None:
-    """bench/out/ablation.json and ablation.md."""
+def save(results: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``results`` into bench/out/ablation.json (new rows win); rewrite ablation.md."""
     OUT.mkdir(parents=True, exist_ok=True)
-    LAST.write_text(json.dumps(results, indent=1), encoding="utf-8")
-    (OUT / "ablation.md").write_text(markdown(results), encoding="utf-8")
+    merged = load_last() or {}
+    for name, rows in results.items():
+        merged.setdefault(name, {}).update(rows)
+    LAST.write_text(json.dumps(merged, indent=1), encoding="utf-8")
+    (OUT / "ablation.md").write_text(markdown(merged), encoding="utf-8")
+    return merged
 
 
 def load_last() -> dict[str, Any] | None:
@@ -140,22 +197,27 @@ def markdown(results: dict[str, Any]) -> str:
     out: list[str] = []
     for name, rows in results.items():
         out.append(f"\n**{name}** ({next(iter(rows.values()))['queries']} queries)\n")
-        out.append("| variant | recall@10 | hit@1 | MRR@10 | nDCG@10 | p50 ms |")
-        out.append("|---|---|---|---|---|---|")
+        out.append("| variant | recall@10 | recall@4kc | hit@1 | MRR@10 | nDCG@10 | p50 ms |")
+        out.append("|---|---|---|---|---|---|---|")
         for variant, row in rows.items():
             out.append(
                 f"| {variant} | "
                 + " | ".join(f"{row[m]:.3f}" for m in METRICS)
                 + f" | {row['p50_ms']} |"
             )
-        if name == "locomo":
+        if name in TAGGED:
             tags = sorted(next(iter(rows.values()))["by_tag"])
-            out.append("\nLoCoMo per tag, recall@10 / hit@1 (adversarial is not in the overall):\n")
+            out.append(
+                f"\n{name} per tag, recall@10 / hit@1 (adversarial is not in the overall):\n"
+            )
             out.append("| variant | " + " | ".join(tags) + " |")
             out.append("|---|" + "---|" * len(tags))
             for variant, row in rows.items():
+                tagged = row["by_tag"]
                 cells = [
-                    f"{row['by_tag'][t]['recall@10']:.3f} / {row['by_tag'][t]['hit@1']:.3f}"
+                    f"{tagged[t]['recall@10']:.3f} / {tagged[t]['hit@1']:.3f}"
+                    if t in tagged
+                    else "-"
                     for t in tags
                 ]
                 out.append(f"| {variant} | " + " | ".join(cells) + " |")
@@ -174,6 +236,11 @@ def main() -> None:
         metavar="LABEL|KEY=VALUE|...",
         help="an extra variant: defaults plus these overrides (repeatable)",
     )
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="take pairs already in bench/out/ablation.json (same overrides and limit) as they are",
+    )
     args = p.parse_args()
     sets = [s for s in args.sets.split(",") if s]
     variants = [v for v in args.variants.split(",") if v]
@@ -184,7 +251,7 @@ def main() -> None:
     unknown = [v for v in variants if v not in VARIANTS] + [s for s in sets if s not in SETS]
     if unknown:
         raise SystemExit(f"unknown: {unknown}; variants {list(VARIANTS)}, sets {list(SETS)}")
-    results = run(sets, variants, args.limit)
+    results = run(sets, variants, args.limit, load_last() if args.reuse else None)
     save(results)
     print(markdown(results))
 

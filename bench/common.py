@@ -64,7 +64,7 @@ FULL = Sizes(
     import_runs=15,
     append_trials=5,
     quality_limit=None,
-    quality_sets=("locomo", "scifact-train", "tldr"),
+    quality_sets=("locomo", "scifact-train", "tldr", "cranfield", "cisi", "vault-known-item"),
     pool_limits={"tldr": None, "scifact-train": None, "locomo": None},
 )
 

@@ -1,4 +1,4 @@
-"""Retrieval quality: ``recalld eval`` (run_eval) on locomo, scifact-train and tldr, four modes."""
+"""Retrieval quality: ``recalld eval`` (run_eval) on every open set, four modes."""
 
 from __future__ import annotations
 
@@ -18,7 +18,15 @@ MODES = ("keyword", "vector", "hybrid", "rrf")
 METRICS = ("recall@10", "hit@1", "mrr@10", "ndcg@10", "recall@4kc")
 QUALITY = OUT / "quality"
 LAST = QUALITY / "last.json"
-PRIMARY = {"locomo": "recall@10", "scifact-train": "ndcg@10", "tldr": "hit@1"}
+PRIMARY = {
+    "locomo": "recall@10",
+    "locomo-transcripts": "recall@10",
+    "scifact-train": "ndcg@10",
+    "tldr": "hit@1",
+    "cranfield": "ndcg@10",
+    "cisi": "ndcg@10",
+    "vault-known-item": "hit@1",
+}
 
 
 def home_of(name: str) -> Path:
@@ -61,6 +69,8 @@ def run_quality(
             row["embedded"] = res["index"]["chunks_embedded"]
             if "adversarial" in res["by_tag"]:
                 row["adversarial"] = {m: res["by_tag"]["adversarial"][m] for m in METRICS}
+            if name == "vault-known-item":
+                row["by_tag"] = {t: {m: v[m] for m in METRICS} for t, v in res["by_tag"].items()}
             rows[name][mode] = row
             log(
                 f"quality {name} {mode}: "

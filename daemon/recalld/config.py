@@ -184,6 +184,27 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "search.name_boost", 1.0, "Score raise for a file whose name or title is the query.", 0, 10
     ),
+    Setting(
+        "search.coordination",
+        0.5,
+        "Keyword credit for holding all the query's rare terms (0 = off; recalld.coordination).",
+        0,
+        10,
+    ),
+    Setting(
+        "search.doc_evidence",
+        0.0,
+        "Bonus of a file's best chunk from its other matches (0 = off; recalld.doc_evidence).",
+        0,
+        1,
+    ),
+    Setting(
+        "search.prf",
+        0.0,
+        "Weight of the keyword feedback search on prose queries (0 = off; recalld.prf).",
+        0,
+        10,
+    ),
     Setting("search.partial_identifiers", True, "Match identifier parts and CJK bigrams."),
     Setting(
         "search.ident_weight", 1.0, "BM25 weight of a derived identifier/CJK token match.", 0, 100

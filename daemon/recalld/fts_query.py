@@ -29,7 +29,7 @@ from typing import Literal
 
 from recalld.ident_tokens import cjk_bigrams, is_cjk, split_word
 
-__all__ = ["MAX_TERMS", "STOPWORDS", "build_match", "query_terms"]
+__all__ = ["MAX_TERMS", "STOPWORDS", "build_match", "or_terms", "query_terms"]
 
 #: Most terms (words or phrases) in one MATCH expression.
 MAX_TERMS = 64
@@ -201,6 +201,11 @@ def build_match(
     if not terms:
         return None
     return (" AND " if mode == "and" else " OR ").join(expr for _, expr in terms)
+
+
+def or_terms(query: str) -> list[str]:
+    """The quoted terms (no identifier variants) that ``build_match(query)`` ORs together."""
+    return [t.quoted() for t, _ in _select(query, "or")]
 
 
 def query_terms(query: str) -> list[str]:

@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from recalld import fusion
+from recalld import coordination, doc_evidence, fusion, prf
 from recalld.answer_budget import MIN_BUDGET_TOKENS, fit_to_budget
 from recalld.config import Config
 from recalld.diversity import Candidate, collapse, mmr
 from recalld.embedding.base import Embedder
 from recalld.errors import BadRequest
 from recalld.front_matter import context_names
-from recalld.fts_query import build_match, query_terms
+from recalld.fts_query import build_match, or_terms, query_terms
 from recalld.note_dates import decay, is_evergreen, note_date
 from recalld.query_shape import QueryShape, analyze, boosted, literal_share, normalise_name
 from recalld.store import ChunkRow, Store
@@ -251,15 +251,28 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     if match and not partial:
         match = "{text context} : (" + match + ")"  # the derived ident column stays out
     if match:
-        keyword_hits = ctx.store.keyword_search(
-            match,
-            want,
-            req.sources,
-            req.path_prefix,
-            context_weight=cfg.float("search.context_weight"),
-            ident_weight=cfg.float("search.ident_weight"),
-            kinds=req.kinds,
-        )
+
+        def keyword_channel(expr: str) -> list[tuple[int, float]]:
+            return ctx.store.keyword_search(
+                expr,
+                want,
+                req.sources,
+                req.path_prefix,
+                context_weight=cfg.float("search.context_weight"),
+                ident_weight=cfg.float("search.ident_weight"),
+                kinds=req.kinds,
+            )
+
+        keyword_hits = keyword_channel(match)
+        if shape is None or shape.kind in ("question", "statement"):
+            keyword_hits = prf.feedback(
+                ctx.store.conn,
+                req.query,
+                keyword_hits,
+                lambda ids: [r.text for r in ctx.store.chunks(ids).values()],
+                lambda extra: keyword_channel(f"{match} OR " + " OR ".join(extra)),
+                cfg.float("search.prf"),
+            )
 
     if vector_future is not None:
         try:
@@ -269,6 +282,9 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
             run_vector = False  # the answer is keyword-only and says so in ``mode``
 
     kw = fusion.bm25_scores(keyword_hits)
+    kw, coverage = coordination.credit(
+        ctx.store.conn, or_terms(req.query), kw, cfg.float("search.coordination")
+    )
     vs = fusion.cosine_scores(vector_hits)
     if vector_hits and keyword_hits:
         mode = "hybrid" if req.mode == "hybrid" else req.mode
@@ -308,9 +324,14 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
         )
 
     fused = [f for f in fused if f.chunk_id in rows]
+    places = {cid: (row.path, row.start_line, row.end_line) for cid, row in rows.items()}
+    fused = doc_evidence.add_up(fused, places, cfg.float("search.doc_evidence"))[0]
     notes: dict[int, dict[str, Any]] | None = None
     if req.explain:
         notes = _channel_notes(fused, vector_hits, keyword_hits)
+        for cid, share in coverage.items():
+            if cid in notes:
+                notes[cid]["coordination"] = round(share, 4)  # rare-term share held
     fused = _boost(fused, rows, shape, cfg, notes)
 
     # The floor keeps a chunk whose fused score reaches it, or whose cosine similarity alone

@@ -1,0 +1,96 @@
+"""The leave-one-set-out rule (bench/loo.py) and the ablation's merged result file."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import ablation, loo  # noqa: E402
+
+
+def _row(value: float) -> dict[str, Any]:
+    return {m: value for m in ablation.METRICS} | {"queries": 10, "p50_ms": 1.0, "by_tag": {}}
+
+
+def _results(scores: dict[str, dict[str, float]]) -> dict[str, Any]:
+    return {s: {v: _row(x) for v, x in rows.items()} for s, rows in scores.items()}
+
+
+def test_a_variant_that_wins_only_on_one_set_is_not_the_default() -> None:
+    # "+tuned" wins big on a, loses on b and c: chosen when a is in the choice, fails c.
+    scores = {
+        "a": {"base": 0.50, "+tuned": 0.70},
+        "b": {"base": 0.60, "+tuned": 0.597},
+        "c": {"base": 0.60, "+tuned": 0.55},
+    }
+    table = loo.score_table(_results(scores), ["a", "b", "c"], ["base", "+tuned"], None)
+    by_set = {f.held_out: f for f in loo.folds(table, ["base", "+tuned"])}
+    assert by_set["a"].chosen == "base" and not by_set["a"].passed  # 0.50 vs 0.70 on a
+    assert by_set["b"].chosen == "+tuned" and by_set["b"].passed  # 0.003 short: within
+    assert by_set["c"].chosen == "+tuned" and not by_set["c"].passed
+    assert loo.eligible(table, ["base", "+tuned"]) == []
+    assert loo.default(table, ["base", "+tuned"]) == "base"
+
+
+def test_a_variant_near_the_best_everywhere_is_the_default() -> None:
+    scores = {
+        "a": {"base": 0.50, "+lever": 0.504},
+        "b": {"base": 0.60, "+lever": 0.65},
+        "c": {"base": 0.62, "+lever": 0.618},
+    }
+    table = loo.score_table(_results(scores), ["a", "b", "c"], ["base", "+lever"], None)
+    assert loo.eligible(table, ["base", "+lever"]) == ["+lever"]
+    assert loo.default(table, ["base", "+lever"]) == "+lever"
+    assert all(f.passed for f in loo.folds(table, ["base", "+lever"]))
+
+
+def test_one_metric_or_the_mean_of_five() -> None:
+    results = _results({"a": {"x": 0.5}})
+    results["a"]["x"]["hit@1"] = 1.0
+    assert loo.score_table(results, ["a"], ["x"], "hit@1")["a"]["x"] == 1.0
+    assert loo.score_table(results, ["a"], ["x"], None)["a"]["x"] == pytest.approx(
+        (0.5 * 4 + 1.0) / 5
+    )
+
+
+def test_cli_reads_the_cached_json_and_prints_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "ablation.json"
+    path.write_text(
+        json.dumps(_results({"a": {"base": 0.5, "+x": 0.6}, "b": {"base": 0.4, "+x": 0.45}}))
+    )
+    loo.main(["--results", str(path), "--variants", "base,+x"])
+    out = capsys.readouterr().out
+    assert "| a | +x | 0.600 | +x 0.600 | 0.000 | yes |" in out
+    assert "May be the default (every fold, within 0.005): +x." in out
+    assert "Default: +x" in out
+    with pytest.raises(SystemExit, match="not measured"):
+        loo.main(["--results", str(path), "--variants", "base,+y", "--sets", "a"])
+
+
+def test_ablation_save_merges_rows_into_the_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ablation, "OUT", tmp_path)
+    monkeypatch.setattr(ablation, "LAST", tmp_path / "ablation.json")
+    ablation.save(_results({"a": {"base": 0.5}}))
+    merged = ablation.save(_results({"a": {"+x": 0.6}, "b": {"base": 0.4}}))
+    assert set(merged["a"]) == {"base", "+x"} and set(merged["b"]) == {"base"}
+    on_disk = json.loads((tmp_path / "ablation.json").read_text())
+    assert on_disk == merged
+    assert "| +x | 0.600 | 0.600 |" in (tmp_path / "ablation.md").read_text()
+
+
+def test_a_cached_row_is_reused_only_under_the_same_settings() -> None:
+    row = _row(0.5) | {"settings": ablation.settings(ablation.VARIANTS["+coord 0.5"]), "limit": 3}
+    got = ablation.run(["cranfield"], ["+coord 0.5"], 3, {"cranfield": {"+coord 0.5": row}})
+    assert got["cranfield"]["+coord 0.5"] is row
+    assert ablation.settings({}) != ablation.settings({"search.coordination": 0.9})
