@@ -212,6 +212,23 @@ SETTINGS: tuple[Setting, ...] = (
         1,
         8192,
     ),
+    Setting(
+        "chunking.chat_windows",
+        True,
+        "Cut chat-shaped notes (speaker turns) into overlapping windows of whole turns.",
+    ),
+    Setting(
+        "chunking.chat_window_overlap",
+        0.5,
+        "Share of a chat window's tokens repeated at the start of the next one.",
+        0,
+        0.9,
+    ),
+    Setting(
+        "search.chat_focus",
+        True,
+        "A chat note's hit shows (and cites) the whole turns around its best turn that fit.",
+    ),
     Setting("sync.debounce_s", 1.5, "Quiet time before a changed file is re-indexed.", 0, 3600),
     Setting("sync.watch", True, "Watch memory folders for changes."),
     Setting(

@@ -91,6 +91,8 @@ def chunking_identity(config: Config) -> str:
             "embed_tool_head_chars": config.int("sessions.embed_tool_head_chars"),
             "max_tokens": config.int("chunking.max_tokens"),
             "target_tokens": config.int("chunking.target_tokens"),
+            "chat_windows": config.bool("chunking.chat_windows"),
+            "chat_window_overlap": config.float("chunking.chat_window_overlap"),
         },
         sort_keys=True,
     )
@@ -137,6 +139,11 @@ class Indexer:
         if embedder is not None:
             self.max_tokens = min(self.max_tokens, embedder.max_input_tokens)
         self.target_tokens = min(config.int("chunking.target_tokens"), self.max_tokens)
+        self.chat_overlap = (
+            config.float("chunking.chat_window_overlap")
+            if config.bool("chunking.chat_windows")
+            else None
+        )
         self.progress = Progress()
         # Set by the daemon while one job spans several syncs (watcher batches back to back):
         # they all count into it, each file once.
@@ -414,6 +421,7 @@ class Indexer:
                 self.count_tokens,
                 max_tokens=self.max_tokens,
                 target_tokens=self.target_tokens,
+                chat_overlap=self.chat_overlap,
             )
 
         if self.background is None or len(text) <= BIG_FILE_BYTES:

@@ -18,6 +18,7 @@ import numpy as np
 from recalld import fusion
 from recalld.answer_budget import MIN_BUDGET_TOKENS, fit_to_budget
 from recalld.config import Config
+from recalld.conversation_windows import focus
 from recalld.diversity import Candidate, collapse, mmr
 from recalld.embedding.base import Embedder
 from recalld.errors import BadRequest
@@ -354,9 +355,12 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     if (whole := req.query.strip().lower()) and " " not in whole and whole not in terms:
         terms.insert(0, whole)  # an identifier's snippet shows it whole, not its parts elsewhere
     limit = cfg.int("search.snippet_chars")
+    chat_focus = cfg.bool("search.chat_focus")
     results = []
     for c in cands:
         res = _result(rows[c.chunk_id], channels[c.chunk_id], c.score, terms, limit)
+        if chat_focus:
+            _focus(res, rows[c.chunk_id], terms, limit)
         if c.also:
             res["also"] = [_place(rows[cid]) for cid in c.also]  # collapsed from ``kept``
         if notes is not None:
@@ -536,6 +540,22 @@ def _result(
             "keyword": None if f.keyword is None else round(f.keyword, 6),
         },
     }
+
+
+def _focus(res: dict[str, Any], row: ChunkRow, terms: Sequence[str], limit: int) -> None:
+    """A chat note's hit shows whole turns around its best turn, cited line for line."""
+    if row.kind != "note":
+        return  # a transcript chunk's lines are rendered messages, not file lines
+    shown = focus(row.text, terms, limit)
+    if shown is None:
+        return
+    start, end = row.start_line + shown.first, row.start_line + shown.last
+    res.update(
+        start_line=start,
+        end_line=end,
+        snippet=shown.text,
+        citation=f"{row.path}#L{start}-L{end}",
+    )
 
 
 def _place(row: ChunkRow) -> dict[str, Any]:

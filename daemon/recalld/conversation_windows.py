@@ -1,0 +1,205 @@
+"""Conversation windows: chat-shaped notes are scored and shown as windows of whole turns.
+
+On a chat the question's words sit in one turn and the answer often in the next, so a chunk cut
+by size alone splits the pair. A note is *chat-shaped* when its content says so (see
+:func:`speaker_turns`): most of its body lines open with a speaker label (``**Ann**: hi``,
+``Ann: hi``, ``- [10:02] Ann: hi``), at least two speakers take several turns each, and the
+speaker changes often. Such a note is chunked into windows of whole turns that overlap, so every
+pair of adjacent turns shares at least one window that both channels score
+(:func:`turn_windows`). A hit on a window is shown as the turns around its best turn that fit
+the snippet budget, and its line range is exactly those turns (:func:`focus`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+__all__ = ["Focus", "Unit", "focus", "is_turn", "speaker_turns", "turn_windows"]
+
+# A speaker label at the start of a line: optional list/quote mark, optional [time], the name
+# (1-4 words, optionally bold), a colon, then text.
+_SPEAKER = re.compile(
+    r" {0,3}(?:[-*+>] +)?(?:\[[^\]\n]{1,40}\] *)?(?:\*\*|__)?"
+    r"(?P<name>[A-Za-z][\w'.-]{0,30}(?: [\w'.-]{1,30}){0,3}?)"
+    r"(?:\*\*|__)? *:(?:\*\*|__)? +\S"
+)
+#: Fewest turns, and fewest turns of each of two speakers, for a note to be chat-shaped.
+MIN_TURNS = 4
+MIN_TURNS_EACH = 2
+#: Share of the body lines (non-blank, not headings) that open a turn or continue one.
+MIN_TURN_SHARE = 0.6
+#: Share of adjacent turn pairs where the speaker changes.
+MIN_ALTERNATION = 0.3
+#: A chat has few speakers for its turns (of those with two turns or more, at most one per
+#: this many turns; two always allowed)
+#: and says sentences. Records of ``Key: value`` lines have many keys and short values.
+TURNS_PER_SPEAKER = 4
+MIN_MEAN_TURN_CHARS = 24
+
+
+def _speaker(line: str) -> str | None:
+    m = _SPEAKER.match(line)
+    return m.group("name").lower() if m else None
+
+
+def is_turn(line: str) -> bool:
+    """Whether ``line`` opens a speaker turn."""
+    return _SPEAKER.match(line) is not None
+
+
+def _is_heading(line: str) -> bool:
+    return line.lstrip(" ").startswith("#")
+
+
+def speaker_turns(lines: Sequence[str]) -> list[tuple[int, int]] | None:
+    """The turns of a chat-shaped text as 0-based inclusive line ranges, or None if not a chat.
+
+    A turn is a line with a speaker label plus the non-blank, non-heading lines that follow it.
+    Blank lines and headings end a turn.
+    """
+    turns: list[tuple[int, int]] = []
+    speakers: list[str] = []
+    body = 0
+    in_turn = 0  # body lines that open or continue a turn
+    for i, line in enumerate(lines):
+        if not line.strip() or _is_heading(line):
+            if turns and turns[-1][1] == -1:
+                turns[-1] = (turns[-1][0], i - 1)
+            continue
+        body += 1
+        name = _speaker(line)
+        if name is not None:
+            if turns and turns[-1][1] == -1:
+                turns[-1] = (turns[-1][0], i - 1)
+            turns.append((i, -1))
+            speakers.append(name)
+            in_turn += 1
+        elif turns and turns[-1][1] == -1:
+            in_turn += 1
+    if turns and turns[-1][1] == -1:
+        turns[-1] = (turns[-1][0], len(lines) - 1)
+    if len(turns) < MIN_TURNS or in_turn < MIN_TURN_SHARE * body:
+        return None
+    counts: dict[str, int] = {}
+    for name in speakers:
+        counts[name] = counts.get(name, 0) + 1
+    if sum(1 for n in counts.values() if n >= MIN_TURNS_EACH) < 2:
+        return None
+    if sum(1 for n in counts.values() if n > 1) > max(2, len(turns) // TURNS_PER_SPEAKER):
+        return None
+    changes = sum(1 for a, b in itertools.pairwise(speakers) if a != b)
+    if changes < MIN_ALTERNATION * (len(speakers) - 1):
+        return None
+    chars = sum(len(lines[a]) for a, _ in turns)
+    if chars < MIN_MEAN_TURN_CHARS * len(turns):
+        return None
+    return turns
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """A run of lines packed whole into windows (a turn, or a block between turns)."""
+
+    line0: int  # 0-based, inclusive
+    line1: int
+    tokens: int
+
+
+def turn_windows(units: Sequence[Unit], target: int, overlap: float) -> list[tuple[int, int]]:
+    """Windows over ``units`` as (first, last) unit indexes, inclusive.
+
+    Each window takes whole units while they fit in ``target`` tokens (a unit over it stands
+    alone). The next window starts at the earliest unit such that the units it shares with this
+    one hold at most ``overlap * target`` tokens, and always one unit later at least, so that
+    every pair of adjacent units shares a window when ``overlap`` > 0. Windows depend only on the
+    units before and in them: appended turns never change an earlier window.
+    """
+    out: list[tuple[int, int]] = []
+    n = len(units)
+    start = 0
+    share = max(overlap, 0.0) * target
+    while start < n:
+        end, size = start, units[start].tokens
+        while end + 1 < n and size + units[end + 1].tokens <= target:
+            end += 1
+            size += units[end].tokens
+        out.append((start, end))
+        if end == n - 1:
+            break
+        nxt, shared = end + 1, 0
+        while nxt - 1 > start and shared + units[nxt - 1].tokens <= share:
+            nxt -= 1
+            shared += units[nxt].tokens
+        start = nxt
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Focus:
+    """The lines of a hit to show: offsets into its text's lines, inclusive, and their text."""
+
+    first: int
+    last: int
+    text: str
+
+
+def _turn_score(text: str, terms: Sequence[str]) -> float:
+    low = text.lower()
+    return sum(1.0 + 0.1 * len(t) for t in terms if t and t in low)
+
+
+def focus(text: str, terms: Sequence[str], limit: int) -> Focus | None:
+    """The whole turns of a chat window to show within ``limit`` characters, or None.
+
+    None when the text fits already or is not a run of turns. The window is grown from the turn
+    with the most query terms: first the turn after it (the reply usually answers it), then the
+    one before, alternating while whole turns fit.
+    """
+    if len(text) <= limit:
+        return None
+    lines = text.split("\n")
+    turns = _chunk_turns(lines)
+    if turns is None:
+        return None
+    sizes = [sum(len(lines[k]) + 1 for k in range(a, b + 1)) - 1 for a, b in turns]
+    scores = [_turn_score("\n".join(lines[a : b + 1]), terms) for a, b in turns]
+    best = max(range(len(turns)), key=lambda i: (scores[i], -i))
+    if sizes[best] > limit:
+        return None
+    lo = hi = best
+    used = sizes[best]
+    grow: list[Callable[[], int]] = [lambda: hi + 1, lambda: lo - 1]
+    stuck = 0
+    side = 0
+    while stuck < 2:
+        k = grow[side]()
+        if 0 <= k < len(turns) and used + 1 + sizes[k] <= limit:
+            used += 1 + sizes[k]
+            lo, hi = min(lo, k), max(hi, k)
+            stuck = 0
+        else:
+            stuck += 1
+        side ^= 1
+    a, b = turns[lo][0], turns[hi][1]
+    return Focus(a, b, "\n".join(lines[a : b + 1]))
+
+
+def _chunk_turns(lines: Sequence[str]) -> list[tuple[int, int]] | None:
+    """Units of a chunk's lines: turns, with any lines before the first turn as one unit."""
+    opens = [i for i, line in enumerate(lines) if is_turn(line)]
+    if len(opens) < 2 or len({_speaker(lines[i]) for i in opens}) < 2:
+        return None
+    body = sum(1 for line in lines if line.strip() and not _is_heading(line))
+    in_turns = sum(1 for line in lines[opens[0] :] if line.strip() and not _is_heading(line))
+    if in_turns < MIN_TURN_SHARE * body:
+        return None
+    units: list[tuple[int, int]] = []
+    if opens[0] > 0:
+        units.append((0, opens[0] - 1))
+    for j, a in enumerate(opens):
+        b = opens[j + 1] - 1 if j + 1 < len(opens) else len(lines) - 1
+        units.append((a, b))
+    return units
