@@ -10,6 +10,8 @@ from typing import Any
 from conftest import BENCH, make_engine, write
 from recalld.chunking import chunk_markdown
 from recalld.conversation_windows import Unit, focus, speaker_turns, turn_windows
+from recalld.sessions.chunking import SessionChunk, SessionChunker, chunk_messages
+from recalld.sessions.formats import Message
 
 _PIECE = re.compile(r"\w{1,4}|[^\w\s]")
 
@@ -45,8 +47,8 @@ def test_chat_shape_is_read_from_speaker_turns() -> None:
     assert speaker_turns(kv * 2) is None
     abstract = ["BACKGROUND: a b c.", "METHODS: d e f.", "RESULTS: g h.", "CONCLUSIONS: i j."]
     assert speaker_turns(abstract) is None
-    prose = ["Some prose here.", f"Ann: {FILLER}", "More prose.", f"Bob: {FILLER}", "The end."]
-    assert speaker_turns(prose * 2) is None  # turns are under 60 % of the body
+    prose = ["Some prose here.", "", f"Ann: {FILLER}", "", "More prose.", "", f"Bob: {FILLER}", ""]
+    assert speaker_turns(prose * 3) is None  # turns are under 60 % of the paragraphs
     one = [f"{who}: something longer to say here" for who in ("Ann",) * 5 + ("Bob",)]
     assert speaker_turns(one) is None  # a single speaker with several turns
 
@@ -117,7 +119,8 @@ def test_focus_keeps_whole_turns_and_the_reply() -> None:
     assert shown.text == "\n".join(lines[shown.first : shown.last + 1])
     assert shown.first <= 2 and shown.last >= 3  # the question turn and its reply
     assert len(shown.text) <= 300
-    assert focus(text, ["pottery"], 5000) is None  # fits whole: nothing to focus
+    whole = focus(text, ["pottery"], 5000)  # fits: all of it
+    assert whole is not None and (whole.first, whole.last, whole.text) == (0, 5, text)
     assert focus("plain text\n" * 50, ["plain"], 100) is None  # not turns
 
 
@@ -150,3 +153,46 @@ def test_search_cites_exactly_the_turns_it_shows(home: Path, local_embedder: Any
         assert len(top["snippet"]) <= 700
     finally:
         engine.close()
+
+
+def _messages(n: int) -> list[Message]:
+    out = []
+    for i in range(n):
+        day = 10 + i // 15  # the date changes every 15 messages
+        text = f"message {i} " + " ".join(FILLER.split()[: 5 + (i * 7) % 25])
+        role = ("user", "assistant")[i % 2]
+        out.append(Message(i + 1, role, text, "text", f"2026-02-{day}T10:00:00Z"))
+    return out
+
+
+def test_transcript_windows_share_adjacent_messages() -> None:
+    messages = _messages(80)
+    chunks = chunk_messages(messages, count, target_tokens=120, overlap=0.5)
+    lines = [m.line for m in messages]
+    for a, b in itertools.pairwise(lines):
+        assert any(c.start_line <= a and b <= c.end_line for c in chunks), (a, b)
+    for c in chunks:
+        assert count(c.text) + 2 <= 256
+        assert c.text.startswith("[2026-02-")  # a window opens with the date in effect
+    # The last window is never just the previous one's carried tail.
+    assert all(c != chunks[-1] for c in chunks[:-1])
+    assert chunks[-1].end_line == 80
+    plain = chunk_messages(messages, count, target_tokens=120)
+    assert any(
+        not any(c.start_line <= a and b <= c.end_line for c in plain)
+        for a, b in itertools.pairwise(lines)
+    )
+
+
+def test_transcript_windows_feed_in_pieces_as_in_one_go() -> None:
+    messages = _messages(90)
+    whole = chunk_messages(messages, count, target_tokens=120, overlap=0.5)
+    done: list[SessionChunk] = []
+    state: dict[str, Any] = {}
+    for lo in range(0, 90, 13):  # delta syncs: restore, feed, save
+        chunker = SessionChunker(count, target_tokens=120, overlap=0.5)
+        chunker.restore(state)
+        done += chunker.feed(messages[lo : lo + 13])
+        state = chunker.save()
+    done += chunker.pending()
+    assert done == whole

@@ -154,16 +154,16 @@ def _turn_score(text: str, terms: Sequence[str]) -> float:
 def focus(text: str, terms: Sequence[str], limit: int) -> Focus | None:
     """The whole turns of a chat window to show within ``limit`` characters, or None.
 
-    None when the text fits already or is not a run of turns. The window is grown from the turn
-    with the most query terms: first the turn after it (the reply usually answers it), then the
-    one before, alternating while whole turns fit.
+    None when the text is not a run of turns; all of it when it fits. The window is grown from
+    the turn with the most query terms: first the turn after it (the reply usually answers it),
+    then the one before, alternating while whole turns fit.
     """
-    if len(text) <= limit:
-        return None
     lines = text.split("\n")
     turns = _chunk_turns(lines)
     if turns is None:
         return None
+    if len(text) <= limit:
+        return Focus(0, len(lines) - 1, text)
     sizes = [sum(len(lines[k]) + 1 for k in range(a, b + 1)) - 1 for a, b in turns]
     scores = [_turn_score("\n".join(lines[a : b + 1]), terms) for a, b in turns]
     best = max(range(len(turns)), key=lambda i: (scores[i], -i))

@@ -349,18 +349,25 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     lam = cfg.float("search.mmr_lambda")
     if lam < 1.0:
         cands = mmr(cands, lam, ctx.vectors.vectors_of if ctx.vectors else None, req.max_results)
-    cands = cands[: req.max_results]
+    chat_focus = cfg.bool("search.chat_focus")
+    # Overlapping chat windows can focus on the same turns: the spare candidates fill in.
+    pool = cands if chat_focus else cands[: req.max_results]
 
     terms = [t.lower() for t in query_terms(req.query)]
     if (whole := req.query.strip().lower()) and " " not in whole and whole not in terms:
         terms.insert(0, whole)  # an identifier's snippet shows it whole, not its parts elsewhere
     limit = cfg.int("search.snippet_chars")
-    chat_focus = cfg.bool("search.chat_focus")
-    results = []
-    for c in cands:
+    results: list[dict[str, Any]] = []
+    turns_shown: dict[str, list[tuple[int, int]]] = {}
+    for c in pool:
+        if len(results) >= req.max_results:
+            break
         res = _result(rows[c.chunk_id], channels[c.chunk_id], c.score, terms, limit)
-        if chat_focus:
-            _focus(res, rows[c.chunk_id], terms, limit)
+        if chat_focus and _focus(res, rows[c.chunk_id], terms, limit):
+            spans = turns_shown.setdefault(res["path"], [])
+            if any(a <= res["end_line"] and res["start_line"] <= b for a, b in spans):
+                continue  # these turns are shown already, from an overlapping window
+            spans.append((res["start_line"], res["end_line"]))
         if c.also:
             res["also"] = [_place(rows[cid]) for cid in c.also]  # collapsed from ``kept``
         if notes is not None:
@@ -542,13 +549,16 @@ def _result(
     }
 
 
-def _focus(res: dict[str, Any], row: ChunkRow, terms: Sequence[str], limit: int) -> None:
-    """A chat note's hit shows whole turns around its best turn, cited line for line."""
+def _focus(res: dict[str, Any], row: ChunkRow, terms: Sequence[str], limit: int) -> bool:
+    """Show a chat window's hit as whole turns around its best turn, cited line for line.
+
+    Returns whether the hit is a run of turns (shown whole when it fits).
+    """
     if row.kind != "note":
-        return  # a transcript chunk's lines are rendered messages, not file lines
+        return False  # a transcript chunk's lines are rendered messages, not file lines
     shown = focus(row.text, terms, limit)
     if shown is None:
-        return
+        return False
     start, end = row.start_line + shown.first, row.start_line + shown.last
     res.update(
         start_line=start,
@@ -556,6 +566,7 @@ def _focus(res: dict[str, Any], row: ChunkRow, terms: Sequence[str], limit: int)
         snippet=shown.text,
         citation=f"{row.path}#L{start}-L{end}",
     )
+    return True
 
 
 def _place(row: ChunkRow) -> dict[str, Any]:
