@@ -122,6 +122,8 @@ def test_focus_keeps_whole_turns_and_the_reply() -> None:
     whole = focus(text, ["pottery"], 5000)  # fits: all of it
     assert whole is not None and (whole.first, whole.last, whole.text) == (0, 5, text)
     assert focus("plain text\n" * 50, ["plain"], 100) is None  # not turns
+    page = "# sed\n\n> Edit text.\n> See also: `awk`, `ed`.\n> More information: <https://x>.\n"
+    assert focus(page + "\n- Replace:\n\n`sed 's/a/b/'`\n" * 20, ["sed"], 100) is None
 
 
 def _search(engine: Any, query: str) -> dict[str, Any]:

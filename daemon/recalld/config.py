@@ -225,6 +225,13 @@ SETTINGS: tuple[Setting, ...] = (
         0.9,
     ),
     Setting(
+        "chunking.message_window_overlap",
+        0.0,
+        "Share of a transcript chunk's tokens repeated at the start of the next (0 = none).",
+        0,
+        0.9,
+    ),
+    Setting(
         "search.chat_focus",
         True,
         "A chat note's hit shows (and cites) the whole turns around its best turn that fit.",

@@ -184,22 +184,21 @@ def focus(text: str, terms: Sequence[str], limit: int) -> Focus | None:
             stuck += 1
         side ^= 1
     a, b = turns[lo][0], turns[hi][1]
+    while b > a and not lines[b].strip():
+        b -= 1  # a unit ends with the blank lines before the next turn
     return Focus(a, b, "\n".join(lines[a : b + 1]))
 
 
 def _chunk_turns(lines: Sequence[str]) -> list[tuple[int, int]] | None:
-    """Units of a chunk's lines: turns, with any lines before the first turn as one unit."""
-    opens = [i for i, line in enumerate(lines) if is_turn(line)]
-    if len(opens) < 2 or len({_speaker(lines[i]) for i in opens}) < 2:
+    """A chat window's lines as units that tile it: any lines before the first turn, then each
+    turn with the lines up to the next one. None unless the window itself reads as a chat (by
+    :func:`speaker_turns`): a page with a ``See also:`` and a ``More information:`` line is not.
+    """
+    turns = speaker_turns(lines)
+    if turns is None:
         return None
-    body = sum(1 for line in lines if line.strip() and not _is_heading(line))
-    in_turns = sum(1 for line in lines[opens[0] :] if line.strip() and not _is_heading(line))
-    if in_turns < MIN_TURN_SHARE * body:
-        return None
-    units: list[tuple[int, int]] = []
-    if opens[0] > 0:
-        units.append((0, opens[0] - 1))
+    opens = [a for a, _ in turns]
+    units = [(0, opens[0] - 1)] if opens[0] > 0 else []
     for j, a in enumerate(opens):
-        b = opens[j + 1] - 1 if j + 1 < len(opens) else len(lines) - 1
-        units.append((a, b))
+        units.append((a, opens[j + 1] - 1 if j + 1 < len(opens) else len(lines) - 1))
     return units

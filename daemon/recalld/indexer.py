@@ -93,6 +93,7 @@ def chunking_identity(config: Config) -> str:
             "target_tokens": config.int("chunking.target_tokens"),
             "chat_windows": config.bool("chunking.chat_windows"),
             "chat_window_overlap": config.float("chunking.chat_window_overlap"),
+            "message_window_overlap": config.float("chunking.message_window_overlap"),
         },
         sort_keys=True,
     )
