@@ -237,9 +237,11 @@ class _Chunker:
         max_tokens: int,
         target_tokens: int,
         chat_overlap: float | None = None,
+        chat_chars: int = 0,
     ) -> None:
         self.count = count
         self.chat_overlap = chat_overlap
+        self.chat_chars = chat_chars
         self.chat = False
         self.cap = max_tokens - 2
         self.limit = min(target_tokens, self.cap) if target_tokens > 0 else self.cap
@@ -354,11 +356,11 @@ class _Chunker:
             first = b.start
             for k in range(b.start + 1, b.end + 1):
                 if b.kind == "para" and is_turn(self.lines[k]):
-                    units.append(Unit(first, k - 1, sum(self.ltok[first:k])))
+                    units.append(self._unit(first, k - 1))
                     first = k
-            units.append(Unit(first, b.end, sum(self.ltok[first : b.end + 1])))
+            units.append(self._unit(first, b.end))
         assert self.chat_overlap is not None
-        for i, j in turn_windows(units, self.limit, self.chat_overlap):
+        for i, j in turn_windows(units, self.limit, self.chat_overlap, self.chat_chars):
             path = self.paths[next(bi for bi in section if blocks[bi].end >= units[i].line0)]
             lo, hi = units[i].line0, units[j].line1
             while lo <= hi and _is_blank(self.lines[lo]):
@@ -367,6 +369,10 @@ class _Chunker:
                 hi -= 1
             if lo <= hi:
                 self._emit_lines(lo, hi, path)
+
+    def _unit(self, lo: int, hi: int) -> Unit:
+        chars = sum(len(line) + 1 for line in self.lines[lo : hi + 1]) - 1
+        return Unit(lo, hi, sum(self.ltok[lo : hi + 1]), chars)
 
     def _emit(self, run: list[_Atom]) -> None:
         head = run[0]
@@ -452,12 +458,13 @@ def chunk_markdown(
     max_tokens: int = 256,
     target_tokens: int = 160,
     chat_overlap: float | None = None,
+    chat_chars: int = 0,
 ) -> list[Chunk]:
     """Chunk Markdown ``text`` so that ``count_tokens(chunk.text) + 2 <= max_tokens`` always.
 
     Multi-block chunks hold at most ``target_tokens``; boundaries are content-defined (see the
     module docstring). Whitespace-only chunks are skipped; an empty text gives no chunks. With
     ``chat_overlap`` set, a chat-shaped note is cut into overlapping windows of whole turns
-    instead (:mod:`recalld.conversation_windows`).
+    instead (:mod:`recalld.conversation_windows`), of at most ``chat_chars`` characters when set.
     """
-    return _Chunker(text, count_tokens, max_tokens, target_tokens, chat_overlap).run()
+    return _Chunker(text, count_tokens, max_tokens, target_tokens, chat_overlap, chat_chars).run()

@@ -225,6 +225,13 @@ SETTINGS: tuple[Setting, ...] = (
         0.9,
     ),
     Setting(
+        "chunking.chat_window_chars",
+        0,
+        "Character cap of a chat window (0 = the token target only).",
+        0,
+        1_000_000,
+    ),
+    Setting(
         "chunking.message_window_overlap",
         0.0,
         "Share of a transcript chunk's tokens repeated at the start of the next (0 = none).",

@@ -106,26 +106,36 @@ class Unit:
     line0: int  # 0-based, inclusive
     line1: int
     tokens: int
+    chars: int = 0
 
 
-def turn_windows(units: Sequence[Unit], target: int, overlap: float) -> list[tuple[int, int]]:
+def turn_windows(
+    units: Sequence[Unit], target: int, overlap: float, max_chars: int = 0
+) -> list[tuple[int, int]]:
     """Windows over ``units`` as (first, last) unit indexes, inclusive.
 
-    Each window takes whole units while they fit in ``target`` tokens (a unit over it stands
-    alone). The next window starts at the earliest unit such that the units it shares with this
-    one hold at most ``overlap * target`` tokens, and always one unit later at least, so that
-    every pair of adjacent units shares a window when ``overlap`` > 0. Windows depend only on the
-    units before and in them: appended turns never change an earlier window.
+    Each window takes whole units while they fit in ``target`` tokens and, when ``max_chars``
+    is set, in that many characters (a unit over either stands alone). The next window starts
+    at the earliest unit such that the units it shares with this one hold at most
+    ``overlap * target`` tokens, and always one unit later at least, so that every pair of
+    adjacent units shares a window when ``overlap`` > 0. Windows depend only on the units
+    before and in them: appended turns never change an earlier window.
     """
     out: list[tuple[int, int]] = []
     n = len(units)
     start = 0
     share = max(overlap, 0.0) * target
+    room = max_chars if max_chars > 0 else 1 << 62
     while start < n:
-        end, size = start, units[start].tokens
-        while end + 1 < n and size + units[end + 1].tokens <= target:
+        end, size, chars = start, units[start].tokens, units[start].chars
+        while (
+            end + 1 < n
+            and size + units[end + 1].tokens <= target
+            and chars + 1 + units[end + 1].chars <= room
+        ):
             end += 1
             size += units[end].tokens
+            chars += 1 + units[end].chars
         out.append((start, end))
         if end == n - 1:
             break

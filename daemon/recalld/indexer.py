@@ -93,6 +93,7 @@ def chunking_identity(config: Config) -> str:
             "target_tokens": config.int("chunking.target_tokens"),
             "chat_windows": config.bool("chunking.chat_windows"),
             "chat_window_overlap": config.float("chunking.chat_window_overlap"),
+            "chat_window_chars": config.int("chunking.chat_window_chars"),
             "message_window_overlap": config.float("chunking.message_window_overlap"),
         },
         sort_keys=True,
@@ -145,6 +146,7 @@ class Indexer:
             if config.bool("chunking.chat_windows")
             else None
         )
+        self.chat_chars = config.int("chunking.chat_window_chars")
         self.progress = Progress()
         # Set by the daemon while one job spans several syncs (watcher batches back to back):
         # they all count into it, each file once.
@@ -423,6 +425,7 @@ class Indexer:
                 max_tokens=self.max_tokens,
                 target_tokens=self.target_tokens,
                 chat_overlap=self.chat_overlap,
+                chat_chars=self.chat_chars,
             )
 
         if self.background is None or len(text) <= BIG_FILE_BYTES:
