@@ -13,8 +13,9 @@ the snippet budget, and its line range is exactly those turns (:func:`focus`).
 from __future__ import annotations
 
 import itertools
+import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = ["Focus", "Unit", "focus", "is_turn", "speaker_turns", "turn_windows"]
@@ -26,6 +27,7 @@ _SPEAKER = re.compile(
     r"(?P<name>[A-Za-z][\w'.-]{0,30}(?: [\w'.-]{1,30}){0,3}?)"
     r"(?:\*\*|__)? *:(?:\*\*|__)? +\S"
 )
+_WORD = re.compile(r"[^\W_]+")
 #: Fewest turns, and fewest turns of each of two speakers, for a note to be chat-shaped.
 MIN_TURNS = 4
 MIN_TURNS_EACH = 2
@@ -156,17 +158,24 @@ class Focus:
     text: str
 
 
-def _turn_score(text: str, terms: Sequence[str]) -> float:
-    low = text.lower()
-    return sum(1.0 + 0.1 * len(t) for t in terms if t and t in low)
+def _turn_scores(turn_texts: Sequence[str], terms: Sequence[str]) -> list[float]:
+    """Per turn, the query terms it holds, each weighted by how few of the window's turns do
+    (a speaker's name that labels every turn counts for little)."""
+    words = [set(_WORD.findall(t.lower())) for t in turn_texts]
+    wanted = [t for t in dict.fromkeys(terms) if t]
+    weight: dict[str, float] = {}
+    for t in wanted:
+        df = sum(1 for w in words if t in w)
+        weight[t] = math.log(1 + len(words) / df) if df else 0.0
+    return [sum(weight[t] for t in wanted if t in w) for w in words]
 
 
 def focus(text: str, terms: Sequence[str], limit: int) -> Focus | None:
     """The whole turns of a chat window to show within ``limit`` characters, or None.
 
-    None when the text is not a run of turns; all of it when it fits. The window is grown from
-    the turn with the most query terms: first the turn after it (the reply usually answers it),
-    then the one before, alternating while whole turns fit.
+    None when the text is not a run of turns (or its best turn alone is over ``limit``); all of
+    it when it fits. The shown turns start at the turn with the most query terms and take the
+    turns after it while they fit (the reply usually answers it), then the turns before it.
     """
     lines = text.split("\n")
     turns = _chunk_turns(lines)
@@ -174,25 +183,20 @@ def focus(text: str, terms: Sequence[str], limit: int) -> Focus | None:
         return None
     if len(text) <= limit:
         return Focus(0, len(lines) - 1, text)
-    sizes = [sum(len(lines[k]) + 1 for k in range(a, b + 1)) - 1 for a, b in turns]
-    scores = [_turn_score("\n".join(lines[a : b + 1]), terms) for a, b in turns]
+    texts = ["\n".join(lines[a : b + 1]) for a, b in turns]
+    sizes = [len(t) for t in texts]
+    scores = _turn_scores(texts, terms)
     best = max(range(len(turns)), key=lambda i: (scores[i], -i))
     if sizes[best] > limit:
         return None
     lo = hi = best
     used = sizes[best]
-    grow: list[Callable[[], int]] = [lambda: hi + 1, lambda: lo - 1]
-    stuck = 0
-    side = 0
-    while stuck < 2:
-        k = grow[side]()
-        if 0 <= k < len(turns) and used + 1 + sizes[k] <= limit:
-            used += 1 + sizes[k]
-            lo, hi = min(lo, k), max(hi, k)
-            stuck = 0
-        else:
-            stuck += 1
-        side ^= 1
+    while hi + 1 < len(turns) and used + 1 + sizes[hi + 1] <= limit:
+        hi += 1
+        used += 1 + sizes[hi]
+    while lo > 0 and used + 1 + sizes[lo - 1] <= limit:
+        lo -= 1
+        used += 1 + sizes[lo]
     a, b = turns[lo][0], turns[hi][1]
     while b > a and not lines[b].strip():
         b -= 1  # a unit ends with the blank lines before the next turn
