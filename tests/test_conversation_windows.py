@@ -198,3 +198,13 @@ def test_transcript_windows_feed_in_pieces_as_in_one_go() -> None:
         state = chunker.save()
     done += chunker.pending()
     assert done == whole
+
+
+def test_character_cap_holds_exactly() -> None:
+    text = chat(40)
+    for cap in (300, 700):
+        chunks = chunk_markdown(
+            text, count, max_tokens=2000, target_tokens=1000, chat_overlap=0.5, chat_chars=cap
+        )
+        assert all(len(c.text) <= cap for c in chunks)
+        assert max(len(c.text) for c in chunks) > cap * 0.6  # packed, not one turn each

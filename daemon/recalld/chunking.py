@@ -371,7 +371,12 @@ class _Chunker:
                 self._emit_lines(lo, hi, path)
 
     def _unit(self, lo: int, hi: int) -> Unit:
-        chars = sum(len(line) + 1 for line in self.lines[lo : hi + 1]) - 1
+        # The blank lines before a block are in a window that joins it to the one before: its
+        # characters count them (a window's first unit over-counts by those few characters).
+        gap = lo
+        while gap > 0 and _is_blank(self.lines[gap - 1]):
+            gap -= 1
+        chars = sum(len(line) + 1 for line in self.lines[gap : hi + 1]) - 1
         return Unit(lo, hi, sum(self.ltok[lo : hi + 1]), chars)
 
     def _emit(self, run: list[_Atom]) -> None:
