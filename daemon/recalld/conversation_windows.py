@@ -118,15 +118,14 @@ def turn_windows(
 
     Each window takes whole units while they fit in ``target`` tokens and, when ``max_chars``
     is set, in that many characters (a unit over either stands alone). The next window starts
-    at the earliest unit such that the units it shares with this one hold at most
-    ``overlap * target`` tokens, and always one unit later at least, so that every pair of
+    at the earliest unit such that the units it shares with this one hold at most ``overlap``
+    of this window's tokens, and always one unit later at least, so that every pair of
     adjacent units shares a window when ``overlap`` > 0. Windows depend only on the units
     before and in them: appended turns never change an earlier window.
     """
     out: list[tuple[int, int]] = []
     n = len(units)
     start = 0
-    share = max(overlap, 0.0) * target
     room = max_chars if max_chars > 0 else 1 << 62
     while start < n:
         end, size, chars = start, units[start].tokens, units[start].chars
@@ -141,7 +140,7 @@ def turn_windows(
         out.append((start, end))
         if end == n - 1:
             break
-        nxt, shared = end + 1, 0
+        nxt, shared, share = end + 1, 0, max(overlap, 0.0) * size
         while nxt - 1 > start and shared + units[nxt - 1].tokens <= share:
             nxt -= 1
             shared += units[nxt].tokens
