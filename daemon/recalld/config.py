@@ -233,8 +233,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "chunking.message_window_overlap",
-        0.0,
-        "Share of a transcript chunk's tokens repeated at the start of the next (0 = none).",
+        0.5,
+        "Share of the token target that a transcript chunk repeats of the one before (0 = none).",
         0,
         0.9,
     ),
