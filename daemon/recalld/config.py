@@ -219,7 +219,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "chunking.chat_window_overlap",
-        0.5,
+        0.67,
         "Share of a chat window's tokens repeated at the start of the next one.",
         0,
         0.9,
