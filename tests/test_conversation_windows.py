@@ -208,3 +208,13 @@ def test_character_cap_holds_exactly() -> None:
         )
         assert all(len(c.text) <= cap for c in chunks)
         assert max(len(c.text) for c in chunks) > cap * 0.6  # packed, not one turn each
+
+
+def test_front_matter_of_a_chat_is_chunked_as_before() -> None:
+    front = "---\ntitle: Weekly sync\naliases: [sync]\n---\n"
+    text = front + chat(30)
+    windows = chunk_markdown(text, count, chat_overlap=0.5)
+    plain = chunk_markdown(text, count)
+    assert windows[0] == plain[0] and windows[0].end_line == 4  # the front matter alone
+    assert len({c.start_line for c in windows[1:]}) == len(windows) - 1
+    assert any(a.end_line >= b.start_line for a, b in itertools.pairwise(windows[1:]))
