@@ -17,8 +17,12 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Focus", "Unit", "focus", "is_turn", "speaker_turns", "turn_windows"]
+if TYPE_CHECKING:
+    from recalld.store import ChunkRow
+
+__all__ = ["Focus", "Unit", "focus", "focus_result", "is_turn", "speaker_turns", "turn_windows"]
 
 # A speaker label at the start of a line: optional list/quote mark, optional [time], the name
 # (1-4 words, optionally bold), a colon, then text.
@@ -215,3 +219,23 @@ def _chunk_turns(lines: Sequence[str]) -> list[tuple[int, int]] | None:
     for j, a in enumerate(opens):
         units.append((a, opens[j + 1] - 1 if j + 1 < len(opens) else len(lines) - 1))
     return units
+
+
+def focus_result(res: dict[str, Any], row: ChunkRow, terms: Sequence[str], limit: int) -> bool:
+    """Show a chat window's hit (a search result) as its focused turns, cited line for line.
+
+    Returns whether the hit is a run of turns (shown whole when it fits).
+    """
+    if row.kind != "note":
+        return False  # a transcript chunk's lines are rendered messages, not file lines
+    shown = focus(row.text, terms, limit)
+    if shown is None:
+        return False
+    start, end = row.start_line + shown.first, row.start_line + shown.last
+    res.update(
+        start_line=start,
+        end_line=end,
+        snippet=shown.text,
+        citation=f"{row.path}#L{start}-L{end}",
+    )
+    return True

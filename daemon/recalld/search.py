@@ -18,7 +18,7 @@ import numpy as np
 from recalld import fusion
 from recalld.answer_budget import MIN_BUDGET_TOKENS, fit_to_budget
 from recalld.config import Config
-from recalld.conversation_windows import focus
+from recalld.conversation_windows import focus_result
 from recalld.diversity import Candidate, collapse, mmr
 from recalld.embedding.base import Embedder
 from recalld.errors import BadRequest
@@ -363,7 +363,7 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
         if len(results) >= req.max_results:
             break
         res = _result(rows[c.chunk_id], channels[c.chunk_id], c.score, terms, limit)
-        if chat_focus and _focus(res, rows[c.chunk_id], terms, limit):
+        if chat_focus and focus_result(res, rows[c.chunk_id], terms, limit):
             spans = turns_shown.setdefault(res["path"], [])
             if any(a <= res["end_line"] and res["start_line"] <= b for a, b in spans):
                 continue  # these turns are shown already, from an overlapping window
@@ -547,26 +547,6 @@ def _result(
             "keyword": None if f.keyword is None else round(f.keyword, 6),
         },
     }
-
-
-def _focus(res: dict[str, Any], row: ChunkRow, terms: Sequence[str], limit: int) -> bool:
-    """Show a chat window's hit as whole turns around its best turn, cited line for line.
-
-    Returns whether the hit is a run of turns (shown whole when it fits).
-    """
-    if row.kind != "note":
-        return False  # a transcript chunk's lines are rendered messages, not file lines
-    shown = focus(row.text, terms, limit)
-    if shown is None:
-        return False
-    start, end = row.start_line + shown.first, row.start_line + shown.last
-    res.update(
-        start_line=start,
-        end_line=end,
-        snippet=shown.text,
-        citation=f"{row.path}#L{start}-L{end}",
-    )
-    return True
 
 
 def _place(row: ChunkRow) -> dict[str, Any]:
