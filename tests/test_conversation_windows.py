@@ -146,7 +146,11 @@ def test_search_cites_exactly_the_turns_it_shows(home: Path, local_embedder: Any
     engine = make_engine(home, local_embedder)
     try:
         engine.sync()
-        top = _search(engine, "spare key allotment shed")["results"][0]
+        results = _search(engine, "spare key allotment shed")["results"]
+        top = results[0]
+        spans = [(r["start_line"], r["end_line"]) for r in results]
+        assert len(spans) == 3  # overlapping windows do not show the same turns twice
+        assert all(b1 < a2 or b2 < a1 for (a1, b1), (a2, b2) in itertools.combinations(spans, 2))
         start, end = top["start_line"], top["end_line"]
         assert top["path"] == str(note)
         assert top["snippet"] == "\n".join(lines[start - 1 : end])
