@@ -39,6 +39,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from recalld.conversation_windows import Unit, is_turn, speaker_turns, turn_windows
 from recalld.front_matter import front_matter_end
 from recalld.line_pieces import LinePieces, char_runs
 
@@ -228,8 +229,19 @@ def _heading_paths(blocks: list[_Block]) -> list[str]:
 
 
 class _Chunker:
-    def __init__(self, text: str, count: Counter, max_tokens: int, target_tokens: int) -> None:
+    def __init__(
+        self,
+        text: str,
+        count: Counter,
+        max_tokens: int,
+        target_tokens: int,
+        chat_overlap: float | None = None,
+        chat_chars: int = 0,
+    ) -> None:
         self.count = count
+        self.chat_overlap = chat_overlap
+        self.chat_chars = chat_chars
+        self.chat = False
         self.cap = max_tokens - 2
         self.limit = min(target_tokens, self.cap) if target_tokens > 0 else self.cap
         lines = text.split("\n")
@@ -249,6 +261,10 @@ class _Chunker:
             return []
         blocks = _parse_blocks(self.lines)
         self.paths = _heading_paths(blocks)
+        if self.chat_overlap is not None:
+            # Front matter is not conversation: the note's body decides whether it is a chat.
+            body = blocks[0].end + 1 if blocks and blocks[0].kind == "front" else 0
+            self.chat = speaker_turns(self.lines[body:]) is not None
         section: list[int] = []
         for bi, b in enumerate(blocks):
             hard = b.kind == "front" or (b.kind == "heading" and b.level <= 2)
@@ -313,6 +329,9 @@ class _Chunker:
     # -- packing ---------------------------------------------------------------------------
 
     def _section(self, blocks: list[_Block], section: list[int]) -> None:
+        if self.chat and blocks[section[0]].kind != "front":
+            self._chat_section(blocks, section)
+            return
         atoms: list[_Atom] = []
         for bi in section:
             atoms.extend(self._block_atoms(bi, blocks[bi]))
@@ -327,6 +346,37 @@ class _Chunker:
             if i == len(atoms) or cuts[i] or mixed:
                 self._emit(atoms[first:i])
                 first = i
+
+    def _chat_section(self, blocks: list[_Block], section: list[int]) -> None:
+        """A chat's section as overlapping windows of whole turns (recalld.conversation_windows)."""
+        units: list[Unit] = []
+        for bi in section:
+            b = blocks[bi]
+            first = b.start
+            for k in range(b.start + 1, b.end + 1):
+                if b.kind == "para" and is_turn(self.lines[k]):
+                    units.append(self._unit(first, k - 1))
+                    first = k
+            units.append(self._unit(first, b.end))
+        assert self.chat_overlap is not None
+        for i, j in turn_windows(units, self.limit, self.chat_overlap, self.chat_chars):
+            path = self.paths[next(bi for bi in section if blocks[bi].end >= units[i].line0)]
+            lo, hi = units[i].line0, units[j].line1
+            while lo <= hi and _is_blank(self.lines[lo]):
+                lo += 1
+            while hi >= lo and _is_blank(self.lines[hi]):
+                hi -= 1
+            if lo <= hi:
+                self._emit_lines(lo, hi, path)
+
+    def _unit(self, lo: int, hi: int) -> Unit:
+        # The blank lines before a block are in a window that joins it to the one before: its
+        # characters count them (a window's first unit over-counts by those few characters).
+        gap = lo
+        while gap > 0 and _is_blank(self.lines[gap - 1]):
+            gap -= 1
+        chars = sum(len(line) + 1 for line in self.lines[gap : hi + 1]) - 1
+        return Unit(lo, hi, sum(self.ltok[lo : hi + 1]), chars)
 
     def _emit(self, run: list[_Atom]) -> None:
         head = run[0]
@@ -406,11 +456,19 @@ def _cuts(tok: list[int], prio: list[int], limit: int) -> list[bool]:
 
 
 def chunk_markdown(
-    text: str, count_tokens: Counter, *, max_tokens: int = 256, target_tokens: int = 160
+    text: str,
+    count_tokens: Counter,
+    *,
+    max_tokens: int = 256,
+    target_tokens: int = 160,
+    chat_overlap: float | None = None,
+    chat_chars: int = 0,
 ) -> list[Chunk]:
     """Chunk Markdown ``text`` so that ``count_tokens(chunk.text) + 2 <= max_tokens`` always.
 
     Multi-block chunks hold at most ``target_tokens``; boundaries are content-defined (see the
-    module docstring). Whitespace-only chunks are skipped; an empty text gives no chunks.
+    module docstring). Whitespace-only chunks are skipped; an empty text gives no chunks. With
+    ``chat_overlap`` set, a chat-shaped note is cut into overlapping windows of whole turns
+    instead (:mod:`recalld.conversation_windows`), of at most ``chat_chars`` characters when set.
     """
-    return _Chunker(text, count_tokens, max_tokens, target_tokens).run()
+    return _Chunker(text, count_tokens, max_tokens, target_tokens, chat_overlap, chat_chars).run()

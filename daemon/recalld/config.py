@@ -238,6 +238,37 @@ SETTINGS: tuple[Setting, ...] = (
         True,
         "Index front matter title/aliases (names) and description/tags (context) with the note.",
     ),
+    Setting(
+        "chunking.chat_windows",
+        True,
+        "Cut chat-shaped notes (speaker turns) into overlapping windows of whole turns.",
+    ),
+    Setting(
+        "chunking.chat_window_overlap",
+        0.67,
+        "Share of a chat window's tokens repeated at the start of the next one.",
+        0,
+        0.9,
+    ),
+    Setting(
+        "chunking.chat_window_chars",
+        0,
+        "Character cap of a chat window (0 = the token target only).",
+        0,
+        1_000_000,
+    ),
+    Setting(
+        "chunking.message_window_overlap",
+        0.5,
+        "Share of the token target that a transcript chunk repeats of the one before (0 = none).",
+        0,
+        0.9,
+    ),
+    Setting(
+        "search.chat_focus",
+        True,
+        "A chat note's hit shows (and cites) the whole turns around its best turn that fit.",
+    ),
     Setting("sync.debounce_s", 1.5, "Quiet time before a changed file is re-indexed.", 0, 3600),
     Setting("sync.watch", True, "Watch memory folders for changes."),
     Setting(

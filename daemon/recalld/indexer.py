@@ -102,6 +102,10 @@ def chunking_identity(config: Config) -> str:
             "max_tokens": config.int("chunking.max_tokens"),
             "front_matter": config.bool("chunking.front_matter"),
             "target_tokens": config.int("chunking.target_tokens"),
+            "chat_windows": config.bool("chunking.chat_windows"),
+            "chat_window_overlap": config.float("chunking.chat_window_overlap"),
+            "chat_window_chars": config.int("chunking.chat_window_chars"),
+            "message_window_overlap": config.float("chunking.message_window_overlap"),
         },
         sort_keys=True,
     )
@@ -149,6 +153,12 @@ class Indexer:
             self.max_tokens = min(self.max_tokens, embedder.max_input_tokens)
         self.target_tokens = min(config.int("chunking.target_tokens"), self.max_tokens)
         self.front_matter = config.bool("chunking.front_matter")
+        self.chat_overlap = (
+            config.float("chunking.chat_window_overlap")
+            if config.bool("chunking.chat_windows")
+            else None
+        )
+        self.chat_chars = config.int("chunking.chat_window_chars")
         self.progress = Progress()
         # Set by the daemon while one job spans several syncs (watcher batches back to back):
         # they all count into it, each file once.
@@ -429,6 +439,8 @@ class Indexer:
                 self.count_tokens,
                 max_tokens=self.max_tokens,
                 target_tokens=self.target_tokens,
+                chat_overlap=self.chat_overlap,
+                chat_chars=self.chat_chars,
             )
 
         if self.background is None or len(text) <= BIG_FILE_BYTES:

@@ -18,6 +18,7 @@ import numpy as np
 from recalld import coordination, doc_evidence, fusion, prf
 from recalld.answer_budget import MIN_BUDGET_TOKENS, fit_to_budget
 from recalld.config import Config
+from recalld.conversation_windows import focus_result
 from recalld.diversity import Candidate, collapse, mmr
 from recalld.embedding.base import Embedder
 from recalld.errors import BadRequest
@@ -371,15 +372,25 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     lam = cfg.float("search.mmr_lambda")
     if lam < 1.0:
         cands = mmr(cands, lam, ctx.vectors.vectors_of if ctx.vectors else None, req.max_results)
-    cands = cands[: req.max_results]
+    chat_focus = cfg.bool("search.chat_focus")
+    # Overlapping chat windows can focus on the same turns: the spare candidates fill in.
+    pool = cands if chat_focus else cands[: req.max_results]
 
     terms = [t.lower() for t in query_terms(req.query)]
     if (whole := req.query.strip().lower()) and " " not in whole and whole not in terms:
         terms.insert(0, whole)  # an identifier's snippet shows it whole, not its parts elsewhere
     limit = cfg.int("search.snippet_chars")
-    results = []
-    for c in cands:
+    results: list[dict[str, Any]] = []
+    turns_shown: dict[str, list[tuple[int, int]]] = {}
+    for c in pool:
+        if len(results) >= req.max_results:
+            break
         res = _result(rows[c.chunk_id], channels[c.chunk_id], c.score, terms, limit)
+        if chat_focus and focus_result(res, rows[c.chunk_id], terms, limit):
+            spans = turns_shown.setdefault(res["path"], [])
+            if any(a <= res["end_line"] and res["start_line"] <= b for a, b in spans):
+                continue  # these turns are shown already, from an overlapping window
+            spans.append((res["start_line"], res["end_line"]))
         if c.also:
             res["also"] = [_place(rows[cid]) for cid in c.also]  # collapsed from ``kept``
         if notes is not None:

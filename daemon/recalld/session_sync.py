@@ -148,6 +148,7 @@ class SessionIndexer:
             target_tokens=self.target_tokens,
             embed_kinds=checked_kinds(self.config.list("sessions.embed_kinds")),
             tool_head_chars=self.config.int("sessions.embed_tool_head_chars"),
+            overlap=self.config.float("chunking.message_window_overlap"),
         )
 
     def sync(self, paths: Iterable[Path] | None = None) -> SessionReport:

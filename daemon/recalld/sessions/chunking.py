@@ -77,6 +77,7 @@ class _Open:
     rows: list[tuple[int, str]] = field(default_factory=list)
     tokens: int = 0  # sum of the rows' counts; checked against the exact count on close
     date: str = ""
+    carried: int = 0  # leading rows repeated from the previous chunk (conversation windows)
 
 
 class SessionChunker:
@@ -97,6 +98,7 @@ class SessionChunker:
         embed_kinds: Iterable[str] = CHUNK_KINDS,
         tool_head_chars: int = 300,
         keyword_part_chars: int = KEYWORD_PART_CHARS,
+        overlap: float = 0.0,
     ) -> None:
         if max_tokens < 16 + _SPECIALS:
             raise ValueError("max_tokens is too small to hold a message line")
@@ -107,6 +109,9 @@ class SessionChunker:
         self.embed_kinds = frozenset(embed_kinds)
         self.tool_head_chars = max(tool_head_chars, 0)
         self.part_chars = max(keyword_part_chars, 200)
+        # Conversation windows: a closed chunk's last messages, up to this many tokens, open
+        # the next one, so that a question and the reply after it share a chunk.
+        self.carry_tokens = int(max(overlap, 0.0) * self.target)
         self._open = _Open()
         self._date_cost: dict[str, int] = {}
 
@@ -126,17 +131,24 @@ class SessionChunker:
 
     def pending(self) -> list[SessionChunk]:
         """The open last chunk ([] when there is none; two in the rare case :meth:`_fit` splits)."""
-        return self._fit(self._open.rows) if self._open.rows else []
+        o = self._open
+        return self._fit(o.rows) if len(o.rows) > o.carried else []
 
     def save(self) -> dict[str, Any]:
         """The open chunk as a JSON-able dict, for :meth:`restore`."""
         o = self._open
-        return {"rows": [list(r) for r in o.rows], "tokens": o.tokens, "date": o.date}
+        rows = [list(r) for r in o.rows]
+        return {"rows": rows, "tokens": o.tokens, "date": o.date, "carried": o.carried}
 
     def restore(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`save` output (made with the same settings and counter)."""
         rows = [(int(line), str(text)) for line, text in state.get("rows", [])]
-        self._open = _Open(rows, int(state.get("tokens", 0)), str(state.get("date", "")))
+        self._open = _Open(
+            rows,
+            int(state.get("tokens", 0)),
+            str(state.get("date", "")),
+            int(state.get("carried", 0)),
+        )
 
     # --- internals ---
 
@@ -190,9 +202,35 @@ class SessionChunker:
             self._close(done)
 
     def _close(self, done: list[SessionChunk]) -> None:
-        rows, self._open = self._open.rows, _Open()
-        if rows:
-            done.extend(self._fit(rows))
+        o, self._open = self._open, _Open()
+        if len(o.rows) > o.carried:  # rows carried over alone are in the last chunk already
+            done.extend(self._fit(o.rows))
+            if self.carry_tokens:
+                self._open = self._carry(o.rows)
+
+    def _carry(self, rows: list[tuple[int, str]]) -> _Open:
+        """The last whole messages of ``rows`` (under ``carry_tokens``, never all) as a new open
+        chunk, behind the date line in effect for them."""
+        start, used = len(rows), 0
+        while start > 1:
+            line = rows[start - 1][0]
+            k = start - 1
+            while k > 0 and rows[k - 1][0] == line:
+                k -= 1  # the parts and the date line of one message go together
+            cost = sum(self.count(text) for _, text in rows[k:start])
+            if k == 0 or used + cost > self.carry_tokens:
+                break
+            start, used = k, used + cost
+        tail = rows[start:]
+        if start == len(rows):
+            return _Open()
+        dated = [t[1:-1] for _, t in rows if _DATE_ROW.fullmatch(t)]
+        date = dated[-1] if dated else ""  # in effect at the end
+        if not _DATE_ROW.fullmatch(tail[0][1]):
+            before = [t for _, t in rows[:start] if _DATE_ROW.fullmatch(t)]
+            if before:
+                tail = [(tail[0][0], before[-1]), *tail]
+        return _Open(tail, sum(self.count(t) for _, t in tail), date, len(tail))
 
     def _fit(self, rows: list[tuple[int, str]]) -> list[SessionChunk]:
         """The chunk of ``rows``, split in two if the exact count disagrees with the sum."""
