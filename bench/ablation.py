@@ -59,15 +59,31 @@ VARIANTS: dict[str, dict[str, Value]] = {
     "all (defaults)": {},
     "all + mmr + recency": {"search.mmr_lambda": 0.7, "search.recency_half_life_days": 30.0},
 }
-#: Issue 17's ranking levers, each alone on top of the defaults (bench/loo.py judges them).
-#: Coordination 0.5 is the default since the rule chose it ("-coord" turns it off).
+#: Issue 17's levers, each alone against the defaults (``bench/loo.py`` judges them). Those that
+#: change chunking run last in each set: the home is rebuilt for them (cached vectors reused).
 LEVERS: dict[str, dict[str, Value]] = {
     "-coord": {"search.coordination": 0.0},
     "+coord 0.25": {"search.coordination": 0.25},
-    "+coord 0.5": {"search.coordination": 0.5},
     "+doc 0.3": {"search.doc_evidence": 0.3},
     "+prf 0.5": {"search.prf": 0.5},
-    "+coord 0.5 +doc 0.3": {"search.coordination": 0.5, "search.doc_evidence": 0.3},
+    "-front matter": {"chunking.front_matter": False},
+    "-chat windows": {"chunking.chat_windows": False, "search.chat_focus": False},
+    "-message overlap": {"chunking.message_window_overlap": 0.0},
+}
+#: One leave-one-set-out decision per lever: the default first, then its alternatives.
+DECISIONS: dict[str, tuple[str, ...]] = {
+    "coordination (`search.coordination` 0.5)": ("all (defaults)", "-coord", "+coord 0.25"),
+    "document evidence (`search.doc_evidence` off)": ("all (defaults)", "+doc 0.3"),
+    "pseudo-relevance feedback (`search.prf` off)": ("all (defaults)", "+prf 0.5"),
+    "front matter names (`chunking.front_matter` on)": ("all (defaults)", "-front matter"),
+    "conversation windows (`chunking.chat_windows`, `search.chat_focus` on)": (
+        "all (defaults)",
+        "-chat windows",
+    ),
+    "message overlap (`chunking.message_window_overlap` 0.5)": (
+        "all (defaults)",
+        "-message overlap",
+    ),
 }
 VARIANTS.update(LEVERS)
 #: Every open set of ../shared/bench, then the derived partial-identifier set.
@@ -83,7 +99,7 @@ SETS = (
 )
 #: Sets whose per-tag rows the Markdown shows.
 TAGGED = ("locomo", "locomo-transcripts", "vault-known-item")
-STANDARD = tuple(v for v in VARIANTS if v not in LEVERS)  # what `make bench` runs
+STANDARD = tuple(VARIANTS)  # what `make bench` runs: every variant, the levers last
 LAST = OUT / "ablation.json"
 
 
@@ -106,13 +122,13 @@ def set_files(name: str) -> tuple[Path, Path, Path, dict[str, Value]]:
 
 
 def settings(overrides: dict[str, Value]) -> dict[str, Value]:
-    """The ``search.*`` settings a variant runs with (its overrides on today's defaults).
+    """The ``search.*`` and ``chunking.*`` settings a variant runs with (overrides on defaults).
 
     Stored with each row, so that a cached row is reused only while the defaults under it are
     unchanged (a lever turned on by default changes ``all (defaults)``).
     """
     values = Config(overrides).as_dict()
-    return {k: v for k, v in sorted(values.items()) if k.startswith("search.")}
+    return {k: v for k, v in sorted(values.items()) if k.startswith(("search.", "chunking."))}
 
 
 def run(
@@ -190,6 +206,22 @@ def load_last() -> dict[str, Any] | None:
         return None
     data: dict[str, Any] = json.loads(LAST.read_text(encoding="utf-8"))
     return data
+
+
+def decisions_markdown(results: dict[str, Any]) -> str:
+    """The leave-one-set-out rule (``bench/loo.py``) for each lever of ``DECISIONS``."""
+    from bench.loo import markdown as loo_markdown
+    from bench.loo import score_table
+
+    out: list[str] = []
+    for label, variants in DECISIONS.items():
+        sets = [s for s, rows in results.items() if all(v in rows for v in variants)]
+        if not sets:
+            continue
+        table = score_table(results, sets, variants, None)
+        out.append(f"\n**{label}**\n")
+        out.append(loo_markdown(table, variants, "mean of " + ", ".join(METRICS)))
+    return "\n".join(out)
 
 
 def markdown(results: dict[str, Any]) -> str:

@@ -574,7 +574,21 @@ def _ablation_md(sheet: Sheet) -> list[str]:
     ]
     if sheet.tables.get("ablation_reused"):
         out += ["", "Not rerun in this run: the last results from bench/out/ablation.json."]
-    return [*out, markdown(results).rstrip()]
+    out += [markdown(results).rstrip()]
+    from bench.ablation import decisions_markdown
+
+    return [
+        *out,
+        "",
+        "## Leave one set out: the default of each lever",
+        "",
+        "Issue 17's rule (`bench/loo.py`): a setting is the default only if, for each set, it is "
+        "the best or within 0.005 of the best when that set is left out of the choice. A set's "
+        "score is the mean of recall@10, recall@4kc, hit@1, MRR@10 and nDCG@10; `-lever` = the "
+        "defaults with that lever off, `+lever` = with it on. Chunking levers (front matter, "
+        "windows, message overlap) change only the notes they apply to, so elsewhere they tie.",
+        decisions_markdown(results).rstrip(),
+    ]
 
 
 def _needles_md(sheet: Sheet) -> list[str]:

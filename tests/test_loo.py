@@ -90,7 +90,22 @@ def test_ablation_save_merges_rows_into_the_json(
 
 
 def test_a_cached_row_is_reused_only_under_the_same_settings() -> None:
-    row = _row(0.5) | {"settings": ablation.settings(ablation.VARIANTS["+coord 0.5"]), "limit": 3}
-    got = ablation.run(["cranfield"], ["+coord 0.5"], 3, {"cranfield": {"+coord 0.5": row}})
-    assert got["cranfield"]["+coord 0.5"] is row
+    row = _row(0.5) | {"settings": ablation.settings(ablation.VARIANTS["+doc 0.3"]), "limit": 3}
+    got = ablation.run(["cranfield"], ["+doc 0.3"], 3, {"cranfield": {"+doc 0.3": row}})
+    assert got["cranfield"]["+doc 0.3"] is row
     assert ablation.settings({}) != ablation.settings({"search.coordination": 0.9})
+    assert ablation.settings({}) != ablation.settings({"chunking.chat_windows": False})
+
+
+def test_decisions_table_judges_each_lever_on_the_sets_that_hold_it() -> None:
+    rows = {"all (defaults)": 0.70, "-coord": 0.60, "+coord 0.25": 0.69, "+doc 0.3": 0.80}
+    results = _results({"a": rows, "b": rows | {"+doc 0.3": 0.50}, "c": {"all (defaults)": 0.1}})
+    md = ablation.decisions_markdown(results)
+    coord = md.split("**coordination")[1].split("**document")[0]
+    assert "| a |" in coord and "| b |" in coord and "| c |" not in coord
+    assert "Default: all (defaults)" in coord
+    doc = md.split("**document evidence")[1]
+    # +doc wins on a by 0.10 and loses on b by 0.20: chosen on a's fold, it fails b's.
+    assert "| b | +doc 0.3 | 0.500 | all (defaults) 0.700 | 0.200 | no |" in doc
+    assert "Default: all (defaults)" in doc
+    assert "front matter" not in md  # no set holds its variants
