@@ -202,6 +202,17 @@ def test_max_tokens_counts_what_is_printed(homes: dict[str, Path]) -> None:
     assert res["budget"]["used_tokens"] <= budget
 
 
+def test_an_answer_over_its_budget_says_why(homes: dict[str, Path]) -> None:
+    # --explain lines are part of what is printed, so they count; alone they exceed 100 tokens.
+    query = ("Priya", "storage", "benchmark", "--max-tokens", "100")
+    for name, done in both(homes, "search", *query, "--explain").items():
+        footer = done.stderr.strip().splitlines()[-1]
+        used = int(footer.split("~")[1].split(" ")[0])
+        assert used > 100 and "the --explain lines alone do not fit" in footer, (name, footer)
+    for name, done in both(homes, "search", *query).items():
+        assert "over it" not in done.stderr, (name, done.stderr)
+
+
 def test_explain_says_why_a_result_under_the_floor_is_kept(homes: dict[str, Path]) -> None:
     args = ("search", "vegetables", "and", "Marek", "--min-score", "0.25", "--explain")
     for name, done in both(homes, *args, "--json").items():

@@ -80,10 +80,20 @@ def search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
         err.append(
             f"-- {res.get('mode')} · budget {b['max_tokens']}: ~{b['used_tokens']} used, "
             f"{b['snippets_trimmed']} trimmed, {b['dropped']} dropped"
+            + _over_budget(res, b)
         )
     else:
         err.append(f"-- {res.get('mode')} · {res.get('provider')} · {res.get('took_ms')} ms")
     return "".join(f"{line}\n" for line in out), "".join(f"{line}\n" for line in err)
+
+
+def _over_budget(res: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    """Why an answer is over its budget: the smallest one (best snippet kept) is bigger."""
+    if b["used_tokens"] <= b["max_tokens"]:
+        return ""
+    if "explain" in res:
+        return " (over it: the --explain lines alone do not fit; drop --explain or raise it)"
+    return " (over it: the best result cannot be trimmed further; raise --max-tokens)"
 
 
 def explain_line(e: dict[str, Any]) -> str:
