@@ -79,8 +79,7 @@ def search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
         b = res["budget"]
         err.append(
             f"-- {res.get('mode')} · budget {b['max_tokens']}: ~{b['used_tokens']} used, "
-            f"{b['snippets_trimmed']} trimmed, {b['dropped']} dropped"
-            + _over_budget(res, b)
+            f"{b['snippets_trimmed']} trimmed, {b['dropped']} dropped" + _over_budget(res, b)
         )
     else:
         err.append(f"-- {res.get('mode')} · {res.get('provider')} · {res.get('took_ms')} ms")
