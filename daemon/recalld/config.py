@@ -295,8 +295,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "index.reader_mmap_mb",
-        0,
-        "Memory-map this much of the index for searches (file-backed, shared; 0: no map).",
+        65_536,
+        "Memory-map up to this much of the index for searches (file-backed pages shared by the "
+        "read connections, reclaimable by the kernel; 0: plain reads).",
         0,
         1_048_576,
     ),
