@@ -12,14 +12,24 @@ from typing import Any
 
 import pytest
 
+XVFB_ARGS = ["-screen", "0", "640x400x24", "-nolisten", "tcp", "-noreset"]
+
 
 class XServer:
-    """Xvfb on a free display number (chosen by Xvfb itself through -displayfd)."""
+    """Xvfb on a free display number (chosen by Xvfb itself through -displayfd).
+
+    With ``-noreset``: by default an X server resets when its last client disconnects, and
+    a client that connects during the reset gets its connection reset (ConnectionClosedError,
+    ECONNRESET) or sees a server with none of its state. A desktop always has clients (the
+    window manager, the panel); here the helpers below connect once per call, and a test of
+    the popup alone has moments without any client: the next helper or menu connection then
+    raced the reset.
+    """
 
     def __init__(self) -> None:
         read, write_ = os.pipe()
         self.proc = subprocess.Popen(
-            ["Xvfb", "-displayfd", str(write_), "-screen", "0", "640x400x24", "-nolisten", "tcp"],
+            ["Xvfb", "-displayfd", str(write_), *XVFB_ARGS],
             pass_fds=(write_,),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -141,9 +141,12 @@ class PopupMenu:
 
     @property
     def is_open(self) -> bool:
-        """Whether the menu is shown (or about to be)."""
+        """Whether the menu is shown (or about to be).
+
+        Not once its loop has ended: the thread lives on a moment to run the chosen action.
+        """
         thread = self._thread
-        return thread is not None and thread.is_alive()
+        return thread is not None and thread.is_alive() and not self._ending.is_set()
 
     def toggle(self, x: int, y: int) -> None:
         """Open the menu at root coordinates (x, y), or close it when it is open."""
