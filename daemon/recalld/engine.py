@@ -4,7 +4,7 @@ Used in-process by the CLI and wrapped by the daemon. All writes go through :met
 and :meth:`Engine.reindex` (the daemon calls them from its single writer thread); searches and
 gets use pooled read-only connections and never wait for a sync. A full rebuild happens in a
 temporary database next to the live one and is swapped in with ``os.replace``.
-The rebuild's phases call :func:`recalld.index_files.test_phase` (a no-op outside tests).
+The rebuild's phases call :func:`recalld.index.index_files.test_phase` (a no-op outside tests).
 """
 
 from __future__ import annotations
@@ -24,24 +24,26 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from recalld import __version__, access, index_files, paths
-from recalld.chunking import Chunk
-from recalld.common_terms import CommonTerms, tune_reader
+from recalld import __version__, paths
 from recalld.config import Config
 from recalld.embedding.base import Embedder, provider_key
+from recalld.embedding.provider_guard import PROBE_DEADLINE_S, ProviderGuard
 from recalld.embedding.registry import ProviderChoice, resolve_embedder
 from recalld.errors import BadRequest, IndexError_, NotFound, RecalldError
-from recalld.filters import PathFilter
-from recalld.indexer import Indexer, Progress, SyncReport, identity_for
-from recalld.path_rule import shown
-from recalld.provider_guard import PROBE_DEADLINE_S, ProviderGuard
-from recalld.rwlock import ReadWriteLock
-from recalld.search import SearchContext, parse_request, run_search
-from recalld.session_sync import SessionIndexer
-from recalld.store import FileChange, Identity, Store, prefix_bounds
-from recalld.vector_backfill import BackgroundChunker, VectorBacklog
-from recalld.vector_files import VectorFiles
-from recalld.vector_index import VectorIndex
+from recalld.index import index_files
+from recalld.index.rwlock import ReadWriteLock
+from recalld.index.store import FileChange, Identity, Store, prefix_bounds
+from recalld.index.vector_files import VectorFiles
+from recalld.index.vector_index import VectorIndex
+from recalld.ingest.chunking import Chunk
+from recalld.ingest.filters import PathFilter
+from recalld.ingest.indexer import Indexer, Progress, SyncReport, identity_for
+from recalld.ingest.path_rule import shown
+from recalld.ingest.session_sync import SessionIndexer
+from recalld.ingest.vector_backfill import BackgroundChunker, VectorBacklog
+from recalld.retrieval import access
+from recalld.retrieval.common_terms import CommonTerms, tune_reader
+from recalld.retrieval.search import SearchContext, parse_request, run_search
 
 log = logging.getLogger(__name__)
 
@@ -387,7 +389,7 @@ class Engine:
             self._reranker_loaded = True
             if self.config.str("rerank.provider") not in ("", "none"):
                 try:
-                    from recalld.rerank import resolve_reranker
+                    from recalld.retrieval.rerank import resolve_reranker
 
                     self._reranker = resolve_reranker(self.config)
                 except Exception as exc:  # noqa: BLE001 - search works without a reranker
@@ -408,7 +410,7 @@ class Engine:
         lines = params.get("lines")
         if from_line == 1 and not access.exists(raw):
             raw, from_line, lines = _split_citation(raw, lines)
-        from recalld.filters import make_filter
+        from recalld.ingest.filters import make_filter
 
         decoded = params.get("decoded", False)
         if not isinstance(decoded, bool):
@@ -435,8 +437,8 @@ class Engine:
             raise NotFound(f"{target.path} is not indexed and does not exist")
         redact = None
         if target.source == "sessions":  # indexed or not yet: transcripts are served redacted
-            from recalld.sessions.decoded import decode_line
-            from recalld.sessions.redaction import redact_line
+            from recalld.ingest.sessions.decoded import decode_line
+            from recalld.ingest.sessions.redaction import redact_line
 
             redact = decode_line if decoded else redact_line
         return access.read_lines(target.path, from_line, lines, redact=redact)
@@ -700,7 +702,7 @@ class Engine:
                 for root, why in self.root_problems(store).items()
             ]
         skipped = sorted(self.skipped.items())
-        from recalld.sessions.redaction import counts as redaction_counts
+        from recalld.ingest.sessions.redaction import counts as redaction_counts
 
         return {
             "version": __version__,
