@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.partial_ids import transcript_overrides  # noqa: E402
 from recalld.config import Config, Value  # noqa: E402
-from recalld.evaluation import parse_overrides, run_eval  # noqa: E402
+from recalld.surfaces.evaluation import parse_overrides, run_eval  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "bench"
 OUT = ROOT / "bench" / "out"

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from bench.common import CACHE_DB, log
 from recalld.embedding.local import LocalEmbedder
-from recalld.store import Store
+from recalld.index.store import Store
 
 F32 = npt.NDArray[np.float32]
 EMBED_GROUP = 256  # chunks per embed() call, as the indexer groups them

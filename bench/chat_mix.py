@@ -9,7 +9,7 @@ are :data:`CHAT_SHARE` of the whole; queries are locomo's questions.
 
 ``chat_index`` is the ``chat`` part of ``make bench``. Run alone, this module builds a
 keyword-only copy of the same mix (no vectors needed) and times the keyword channel in-process
-under the settings of ``recalld.common_terms`` (``--chunks``, ``--queries``)::
+under the settings of ``recalld.retrieval.common_terms`` (``--chunks``, ``--queries``)::
 
     .venv/bin/python bench/chat_mix.py --chunks 100000
 """
@@ -69,7 +69,7 @@ def chat_index(ctx: Any) -> None:
     brute force and the query embedding timed on the same query in the same round."""
     from bench.daemonproc import Daemon
     from bench.speed import SPEED, _ms
-    from recalld.store import Store
+    from recalld.index.store import Store
 
     home = SPEED / "idx-chat"
     pool = chat_pool(ctx.pool)
@@ -131,8 +131,8 @@ def chat_index(ctx: Any) -> None:
 def keyword_home(home: Path, chunks: int) -> int:
     """A keyword-only index of the chat mix, written straight through recalld's Store."""
     from recalld.config import Config
-    from recalld.indexer import identity_for
-    from recalld.store import FileRow, Store
+    from recalld.index.store import FileRow, Store
+    from recalld.ingest.indexer import identity_for
 
     index = home / "index.sqlite"
     marker = home / f"built-{chunks}"

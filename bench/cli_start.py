@@ -53,7 +53,7 @@ def _heavy_imports(env: dict[str, str]) -> str:
     """Which heavy modules a ``recalld search`` through the daemon imported (in a subprocess)."""
     code = (
         "import contextlib, io, sys\n"
-        "from recalld.cli_fast import main\n"  # what the console script runs
+        "from recalld.surfaces.cli_fast import main\n"  # what the console script runs
         "sink = io.StringIO()\n"
         "with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):\n"
         f"    rc = main(['search', {QUERIES[0]!r}])\n"

@@ -29,20 +29,20 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-import recalld.chunking
-import recalld.indexer
-import recalld.store
+import recalld.index.store
+import recalld.ingest.chunking
+import recalld.ingest.indexer
 import recalld.tokens
 from bench.cache import VectorCache
 from bench.common import OUT, SHARED_BENCH, log
-from recalld import migrations
-from recalld.chunking import chunk_markdown
 from recalld.config import Config, Value
 from recalld.embedding.local import LocalEmbedder
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
-from recalld.indexer import chunking_identity, identity_for, text_hash
-from recalld.store import NewChunk, Store
+from recalld.index import migrations
+from recalld.index.store import NewChunk, Store
+from recalld.ingest.chunking import chunk_markdown
+from recalld.ingest.indexer import chunking_identity, identity_for, text_hash
 from recalld.tokens import default_tokenizer
 
 F32 = npt.NDArray[np.float32]
@@ -93,9 +93,9 @@ def chunk_text(text: str) -> tuple[NewChunk, ...]:
 def _code_signature(*, index: bool = False) -> str:
     """Changes when recalld's chunker or tokenizer (``index``: also indexer and store) changes."""
     digest = hashlib.sha256(chunking_identity(_DEFAULTS).encode())
-    modules = [recalld.chunking, recalld.tokens]
+    modules = [recalld.ingest.chunking, recalld.tokens]
     if index:
-        modules += [recalld.indexer, recalld.store, migrations]
+        modules += [recalld.ingest.indexer, recalld.index.store, migrations]
     for module in modules:
         if module.__file__:
             digest.update(Path(module.__file__).read_bytes())

@@ -36,7 +36,7 @@ class Daemon:
         """Spawn ``recalld serve`` and wait until it answers ``hello``."""
         with self.log.open("ab") as logf:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "recalld.cli", "serve"],
+                [sys.executable, "-m", "recalld", "serve"],
                 env=self.env(),
                 stdout=logf,
                 stderr=subprocess.STDOUT,

@@ -45,7 +45,7 @@ def _raw(embedder: Any, texts: list[str]) -> tuple[int, float]:
 def run(embedder: Any, pool: list[corpora.Doc], files: int, home: Path) -> dict[str, float]:
     """Index ``files`` real files with a fresh daemon; return the timings."""
     from bench.daemonproc import Daemon
-    from recalld.store import Store
+    from recalld.index.store import Store
 
     docs = corpora.interleave([d for d in pool if d.chunks], "first-sync")[:files]
     corpora.wipe(home)

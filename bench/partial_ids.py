@@ -2,8 +2,8 @@
 
 Nobody types an identifier exactly as it was written weeks ago: ``ConnReset`` for
 ``ERR_CONN_RESET``, ``conn_reset`` for ``connectionReset``, ``recalld/search`` for
-``daemon/recalld/search.py``. This builds such queries, deterministically, from the transcripts'
-indexed text:
+``daemon/recalld/retrieval/search.py``. This builds such queries, deterministically, from the
+transcripts' indexed text:
 
 1. index the transcripts (as session sources) into an eval home;
 2. collect identifiers from the chunk texts: ``snake_case`` / ``SCREAMING_CASE`` with 2+ parts,
@@ -169,7 +169,7 @@ def transcript_overrides(corpus: Path, home: Path) -> dict[str, Value]:
 
 def main() -> None:
     from recalld.engine import Engine
-    from recalld.evaluation import eval_config
+    from recalld.surfaces.evaluation import eval_config
 
     root = Path(__file__).resolve().parents[1]
     corpus = root.parent / "shared" / "bench" / "transcripts"

@@ -11,8 +11,8 @@ from typing import Any
 from bench.cache import VectorCache
 from bench.common import OUT, SHARED_BENCH, Sheet, Sizes, log
 from bench.corpora import Doc
-from recalld.evaluation import run_eval
-from recalld.store import Store
+from recalld.index.store import Store
+from recalld.surfaces.evaluation import run_eval
 
 MODES = ("keyword", "vector", "hybrid", "rrf")
 METRICS = ("recall@10", "hit@1", "mrr@10", "ndcg@10", "recall@4kc")

@@ -25,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "daemon"))
 
-from recalld.sessions.redaction import redact, redact_line  # noqa: E402
+from recalld.ingest.sessions.redaction import redact, redact_line  # noqa: E402
 
 TOKEN = re.compile(r"\[REDACTED:([a-z_]+)\]")
 SETS = {

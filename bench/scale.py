@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-import recalld.store
+import recalld.index.store
 from bench import corpora
 from bench.cache import VectorCache
 from bench.common import OUT, QUICK, Sampler, Sheet, log, percentile
@@ -33,11 +33,11 @@ from bench.daemonproc import Daemon
 from recalld.embedding.local import LocalEmbedder
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
-from recalld.ident_tokens import ident_text
-from recalld.indexer import content_hash, identity_for, text_hash
-from recalld.store import FileRow, NewChunk, Store
-from recalld.vector_index import VectorIndex
-from recalld.vector_load import load_rows
+from recalld.index.ident_tokens import ident_text
+from recalld.index.store import FileRow, NewChunk, Store
+from recalld.index.vector_index import VectorIndex
+from recalld.index.vector_load import load_rows
+from recalld.ingest.indexer import content_hash, identity_for, text_hash
 
 F32 = npt.NDArray[np.float32]
 SCALE = OUT / "speed"
@@ -168,13 +168,13 @@ class _VariedIdents:
 
     @contextmanager
     def installed(self) -> Iterator[None]:
-        """``recalld.store.ident_text`` answers from ``known`` while the block runs."""
-        saved = recalld.store.ident_text  # type: ignore[attr-defined]
-        recalld.store.ident_text = self._lookup  # type: ignore[attr-defined]
+        """``recalld.index.store.ident_text`` answers from ``known`` while the block runs."""
+        saved = recalld.index.store.ident_text  # type: ignore[attr-defined]
+        recalld.index.store.ident_text = self._lookup  # type: ignore[attr-defined]
         try:
             yield
         finally:
-            recalld.store.ident_text = saved  # type: ignore[attr-defined]
+            recalld.index.store.ident_text = saved  # type: ignore[attr-defined]
 
 
 def _chunk_key(target: int, real: dict[str, F32], pool: list[corpora.Doc]) -> str:

@@ -31,9 +31,9 @@ from bench.daemonproc import Daemon
 from recalld.embedding.local import LocalEmbedder
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
-from recalld.fts_query import build_match
-from recalld.store import Store, vector_blob
-from recalld.vector_index import VectorIndex
+from recalld.index.store import Store, vector_blob
+from recalld.index.vector_index import VectorIndex
+from recalld.retrieval.fts_query import build_match
 
 F32 = npt.NDArray[np.float32]
 SPEED = OUT / "speed"

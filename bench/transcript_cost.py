@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from recalld.config import Value  # noqa: E402
 from recalld.engine import Engine  # noqa: E402
-from recalld.evaluation import eval_config, parse_overrides  # noqa: E402
+from recalld.surfaces.evaluation import eval_config, parse_overrides  # noqa: E402
 
 CORPUS = (ROOT.parent / "shared" / "bench" / "transcripts").resolve()
 HOME = ROOT / "bench" / "out" / "transcript-cost"
@@ -100,7 +100,7 @@ def main() -> None:
 def needles(home: Path, overrides: dict[str, Value]) -> dict[str, Any]:
     """hit@1 / hit@10 / MRR@10 of the needle set on the index in ``home`` (hybrid)."""
     from bench.transcript_needles import OUT, summary
-    from recalld.evaluation import run_eval
+    from recalld.surfaces.evaluation import run_eval
 
     res = run_eval(CORPUS, OUT / "queries.jsonl", OUT / "qrels.tsv", home=home, overrides=overrides)
     return summary(res)

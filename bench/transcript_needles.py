@@ -362,7 +362,7 @@ def score_recalld(
     """
     from recalld.config import Value
     from recalld.engine import Engine
-    from recalld.evaluation import eval_config, run_eval
+    from recalld.surfaces.evaluation import eval_config, run_eval
 
     home = ROOT / "bench" / "out" / "quality" / f"transcript-needles-{mode}{tag}"
     home.mkdir(parents=True, exist_ok=True)

@@ -38,7 +38,7 @@ class DaemonProcess:
         env.update(self.env)
         with self.log.open("ab") as logf:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "recalld.cli", "serve"],
+                [sys.executable, "-m", "recalld.surfaces.cli", "serve"],
                 env=env,
                 stdout=logf,
                 stderr=subprocess.STDOUT,

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from daemon_process import DaemonProcess
-from recalld.filters import PathFilter
-from recalld.indexer import content_hash
-from recalld.store import Store
+from recalld.index.store import Store
+from recalld.ingest.filters import PathFilter
+from recalld.ingest.indexer import content_hash
 
 PR_CAPBSET_DROP = 24
 CAP_DAC_OVERRIDE = 1

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from daemon_process import DaemonProcess, wait_for
-from recalld.vector_backfill import BackgroundChunker
+from recalld.ingest.vector_backfill import BackgroundChunker
 
 
 def one_line_note(size: int, marker: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recalld.chunking import Chunk, chunk_markdown
+from recalld.ingest.chunking import Chunk, chunk_markdown
 
 _PIECE = re.compile(r"\w{1,4}|[^\w\s]")
 

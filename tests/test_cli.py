@@ -12,7 +12,7 @@ from conftest import env_for, write
 
 def run(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "recalld.cli", *args],
+        [sys.executable, "-m", "recalld.surfaces.cli", *args],
         env=env_for(home),
         capture_output=True,
         text=True,

@@ -1,7 +1,7 @@
 """The fast path of ``recalld search|get|status``: a real daemon, real subprocesses.
 
-The fast path (recalld.cli_fast) must print exactly what the full CLI prints through the same
-daemon, exit with the same codes, and import no heavy module.
+The fast path (recalld.surfaces.cli_fast) must print exactly what the full CLI prints through the
+same daemon, exit with the same codes, and import no heavy module.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ import pytest
 
 from conftest import env_for, write
 from daemon_process import DaemonProcess
-from recalld.cli import _parser
-from recalld.cli_fast import parse
+from recalld.surfaces.cli import _parser
+from recalld.surfaces.cli_fast import parse
 
 HEAVY = ("numpy", "apsw", "onnxruntime", "tokenizers", "recalld.config", "recalld.engine")
 
 # Runs the console script's entry and reports, on a file, the heavy modules it imported.
 FAST = f"""
 import sys
-from recalld.cli_fast import main
+from recalld.surfaces.cli_fast import main
 try:
     rc = main(sys.argv[2:])
 finally:
@@ -35,7 +35,7 @@ finally:
     open(sys.argv[1], "w").write(" ".join(loaded) + ("|full" if "argparse" in sys.modules else ""))
 sys.exit(rc)
 """
-FULL = "import sys\nfrom recalld.cli import full_main\nsys.exit(full_main(sys.argv[1:]))\n"
+FULL = "import sys\nfrom recalld.surfaces.cli import full_main\nsys.exit(full_main(sys.argv[1:]))\n"
 
 # What differs between two calls on its own: the daemon's timings, uptime and rates.
 VARYING = re.compile(r"(up | · )[0-9.]+")

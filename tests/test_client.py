@@ -22,7 +22,7 @@ import pytest
 
 import recalld_client
 from recalld import errors as daemon_errors
-from recalld.server import Handler, Server, ServerThread
+from recalld.serve.server import Handler, Server, ServerThread
 from recalld_client import (
     Client,
     ConnectionLost,
@@ -337,7 +337,7 @@ def test_default_socket_follows_recalld_home(tmp: Path, monkeypatch: pytest.Monk
 SERVER = """
 import asyncio, signal, sys
 from pathlib import Path
-from recalld.server import Server
+from recalld.serve.server import Server
 
 async def main() -> None:
     server = Server({"echo": lambda p: p}, {}, Path(sys.argv[1]))

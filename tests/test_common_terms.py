@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import make_engine, write
-from recalld.fts_query import build_match
-from recalld.store import Store
+from recalld.index.store import Store
+from recalld.retrieval.fts_query import build_match
 
 NOTES = 1200  # the check is off under 1,000 chunks: small indexes keep every word
 

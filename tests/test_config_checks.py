@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import env_for
-from recalld.cli import EXIT_CONFIG
 from recalld.config import SETTINGS, Config, Setting
 from recalld.errors import ConfigError
+from recalld.surfaces.cli import EXIT_CONFIG
 
 NUMERIC = [
     s for s in SETTINGS if isinstance(s.default, int | float) and not isinstance(s.default, bool)
@@ -97,7 +97,7 @@ def test_enum_keys_accept_their_choices_and_nothing_else() -> None:
 def test_serve_with_a_bad_config_exits_with_one_clear_line(tmp_path: Path) -> None:
     (tmp_path / "config.toml").write_text("[search]\nmax_results = -5\n")
     done = subprocess.run(
-        [sys.executable, "-m", "recalld.cli", "serve"],
+        [sys.executable, "-m", "recalld.surfaces.cli", "serve"],
         env=env_for(tmp_path),
         capture_output=True,
         text=True,

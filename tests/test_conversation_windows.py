@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from conftest import BENCH, make_engine, write
-from recalld.chunking import chunk_markdown
-from recalld.conversation_windows import Unit, focus, speaker_turns, turn_windows
-from recalld.sessions.chunking import SessionChunk, SessionChunker, chunk_messages
-from recalld.sessions.formats import Message
+from recalld.ingest.chunking import chunk_markdown
+from recalld.ingest.conversation_windows import Unit, focus, speaker_turns, turn_windows
+from recalld.ingest.sessions.chunking import SessionChunk, SessionChunker, chunk_messages
+from recalld.ingest.sessions.formats import Message
 
 _PIECE = re.compile(r"\w{1,4}|[^\w\s]")
 

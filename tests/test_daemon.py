@@ -14,7 +14,7 @@ import pytest
 
 from conftest import env_for, write
 from daemon_process import DaemonProcess, wait_for
-from recalld.store import Store
+from recalld.index.store import Store
 from recalld_client import BadRequest, Forbidden
 
 
@@ -155,7 +155,7 @@ def test_kill9_during_sync_recovers(home: Path) -> None:
 
 def test_second_daemon_refused_and_stale_socket_replaced(daemon: DaemonProcess, home: Path) -> None:
     second = subprocess.run(
-        [sys.executable, "-m", "recalld.cli", "serve"],
+        [sys.executable, "-m", "recalld.surfaces.cli", "serve"],
         env=env_for(home),
         capture_output=True,
         text=True,

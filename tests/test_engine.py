@@ -12,7 +12,7 @@ from conftest import make_config, make_engine, write
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
 from recalld.errors import BadRequest, Forbidden, IndexError_, NotFound
-from recalld.store import Identity, Store
+from recalld.index.store import Identity, Store
 
 NOTES = {
     "projects/alpha.md": "# Alpha project\n\nWe decided to use PostgreSQL for billing.\n"
@@ -222,7 +222,7 @@ def test_bad_files_are_skipped_not_fatal(home: Path, local_embedder: Any) -> Non
         indexed = eng.status()["counts"]["files"]
         assert indexed == 3  # good, latin1 (decoded with replacement), empty
         assert eng.search({"query": "recipe", "mode": "keyword"})["results"]
-        from recalld.indexer import SyncReport
+        from recalld.ingest.indexer import SyncReport
 
         gone = home / "memory" / "vanished.md"
         assert eng._indexer(eng.writer, None)._prepare(gone, SyncReport()) is None  # type: ignore[arg-type]

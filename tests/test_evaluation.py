@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import env_for, write
-from recalld.evaluation import score_query
+from recalld.surfaces.evaluation import score_query
 
 
 def hit(rel: str, start: int, end: int, chars: int = 100) -> dict[str, object]:
@@ -76,7 +76,7 @@ def test_eval_on_tiny_corpus(tmp_path: Path) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "recalld.cli",
+        "recalld.surfaces.cli",
         "eval",
         "--corpus",
         str(corpus),
@@ -127,7 +127,7 @@ def _claude_line(role: str, text: str) -> str:
 
 def test_eval_judges_each_file_notes_and_transcripts_together(tmp_path: Path) -> None:
     """A README beside transcripts (listed first by the walk) no longer drops every JSONL."""
-    from recalld.evaluation import corpus_kinds, run_eval
+    from recalld.surfaces.evaluation import corpus_kinds, run_eval
 
     corpus = tmp_path / "set" / "corpus"
     write(corpus / "README.md", "# Sessions\n\nTwo agent sessions about the nightly build.\n")

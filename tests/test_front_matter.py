@@ -12,7 +12,7 @@ import pytest
 
 from conftest import BENCH, make_engine, write
 from recalld.config import Config
-from recalld.front_matter import (
+from recalld.ingest.front_matter import (
     FrontMatter,
     card_context,
     context_names,
@@ -20,7 +20,7 @@ from recalld.front_matter import (
     read_front_matter,
     simple_yaml,
 )
-from recalld.indexer import chunking_identity
+from recalld.ingest.indexer import chunking_identity
 
 HUGO = """---
 title: Sprint retrospective

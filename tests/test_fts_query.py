@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recalld.fts_query import MAX_MATCH_CHARS, MAX_TERMS, build_match, query_terms
-from recalld.ident_tokens import ident_text
+from recalld.index.ident_tokens import ident_text
+from recalld.retrieval.fts_query import MAX_MATCH_CHARS, MAX_TERMS, build_match, query_terms
 
 DDL = (
     "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, path UNINDEXED, "

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recalld.fts_query import build_match
-from recalld.ident_tokens import MAX_IDENT_CHARS, decode_escapes, ident_text
+from recalld.index.ident_tokens import MAX_IDENT_CHARS, decode_escapes, ident_text
+from recalld.retrieval.fts_query import build_match
 
 DDL = (
     "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, context, ident, "

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from conftest import write
 from daemon_process import DaemonProcess, wait_for
-from recalld.cli_output import pending_note
-from recalld.progress_bar import bar_line, describe
-from recalld.store import Store
-from recalld.vector_backfill import vector_counts
+from recalld.index.store import Store
+from recalld.ingest.vector_backfill import vector_counts
+from recalld.surfaces.cli_output import pending_note
+from recalld.surfaces.progress_bar import bar_line, describe
 from reliability_support import check_consistent
 
 FILES = 120
@@ -117,8 +117,8 @@ def test_the_bar_follows_the_vectors_once_every_file_is_in() -> None:
 def test_due_chunks_are_found_newest_first_and_keyword_only_ones_never(home: Path) -> None:
     import numpy as np
 
-    from recalld.store import FileRow, Identity, NewChunk
-    from recalld.vector_backfill import _due
+    from recalld.index.store import FileRow, Identity, NewChunk
+    from recalld.ingest.vector_backfill import _due
 
     store = Store(home / "index.sqlite")
     try:
@@ -140,7 +140,7 @@ def test_due_chunks_are_found_newest_first_and_keyword_only_ones_never(home: Pat
 
 
 def test_the_tray_ring_follows_the_vectors_once_every_file_is_in() -> None:
-    from recalld.tray import view_for
+    from recalld.surfaces.tray import view_for
 
     event = {
         "state": "syncing",

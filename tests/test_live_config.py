@@ -160,7 +160,7 @@ def test_chunking_edit_starts_a_rebuild_with_its_reason(daemon: DaemonProcess, h
 
 def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "recalld.cli", *args],
+        [sys.executable, "-m", "recalld.surfaces.cli", *args],
         env=env_for(home),
         capture_output=True,
         text=True,
@@ -220,7 +220,7 @@ def test_provider_edit_resolves_the_embedder_again(daemon: DaemonProcess, home: 
 
 def test_config_watcher_sees_a_file_created_later_and_in_place_writes(home: Path) -> None:
     """No config.toml at start (a fresh install), then created, then written in place."""
-    from recalld.config_watch import ConfigWatcher
+    from recalld.serve.config_watch import ConfigWatcher
 
     path = home / "conf" / "config.toml"
     calls: list[str] = []
@@ -245,7 +245,7 @@ def test_config_watcher_sees_a_file_created_later_and_in_place_writes(home: Path
 
 def test_diff_sorts_keys_by_what_they_need() -> None:
     from recalld.config import Config
-    from recalld.config_watch import diff
+    from recalld.serve.config_watch import diff
 
     old = Config({})
     weights = diff(old, old.with_overrides({"search.min_score": 0.5}))
@@ -261,7 +261,7 @@ def test_diff_sorts_keys_by_what_they_need() -> None:
 
 def test_freshness_counts_deleted_files_and_says_when_cut_short(home: Path) -> None:
     from conftest import make_engine
-    from recalld import freshness
+    from recalld.ingest import freshness
 
     for i in range(3):
         write(home / "memory" / f"n{i}.md", f"# N{i}\n\nnote {i}\n")

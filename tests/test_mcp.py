@@ -13,7 +13,7 @@ import pytest
 
 from conftest import write
 from daemon_process import wait_for
-from recalld import mcp_server
+from recalld.surfaces import mcp_server
 from recalld_client import Client, RecalldClientError, is_running
 
 pytest.importorskip("mcp")
@@ -55,7 +55,9 @@ def test_mcp_tools_over_stdio(home: Path) -> None:
         write(home / "memory" / name, text)
     assert not is_running(home / "run" / "recalld.sock")
     server = StdioServerParameters(
-        command=sys.executable, args=["-m", "recalld.cli", "mcp"], env={"RECALLD_HOME": str(home)}
+        command=sys.executable,
+        args=["-m", "recalld.surfaces.cli", "mcp"],
+        env={"RECALLD_HOME": str(home)},
     )
 
     async def scenario() -> None:

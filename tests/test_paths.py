@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from conftest import make_config, make_engine, write
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
-from recalld.filters import PathFilter
-from recalld.path_rule import PathRule, Swapped, name_problem, read_checked
-from recalld.store import FileRow, NewChunk
+from recalld.index.store import FileRow, NewChunk
+from recalld.ingest.filters import PathFilter
+from recalld.ingest.path_rule import PathRule, Swapped, name_problem, read_checked
 
 SECRET = "zanzibarsecret"
 

@@ -23,10 +23,10 @@ import pytest
 
 from conftest import env_for, make_engine, write
 from daemon_process import DaemonProcess
-from recalld.cli import describe_sync_report
-from recalld.progress_bar import ProgressBar
-from recalld.sync_report import Progress
-from recalld.tray import view_for
+from recalld.ingest.sync_report import Progress
+from recalld.surfaces.cli import describe_sync_report
+from recalld.surfaces.progress_bar import ProgressBar
+from recalld.surfaces.tray import view_for
 
 NOTES = 2000
 
@@ -178,7 +178,7 @@ def busy_daemon(home: Path) -> Any:
 
 def test_sync_wait_prints_progress_lines_and_a_sentence(busy_daemon: DaemonProcess) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "recalld.cli", "sync", "--wait"],
+        [sys.executable, "-m", "recalld.surfaces.cli", "sync", "--wait"],
         env=env_for(busy_daemon.home),
         capture_output=True,
         text=True,
@@ -196,7 +196,9 @@ def test_sync_wait_draws_a_bar_on_a_terminal(busy_daemon: DaemonProcess) -> None
     env = env_for(busy_daemon.home)
     pid, fd = pty.fork()
     if pid == 0:  # the child: the command on a pseudo-terminal
-        os.execve(sys.executable, [sys.executable, "-m", "recalld.cli", "sync", "--wait"], env)
+        os.execve(
+            sys.executable, [sys.executable, "-m", "recalld.surfaces.cli", "sync", "--wait"], env
+        )
     out = b""
     while True:
         try:
@@ -217,7 +219,7 @@ def test_sync_wait_draws_a_bar_on_a_terminal(busy_daemon: DaemonProcess) -> None
 
 def test_status_watch_needs_a_daemon(home: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "recalld.cli", "status", "--watch"],
+        [sys.executable, "-m", "recalld.surfaces.cli", "status", "--watch"],
         env=env_for(home),
         capture_output=True,
         text=True,
@@ -258,7 +260,7 @@ def test_bar_lines_when_not_a_terminal() -> None:
 
 def test_status_watch_follows_a_job_until_ctrl_c(busy_daemon: DaemonProcess) -> None:
     env = env_for(busy_daemon.home)
-    cmd = [sys.executable, "-m", "recalld.cli"]
+    cmd = [sys.executable, "-m", "recalld.surfaces.cli"]
     watch = subprocess.Popen(
         [*cmd, "status", "--watch"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )

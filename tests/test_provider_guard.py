@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from recalld.embedding.base import Vectors
+from recalld.embedding.provider_guard import ProviderGuard
 from recalld.errors import ProviderError
-from recalld.provider_guard import ProviderGuard
 
 
 class HangingEmbedder:

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from conftest import make_config, write
-from recalld import doc_evidence
 from recalld.config import Value
 from recalld.engine import Engine
-from recalld.fts_query import or_terms
-from recalld.fusion import Fused
+from recalld.retrieval import doc_evidence
+from recalld.retrieval.fts_query import or_terms
+from recalld.retrieval.fusion import Fused
 
 FILLER = [f"Note {i} about the weekly garden chores, compost and watering.\n" for i in range(8)]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from recalld.sessions.redaction import KINDS, redact, redact_line
+from recalld.ingest.sessions.redaction import KINDS, redact, redact_line
 
 RNG = random.Random(20240229)
 ALNUM = string.ascii_letters + string.digits

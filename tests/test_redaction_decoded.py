@@ -22,7 +22,7 @@ import pytest
 from conftest import make_config, write
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
-from recalld.sessions.redaction import counts, redact, redact_line
+from recalld.ingest.sessions.redaction import counts, redact, redact_line
 from test_redaction import AWS_ID, AWS_SECRET, POSITIVES
 
 # One of every kind the redactor knows (the first example of each kind in test_redaction).

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import write
 from daemon_process import wait_for
-from recalld.store import Store
+from recalld.index.store import Store
 from reliability_support import Daemon, check_consistent, check_matches_disk, fts_integrity
 
 KILLS = 36

@@ -34,8 +34,8 @@ from fake_services import (
     free_port_url,
     serving,
 )
-from recalld.indexer import content_hash
-from recalld.store import Store
+from recalld.index.store import Store
+from recalld.ingest.indexer import content_hash
 from recalld_client import NotFound
 from reliability_support import (
     Daemon,

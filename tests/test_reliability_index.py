@@ -25,8 +25,8 @@ import pytest
 
 from conftest import env_for, write
 from daemon_process import DaemonProcess, wait_for
-from recalld import index_health
-from recalld.cli import EXIT_INDEX
+from recalld.index import index_health
+from recalld.surfaces.cli import EXIT_INDEX
 from recalld_client import IndexUnavailable
 from reliability_support import check_matches_disk, drop_file_permission_override
 
@@ -49,7 +49,7 @@ def home() -> Iterator[Path]:
     for i in range(N_NOTES):
         write(home / "memory" / f"n{i:03d}.md", note(i, "first"))
     subprocess.run(
-        [sys.executable, "-m", "recalld.cli", "sync"],
+        [sys.executable, "-m", "recalld.surfaces.cli", "sync"],
         env=env_for(home),
         check=True,
         capture_output=True,
@@ -230,7 +230,7 @@ def test_in_process_commands_on_a_damaged_index_say_what_to_do(home: Path) -> No
     checkpoint(index)
     garble_middle_page(index)
     done = subprocess.run(
-        [sys.executable, "-m", "recalld.cli", "status"],
+        [sys.executable, "-m", "recalld.surfaces.cli", "status"],
         env=env_for(home),
         capture_output=True,
         text=True,
@@ -248,7 +248,7 @@ def test_a_read_only_home_gets_one_sentence_and_exit_code_6(tmp_path: Path) -> N
     os.chmod(home, 0o555)
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "recalld.cli", "serve"],
+            [sys.executable, "-m", "recalld.surfaces.cli", "serve"],
             env=env_for(home),
             capture_output=True,
             text=True,

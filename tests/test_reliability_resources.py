@@ -28,8 +28,8 @@ import pytest
 
 from conftest import env_for, write
 from daemon_process import DaemonProcess
-from recalld.cli import EXIT_UNAVAILABLE
-from recalld.server import MAX_CONNECTIONS
+from recalld.serve.server import MAX_CONNECTIONS
+from recalld.surfaces.cli import EXIT_UNAVAILABLE
 from recalld_client import Client, TooManyConnections, is_running
 from recalld_client.protocol import HEADER
 
@@ -187,7 +187,7 @@ def test_idle_connections_beyond_the_cap_get_too_many_connections(
         with pytest.raises(TooManyConnections, match="too many connections"), daemon.client() as c:
             c.status()
         done = subprocess.run(
-            [sys.executable, "-m", "recalld.cli", "status"],
+            [sys.executable, "-m", "recalld.surfaces.cli", "status"],
             env=env_for(daemon.home),
             capture_output=True,
             text=True,
@@ -246,7 +246,7 @@ def test_sigterm_with_busy_clients_exits_in_seconds(daemon: DaemonProcess) -> No
 
 
 def test_the_tray_says_full_not_offline_when_refused() -> None:
-    from recalld.tray import view_for
+    from recalld.surfaces.tray import view_for
 
     full = view_for(None, offline_reason="too many connections: the daemon (pid 7) runs but ...")
     assert "too many connections" in full.title and "not running" not in full.title

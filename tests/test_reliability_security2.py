@@ -23,8 +23,8 @@ import pytest
 
 from conftest import make_engine, write
 from daemon_process import DaemonProcess
-from recalld.access import PathChanged, open_checked
 from recalld.errors import BadRequest, NotFound
+from recalld.retrieval.access import PathChanged, open_checked
 from recalld_client import RecalldClientError
 
 pytestmark = pytest.mark.timeout(600)

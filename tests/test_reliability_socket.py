@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 
 from conftest import write
 from daemon_process import DaemonProcess
-from recalld.server import MAX_REQUEST, Server, ServerThread
+from recalld.serve.server import MAX_REQUEST, Server, ServerThread
 from recalld_client import Client, TooLarge
 from recalld_client.protocol import ERROR_CODES, HEADER, MAX_FRAME, FrameDecoder
 

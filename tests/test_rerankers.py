@@ -30,11 +30,21 @@ from fake_services import (
 )
 from recalld.config import Config
 from recalld.errors import ConfigError, ProviderError
-from recalld.rerank import Reranker, rerank_options, resolve_reranker, resolve_reranker_choice
-from recalld.rerank.apply import rerank_shortlist
-from recalld.rerank.ollama import OllamaReranker, parse_grade
-from recalld.rerank.onnx_cross_encoder import OnnxCrossEncoder, _to_scores
-from recalld.rerank.remote import CohereReranker, JinaReranker, RemoteReranker, VoyageReranker
+from recalld.retrieval.rerank import (
+    Reranker,
+    rerank_options,
+    resolve_reranker,
+    resolve_reranker_choice,
+)
+from recalld.retrieval.rerank.apply import rerank_shortlist
+from recalld.retrieval.rerank.ollama import OllamaReranker, parse_grade
+from recalld.retrieval.rerank.onnx_cross_encoder import OnnxCrossEncoder, _to_scores
+from recalld.retrieval.rerank.remote import (
+    CohereReranker,
+    JinaReranker,
+    RemoteReranker,
+    VoyageReranker,
+)
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -16,16 +16,16 @@ import numpy as np
 import pytest
 
 from conftest import env_for, make_engine, write
-from recalld import migrations
-from recalld.answer_budget import estimate_tokens, fit_to_budget
-from recalld.diversity import Candidate, collapse, mmr
 from recalld.engine import Engine
 from recalld.errors import BadRequest
-from recalld.fts_query import build_match
-from recalld.ident_tokens import ident_text, split_word
-from recalld.note_dates import decay, is_evergreen, note_date
-from recalld.query_shape import analyze, boosted, literal_share, normalise_name
-from recalld.store import FileRow, NewChunk, Store
+from recalld.index import migrations
+from recalld.index.ident_tokens import ident_text, split_word
+from recalld.index.store import FileRow, NewChunk, Store
+from recalld.retrieval.answer_budget import estimate_tokens, fit_to_budget
+from recalld.retrieval.diversity import Candidate, collapse, mmr
+from recalld.retrieval.fts_query import build_match
+from recalld.retrieval.note_dates import decay, is_evergreen, note_date
+from recalld.retrieval.query_shape import analyze, boosted, literal_share, normalise_name
 
 CODE_NOTES = {
     "net/errors.md": "# Network errors\n\nThe proxy logs ERR_CONN_RESET when the upstream drops "
@@ -414,7 +414,7 @@ def test_cli_search_explain_and_budget(home: Path) -> None:
     for rel, text in CODE_NOTES.items():
         write(home / "memory" / rel, text)
     env = env_for(home)
-    run = [sys.executable, "-m", "recalld.cli"]
+    run = [sys.executable, "-m", "recalld.surfaces.cli"]
     subprocess.run([*run, "sync"], env=env, check=True, capture_output=True, timeout=300)
     out = subprocess.run(
         [*run, "search", "ConnReset", "--explain", "--max-tokens", "300", "--min-score", "0"],
@@ -439,7 +439,7 @@ def test_cli_search_explain_and_budget(home: Path) -> None:
 
 
 def test_eval_counts_collapsed_places_at_the_result_rank() -> None:
-    from recalld.evaluation import score_query
+    from recalld.surfaces.evaluation import score_query
 
     hit = {
         "rel": "notes/a.md",

@@ -18,8 +18,8 @@ import pytest
 
 from conftest import env_for, write
 from daemon_process import wait_for
-from recalld import mcp_server
-from recalld.answer_budget import count_tokens
+from recalld.retrieval.answer_budget import count_tokens
+from recalld.surfaces import mcp_server
 from recalld.tokens import default_tokenizer
 from recalld_client import Client, RecalldClientError, is_running
 
@@ -57,7 +57,7 @@ def make_home(tmp: Path) -> Path:
 
 def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "recalld.cli", *args],
+        [sys.executable, "-m", "recalld.surfaces.cli", *args],
         env=env_for(home),
         capture_output=True,
         text=True,
@@ -258,7 +258,7 @@ def test_logs_are_private(homes: dict[str, Path]) -> None:
 def test_every_subcommand_help_describes_its_arguments(homes: dict[str, Path]) -> None:
     import argparse
 
-    from recalld.cli import _parser
+    from recalld.surfaces.cli import _parser
 
     sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
     for name, parser in sub.choices.items():
@@ -289,7 +289,9 @@ def test_mcp_get_forms_past_end_and_budget(homes: dict[str, Path]) -> None:
     served = homes["served"]
     note = served / "memory" / "decisions.md"
     server = StdioServerParameters(
-        command=sys.executable, args=["-m", "recalld.cli", "mcp"], env={"RECALLD_HOME": str(served)}
+        command=sys.executable,
+        args=["-m", "recalld.surfaces.cli", "mcp"],
+        env={"RECALLD_HOME": str(served)},
     )
 
     def text(result: object) -> str:

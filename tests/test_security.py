@@ -161,7 +161,7 @@ def secure() -> Iterator[Home]:
     old_umask = os.umask(0o022)
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "recalld.cli", "sync", "--json"],
+            [sys.executable, "-m", "recalld.surfaces.cli", "sync", "--json"],
             env=env_for(home),
             capture_output=True,
             text=True,
@@ -446,7 +446,7 @@ def test_get_still_serves_indexed_files(secure: Home) -> None:
 
 def test_session_globs_match_like_glob() -> None:
     """get's transcript check follows glob semantics (``**`` spans folders, not dot folders)."""
-    from recalld.access import session_match
+    from recalld.retrieval.access import session_match
 
     home = Path("/home/u")
     globs = [
@@ -590,7 +590,7 @@ def _serve_verbose(home: Path, extra_env: dict[str, str]) -> tuple[subprocess.Po
     env = env_for(home) | extra_env
     with log.open("ab") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "recalld.cli", "-v", "serve"],
+            [sys.executable, "-m", "recalld.surfaces.cli", "-v", "serve"],
             env=env,
             stdout=fh,
             stderr=subprocess.STDOUT,
@@ -627,7 +627,7 @@ def test_api_key_never_reaches_the_log_or_an_answer(tmp_home: Path) -> None:
                 answers.append(json.dumps(c.sync(wait=True)))
                 answers.append(json.dumps(c.status()))
             cli = subprocess.run(
-                [sys.executable, "-m", "recalld.cli", "status"],
+                [sys.executable, "-m", "recalld.surfaces.cli", "status"],
                 env=env_for(tmp_home),
                 capture_output=True,
                 text=True,
@@ -673,7 +673,7 @@ def test_config_holding_a_key_readable_by_others_is_reported(tmp_home: Path) -> 
             )
             assert all(inline not in w for w in warnings)
             human = subprocess.run(
-                [sys.executable, "-m", "recalld.cli", "status"],
+                [sys.executable, "-m", "recalld.surfaces.cli", "status"],
                 env=env_for(tmp_home),
                 capture_output=True,
                 text=True,
@@ -697,7 +697,7 @@ def test_config_holding_a_key_readable_by_others_is_reported(tmp_home: Path) -> 
     # without a daemon, `recalld status` (in-process) says it too
     os.chmod(config, 0o640)
     local = subprocess.run(
-        [sys.executable, "-m", "recalld.cli", "status", "--json"],
+        [sys.executable, "-m", "recalld.surfaces.cli", "status", "--json"],
         env=env_for(tmp_home),
         capture_output=True,
         text=True,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from recalld import errors
-from recalld.server import AlreadyRunning, Handler, Server, ServerThread, StreamHandler
+from recalld.serve.server import AlreadyRunning, Handler, Server, ServerThread, StreamHandler
 from recalld_client.protocol import HEADER, PROTOCOL_VERSION, read_frame, request, write_frame
 
 pytestmark = pytest.mark.timeout(60)
@@ -176,7 +176,7 @@ def test_inflight_cap_serializes(tmp: Path) -> None:
 def test_errors_are_mapped_and_the_server_survives(
     tmp: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="recalld.server")
+    caplog.set_level(logging.INFO, logger="recalld.serve.server")
     with ServerThread(_server(tmp / "s.sock")), _connect(tmp / "s.sock") as sock:
         err = _rpc(sock, 1, "forbidden")["error"]
         assert err == {"code": "forbidden", "message": "outside the roots"}

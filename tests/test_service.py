@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from recalld import cli, service
-from recalld.service import LAUNCHD, SYSTEMD, CommandResult, Layout
+from recalld.surfaces import cli, service
+from recalld.surfaces.service import LAUNCHD, SYSTEMD, CommandResult, Layout
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -248,7 +248,7 @@ def test_launchd_plist(
 
 def test_launchd_plist_escapes_xml() -> None:
     layout = Layout(
-        command=("/Users/a&b/<bin>/python", "-m", "recalld.cli"),
+        command=("/Users/a&b/<bin>/python", "-m", "recalld"),
         environment=(("RECALLD_HOME", "/Users/a&b/r"),),
         data_dir=Path("/Users/a&b/r"),
         log_dir=Path("/Users/a&b/r/logs"),
@@ -256,7 +256,7 @@ def test_launchd_plist_escapes_xml() -> None:
         runtime_directory=None,
     )
     plist = plistlib.loads(service.render(LAUNCHD, layout).encode())
-    assert plist["ProgramArguments"] == ["/Users/a&b/<bin>/python", "-m", "recalld.cli", "serve"]
+    assert plist["ProgramArguments"] == ["/Users/a&b/<bin>/python", "-m", "recalld", "serve"]
     assert plist["EnvironmentVariables"]["RECALLD_HOME"] == "/Users/a&b/r"
 
 
@@ -267,7 +267,7 @@ def test_executable_prefers_console_script(tmp_path: Path, monkeypatch: pytest.M
     python = tmp_path / "bin" / "python"
     python.parent.mkdir()
     monkeypatch.setattr(sys, "executable", str(python))
-    assert service.executable() == [str(python), "-m", "recalld.cli"]
+    assert service.executable() == [str(python), "-m", "recalld"]
     script = python.parent / "recalld"
     script.write_text("#!/bin/sh\n")
     script.chmod(0o755)

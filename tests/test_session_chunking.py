@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from recalld.sessions.chunking import SessionChunk, SessionChunker, chunk_messages
-from recalld.sessions.formats import Message, parse_file
+from recalld.ingest.sessions.chunking import SessionChunk, SessionChunker, chunk_messages
+from recalld.ingest.sessions.formats import Message, parse_file
 
 BENCH = os.environ.get("RECALLD_BENCH") or Path(__file__).parents[1] / ".." / "shared" / "bench"
 SPOTTER = Path(BENCH) / "transcripts" / "spotter"

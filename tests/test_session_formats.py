@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from recalld.sessions.formats import (
+from recalld.ingest.sessions.formats import (
     CLAUDE_CODE,
     CODEX,
     GENERIC,

@@ -14,7 +14,7 @@ from conftest import BENCH, make_config
 from daemon_process import DaemonProcess, wait_for
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
-from recalld.session_sync import SessionWatcher
+from recalld.ingest.session_sync import SessionWatcher
 
 SECRET = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8S9t0"
 

@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recalld import fusion
 from recalld.config import Config
 from recalld.errors import ConfigError
-from recalld.migrations import MIGRATIONS, current_version
-from recalld.store import FileRow, Identity, NewChunk, Store
-from recalld.vector_index import VectorIndex
+from recalld.index.migrations import MIGRATIONS, current_version
+from recalld.index.store import FileRow, Identity, NewChunk, Store
+from recalld.index.vector_index import VectorIndex
+from recalld.retrieval import fusion
 
 
 def unit(v: list[float]) -> np.ndarray:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from recalld.sessions.formats import TranscriptParser, parse_file
-from recalld.sessions.tail import (
+from recalld.ingest.sessions.formats import TranscriptParser, parse_file
+from recalld.ingest.sessions.tail import (
     CHAIN_BLOCK,
     HASH_WINDOW,
     Delta,

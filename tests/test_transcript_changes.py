@@ -189,7 +189,7 @@ def test_huge_word_in_a_message_is_chunked_in_linear_time() -> None:
     import base64
     import random
 
-    from recalld.sessions import SessionChunker, TranscriptParser
+    from recalld.ingest.sessions import SessionChunker, TranscriptParser
     from recalld.tokens import default_tokenizer
 
     real = default_tokenizer().count

@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from conftest import make_engine
-from recalld import fusion, migrations
 from recalld.engine import Engine
 from recalld.errors import ConfigError
-from recalld.sessions.chunking import checked_kinds
-from recalld.store import FileRow, NewChunk, Store
+from recalld.index import migrations
+from recalld.index.store import FileRow, NewChunk, Store
+from recalld.ingest.sessions.chunking import checked_kinds
+from recalld.retrieval import fusion
 
 BENCH = Path(
     os.environ.get("RECALLD_BENCH") or Path(__file__).parents[1] / ".." / "shared" / "bench"
@@ -49,7 +50,7 @@ def test_migration_4_gives_old_chunks_a_kind(tmp_path: Path) -> None:
 
 
 def test_keyword_only_chunks_are_never_due_a_vector(tmp_path: Path) -> None:
-    from recalld.store import Identity
+    from recalld.index.store import Identity
 
     with Store(tmp_path / "index.sqlite") as store:
         store.set_identity(Identity("k", "test", "m", 4, "{}"))
@@ -202,7 +203,7 @@ def test_a_message_split_on_the_open_chunks_line_survives_delta_sync(home: Path)
 
 def test_the_default_claude_glob_matches_subagent_sessions(tmp_path: Path) -> None:
     from recalld.config import DEFAULT_SESSION_GLOBS
-    from recalld.session_sync import transcript_files
+    from recalld.ingest.session_sync import transcript_files
 
     projects = tmp_path / ".claude" / "projects" / "-home-me-app"
     main = projects / "4d5611e5.jsonl"
@@ -216,7 +217,7 @@ def test_the_default_claude_glob_matches_subagent_sessions(tmp_path: Path) -> No
 
 
 def test_snippet_of_one_long_line_is_centred_on_the_match() -> None:
-    from recalld.search import snippet
+    from recalld.retrieval.search import snippet
 
     line = "pad " * 300 + "found_the_needle_here " + "tail " * 300  # one 2.6 KB line
     got = snippet(line, ["found_the_needle_here"], 700)
@@ -228,7 +229,7 @@ def test_snippet_of_one_long_line_is_centred_on_the_match() -> None:
 
 
 def test_snippet_shows_a_whole_identifier_over_its_parts() -> None:
-    from recalld.search import snippet
+    from recalld.retrieval.search import snippet
 
     # Its parts ("opentelemetry", "lib") fill the line's head; the whole path sits deep in it.
     line = '{"links": [' + '"opentelemetry lib", ' * 60 + '"see lib/opentelemetry_ecto.ex"]}'

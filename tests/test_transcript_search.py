@@ -19,8 +19,8 @@ import pytest
 
 from conftest import env_for, make_engine
 from recalld.engine import Engine
-from recalld.mcp_server import format_search, get_params, search_params
-from recalld.sessions.formats import parse_file
+from recalld.ingest.sessions.formats import parse_file
+from recalld.surfaces.mcp_server import format_search, get_params, search_params
 
 BENCH = Path(
     os.environ.get("RECALLD_BENCH") or Path(__file__).parents[1] / ".." / "shared" / "bench"
@@ -144,7 +144,7 @@ def test_kinds_and_decoded_through_the_mcp_arguments(keyword_engine: Engine) -> 
     assert "#L229-L229" in body["results"][0]["citation"]
     got = get_params({"path": f"{SESSION}#L229-L229", "decoded": True})
     assert got == {"path": str(SESSION), "from_line": 229, "lines": 1, "decoded": True}
-    from recalld.mcp_server import ToolError
+    from recalld.surfaces.mcp_server import ToolError
 
     with pytest.raises(ToolError, match="kinds must be a list"):
         search_params({"query": "x", "kinds": ["chat"]})
@@ -158,7 +158,7 @@ def test_kind_filter_and_decoded_get_through_the_cli(home: Path) -> None:
 
     def run(*args: str) -> str:
         proc = subprocess.run(
-            [sys.executable, "-m", "recalld.cli", *args],
+            [sys.executable, "-m", "recalld.surfaces.cli", *args],
             env=env_for(home),
             capture_output=True,
             text=True,

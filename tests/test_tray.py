@@ -11,7 +11,7 @@ import pytest
 
 from conftest import write
 from daemon_process import DaemonProcess, wait_for
-from recalld.tray import TrayApp, View, menu_entries, view_for
+from recalld.surfaces.tray import TrayApp, View, menu_entries, view_for
 
 PIL = pytest.importorskip("PIL")
 
@@ -112,7 +112,7 @@ def test_title_is_clipped() -> None:
 
 
 def test_icons_are_distinct_rgba_64() -> None:
-    from recalld.tray_icons import STATES, draw_icon
+    from recalld.surfaces.tray_icons import STATES, draw_icon
 
     images = {state: draw_icon(state) for state in STATES}
     for state, img in images.items():

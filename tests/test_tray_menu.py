@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from recalld.tray_app import open_folder
-from recalld.tray_menu_x11 import (
+from recalld.surfaces.tray_app import open_folder
+from recalld.surfaces.tray_menu_x11 import (
     BACKGROUND,
     DISABLED,
     GREY,
@@ -23,7 +23,7 @@ from recalld.tray_menu_x11 import (
     row_at,
     row_boxes,
 )
-from recalld.tray_view import View, header_lines, menu_entries, view_for
+from recalld.surfaces.tray_view import View, header_lines, menu_entries, view_for
 
 pytest.importorskip("PIL")
 
@@ -146,8 +146,8 @@ def test_desktop_menu_lists_state_and_actions() -> None:
     Built in a subprocess: pystray picks its backend once per process, on import.
     """
     code = """
-from recalld.tray import build_menu, TrayApp
-from recalld.tray_view import view_for
+from recalld.surfaces.tray import build_menu, TrayApp
+from recalld.surfaces.tray_view import view_for
 import time
 app = TrayApp(socket_path=__import__("pathlib").Path("/nonexistent.sock"))
 app.view = view_for({"state": "idle", "provider": "none", "last_sync": time.time()})
@@ -171,7 +171,7 @@ for item in menu.items:
 def test_system_pygobject_is_found_only_when_complete(tmp_path: Path) -> None:
     import sysconfig
 
-    from recalld.tray import system_gi_dir
+    from recalld.surfaces.tray import system_gi_dir
 
     site, typelibs = tmp_path / "dist-packages", tmp_path / "girepository-1.0"
     (site / "gi").mkdir(parents=True)

@@ -23,7 +23,7 @@ import pytest
 
 from conftest import env_for, write
 from daemon_process import DaemonProcess, wait_for
-from recalld.tray_icons import COLOURS
+from recalld.surfaces.tray_icons import COLOURS
 from tray_xserver import (
     TRAYER,
     XServer,
@@ -65,7 +65,7 @@ class Tray:
         }
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "recalld.cli", "tray"],
+                [sys.executable, "-m", "recalld.surfaces.cli", "tray"],
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -273,7 +273,7 @@ def test_menu_runs_every_action(
 def check_menu_pixels(shot: Any, layout: dict[str, Any], lit: int) -> None:
     """The open menu on screen: its background, dark text on the items, grey header text, and
     the item under the pointer (``lit``) in the highlight colour."""
-    from recalld.tray_menu_x11 import BACKGROUND, GREY, HIGHLIGHT, TEXT
+    from recalld.surfaces.tray_menu_x11 import BACKGROUND, GREY, HIGHLIGHT, TEXT
 
     x, y = layout["x"], layout["y"]
     menu = shot.crop((x, y, x + layout["width"], y + layout["height"])).convert("RGB")
@@ -377,8 +377,8 @@ def test_tray_follows_the_daemon_in_a_tray_that_starts_later(
 def test_menu_stays_on_screen_and_reports_the_clicked_item(xserver: XServer) -> None:
     """The popup alone, in this process: opened near the bottom-right corner (a panel at the
     bottom) it opens above and left of the pointer, fully on screen."""
-    from recalld.tray_menu_x11 import PopupMenu, menu_rows
-    from recalld.tray_view import view_for
+    from recalld.surfaces.tray_menu_x11 import PopupMenu, menu_rows
+    from recalld.surfaces.tray_view import view_for
 
     chosen: list[str] = []
     layouts: list[dict[str, Any] | None] = []

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recalld import vector_index
-from recalld.store import FileChange, FileRow, NewChunk, Store
-from recalld.vector_files import VectorFiles
-from recalld.vector_index import VectorIndex
+from recalld.index import vector_index
+from recalld.index.store import FileChange, FileRow, NewChunk, Store
+from recalld.index.vector_files import VectorFiles
+from recalld.index.vector_index import VectorIndex
 from test_vector_index import DIMS, _row_by_row, _store_with_vectors, _unit
 
 
@@ -96,7 +96,7 @@ def test_sigkill_while_serving_reads_the_index_again(tmp_path: Path) -> None:
         import os, signal, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_vector_files import _load, _write
-        from recalld.store import Store
+        from recalld.index.store import Store
         from pathlib import Path
         path = Path({str(path)!r})
         store = Store(path)

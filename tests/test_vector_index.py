@@ -15,10 +15,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from recalld import vector_load
-from recalld.rwlock import ReadWriteLock
-from recalld.store import FileRow, Identity, NewChunk, Store
-from recalld.vector_index import VectorIndex
+from recalld.index import vector_load
+from recalld.index.rwlock import ReadWriteLock
+from recalld.index.store import FileRow, Identity, NewChunk, Store
+from recalld.index.vector_index import VectorIndex
 
 F32 = npt.NDArray[np.float32]
 DIMS = 32

@@ -6,10 +6,10 @@ import errno
 import time
 from pathlib import Path
 
-from recalld.filters import PathFilter
-from recalld.tray import view_for
-from recalld.watch_coverage import Coverage, unwatched_folders, watch_problem
-from recalld.watcher import Watcher
+from recalld.ingest.filters import PathFilter
+from recalld.ingest.watch_coverage import Coverage, unwatched_folders, watch_problem
+from recalld.ingest.watcher import Watcher
+from recalld.surfaces.tray import view_for
 
 
 def test_unwatched_folders_come_from_the_kernels_list(tmp_path: Path) -> None:

@@ -87,7 +87,7 @@ class UidDaemon:
     def start(self) -> Client:
         self.give_home()
         log = (self.home / "daemon.log").open("ab")
-        self.spawn([sys.executable, "-m", "recalld.cli", "serve"], stdout=log, stderr=log)
+        self.spawn([sys.executable, "-m", "recalld.surfaces.cli", "serve"], stdout=log, stderr=log)
         socket = self.home / "run" / "recalld.sock"
 
         def up() -> bool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from recalld.filters import PathFilter
-from recalld.watcher import Watcher
+from recalld.ingest.filters import PathFilter
+from recalld.ingest.watcher import Watcher
 
 
 def test_reads_are_not_events_but_writes_are(tmp_path: Path) -> None:

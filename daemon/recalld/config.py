@@ -174,7 +174,9 @@ SETTINGS: tuple[Setting, ...] = (
         1,
         100_000,
     ),
-    Setting("search.query_shape", True, "Weigh channels by query kind (recalld.query_shape)."),
+    Setting(
+        "search.query_shape", True, "Weigh channels by query kind (recalld.retrieval.query_shape)."
+    ),
     Setting("search.identifier_vector_weight", 0.1, "Vector weight for identifier queries.", 0, 1),
     Setting("search.question_vector_weight", 0.2, "Vector weight for questions.", 0, 1),
     Setting("search.statement_vector_weight", 0.5, "Vector weight for prose statements.", 0, 1),
@@ -187,21 +189,21 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "search.coordination",
         0.5,
-        "Keyword credit for holding all the query's rare terms (0 = off; recalld.coordination).",
+        "Keyword credit for holding all the query's rare terms (0 = off; retrieval.coordination).",
         0,
         10,
     ),
     Setting(
         "search.doc_evidence",
         0.0,
-        "Bonus of a file's best chunk from its other matches (0 = off; recalld.doc_evidence).",
+        "Bonus of a file's best chunk from its other matches (0 = off; retrieval.doc_evidence).",
         0,
         1,
     ),
     Setting(
         "search.prf",
         0.0,
-        "Weight of the keyword feedback search on prose queries (0 = off; recalld.prf).",
+        "Weight of the keyword feedback search on prose queries (0 = off; recalld.retrieval.prf).",
         0,
         10,
     ),
@@ -285,7 +287,7 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         3600,
     ),
-    # keyword channel at scale (recalld.common_terms)
+    # keyword channel at scale (recalld.retrieval.common_terms)
     Setting(
         "search.max_term_df",
         0.0,

@@ -3,8 +3,9 @@
 Used in-process by the CLI and wrapped by the daemon. All writes go through :meth:`Engine.sync`
 and :meth:`Engine.reindex` (the daemon calls them from its single writer thread); searches and
 gets use pooled read-only connections and never wait for a sync. A full rebuild happens in a
-temporary database next to the live one and is swapped in with ``os.replace``.
-The rebuild's phases call :func:`recalld.index_files.test_phase` (a no-op outside tests).
+temporary database next to the live one and is swapped in with ``os.replace``; its stages are
+:mod:`recalld.index.rebuild`'s, whose phases call :func:`recalld.index.index_files.test_phase`
+(a no-op outside tests).
 """
 
 from __future__ import annotations
@@ -24,24 +25,26 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from recalld import __version__, access, index_files, paths
-from recalld.chunking import Chunk
-from recalld.common_terms import CommonTerms, tune_reader
+from recalld import __version__, paths
 from recalld.config import Config
 from recalld.embedding.base import Embedder, provider_key
+from recalld.embedding.provider_guard import PROBE_DEADLINE_S, ProviderGuard
 from recalld.embedding.registry import ProviderChoice, resolve_embedder
 from recalld.errors import BadRequest, IndexError_, NotFound, RecalldError
-from recalld.filters import PathFilter
-from recalld.indexer import Indexer, Progress, SyncReport, identity_for
-from recalld.path_rule import shown
-from recalld.provider_guard import PROBE_DEADLINE_S, ProviderGuard
-from recalld.rwlock import ReadWriteLock
-from recalld.search import SearchContext, parse_request, run_search
-from recalld.session_sync import SessionIndexer
-from recalld.store import FileChange, Identity, Store, prefix_bounds
-from recalld.vector_backfill import BackgroundChunker, VectorBacklog
-from recalld.vector_files import VectorFiles
-from recalld.vector_index import VectorIndex
+from recalld.index import index_files, rebuild
+from recalld.index.rwlock import ReadWriteLock
+from recalld.index.store import FileChange, Identity, Store, prefix_bounds
+from recalld.index.vector_files import VectorFiles
+from recalld.index.vector_index import VectorIndex
+from recalld.ingest.chunking import Chunk
+from recalld.ingest.filters import PathFilter
+from recalld.ingest.indexer import Indexer, Progress, SyncReport, identity_for
+from recalld.ingest.path_rule import shown
+from recalld.ingest.session_sync import SessionIndexer
+from recalld.ingest.vector_backfill import BackgroundChunker, VectorBacklog
+from recalld.retrieval import access
+from recalld.retrieval.common_terms import CommonTerms, tune_reader
+from recalld.retrieval.search import SearchContext, parse_request, run_search
 
 log = logging.getLogger(__name__)
 
@@ -387,7 +390,7 @@ class Engine:
             self._reranker_loaded = True
             if self.config.str("rerank.provider") not in ("", "none"):
                 try:
-                    from recalld.rerank import resolve_reranker
+                    from recalld.retrieval.rerank import resolve_reranker
 
                     self._reranker = resolve_reranker(self.config)
                 except Exception as exc:  # noqa: BLE001 - search works without a reranker
@@ -408,7 +411,7 @@ class Engine:
         lines = params.get("lines")
         if from_line == 1 and not access.exists(raw):
             raw, from_line, lines = _split_citation(raw, lines)
-        from recalld.filters import make_filter
+        from recalld.ingest.filters import make_filter
 
         decoded = params.get("decoded", False)
         if not isinstance(decoded, bool):
@@ -435,8 +438,8 @@ class Engine:
             raise NotFound(f"{target.path} is not indexed and does not exist")
         redact = None
         if target.source == "sessions":  # indexed or not yet: transcripts are served redacted
-            from recalld.sessions.decoded import decode_line
-            from recalld.sessions.redaction import redact_line
+            from recalld.ingest.sessions.decoded import decode_line
+            from recalld.ingest.sessions.redaction import redact_line
 
             redact = decode_line if decoded else redact_line
         return access.read_lines(target.path, from_line, lines, redact=redact)
@@ -574,42 +577,24 @@ class Engine:
         self.last_error = report.embed_error
 
     def reindex(self) -> SyncReport:
-        """Full rebuild in a temporary database, then an atomic swap; the old index serves until."""
+        """Full rebuild in a temporary database, then an atomic swap; the old index serves until.
+
+        The stages are :mod:`recalld.index.rebuild`'s: start a new database with the embedding
+        cache, fill it (:meth:`_fill_rebuild`), load its vectors, seal it, swap it in
+        (:meth:`_swap_in`).
+        """
         if self.writer is None:
             raise IndexError_("this engine is read-only")
         self.state = "reindexing"
-        tmp = self.index_path.with_name(f"{self.index_path.name}.rebuild-{os.getpid()}")
-        index_files.remove_db(tmp)
+        tmp = rebuild.temp_path(self.index_path)
+        rebuild.discard(tmp)
         new: Store | None = None
         try:
-            index_files.check_free_space(self.index_path)
-            new = Store(tmp)
-            if self.index_path.exists():
-                new.copy_cache_from(self.index_path)
+            new = rebuild.start(self.index_path, tmp)
             wanted = identity_for(self.config, self.embedder)
             new.set_identity(wanted)
             index_files.test_phase("rebuild-started")
-            saved, self.needs_reindex = self.needs_reindex, None
-            try:
-                indexer = self._indexer(new, None)
-                indexer.job = None  # a rebuild counts every file afresh
-                # Not keyword-first: the old index answers until the swap, so the new one is
-                # swapped in with every vector it can get (status says if any are missing).
-                indexer.backfill_slice = None
-                report = indexer.sync()
-                if self.config.session_globs():
-                    session_indexer = self._session_indexer(new, indexer, None)
-                    sessions = session_indexer.sync()
-                    report.skipped += [
-                        {"path": p, "reason": r} for p, r in session_indexer.skipped.items()
-                    ]
-                    report.sessions = sessions.as_dict()
-                    self.last_session_sizes = sessions.indexed_sizes
-                indexer.backfill_vectors(report)
-                report.embed_error = indexer.embed_error
-            except BaseException:
-                self.needs_reindex = saved
-                raise
+            report = self._fill_rebuild(new)
             index_files.test_phase("rebuild-indexed")
             vectors = (
                 VectorIndex.load(
@@ -618,31 +603,9 @@ class Engine:
                 if wanted.provider_key
                 else None
             )
-            new.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            new.conn.execute("PRAGMA journal_mode = DELETE")
-            new.close()
+            rebuild.seal(new)
             new = None
-            with self.swap.exclusive():
-                index_files.test_phase("swap-locked")
-                self._close_readers()
-                self.writer.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                self.writer.close()
-                # The live file's WAL and shared memory go *before* the rename: a crash between
-                # the two leaves the old index complete (its WAL was checkpointed), and the new
-                # file can never be opened with a stale WAL of the old one.
-                for suffix in ("-wal", "-shm"):
-                    Path(str(self.index_path) + suffix).unlink(missing_ok=True)
-                index_files.test_phase("swap-closed")
-                try:
-                    os.replace(tmp, self.index_path)
-                    index_files.fsync_dir(self.index_path.parent)
-                except OSError:
-                    self.writer = Store(self.index_path)  # the old index stays live
-                    raise
-                index_files.test_phase("swap-replaced")
-                self.writer = Store(self.index_path)
-                with self._vectors_lock:
-                    self._vectors = vectors
+            self._swap_in(self.writer, tmp, vectors)
             self.vector_backlog.refresh(self.writer)
             self._note_skipped(report, None)
             self._after_write(report)
@@ -656,8 +619,57 @@ class Engine:
         finally:
             if new is not None:
                 new.close()
-            index_files.remove_db(tmp)
+            rebuild.discard(tmp)
             self.state = "idle"
+
+    def _fill_rebuild(self, new: Store) -> SyncReport:
+        """A rebuild's fill: every memory file and transcript synced into the new database.
+
+        ``needs_reindex`` is cleared while it runs and put back when it fails.
+        """
+        saved, self.needs_reindex = self.needs_reindex, None
+        try:
+            indexer = self._indexer(new, None)
+            indexer.job = None  # a rebuild counts every file afresh
+            # Not keyword-first: the old index answers until the swap, so the new one is
+            # swapped in with every vector it can get (status says if any are missing).
+            indexer.backfill_slice = None
+            report = indexer.sync()
+            if self.config.session_globs():
+                session_indexer = self._session_indexer(new, indexer, None)
+                sessions = session_indexer.sync()
+                report.skipped += [
+                    {"path": p, "reason": r} for p, r in session_indexer.skipped.items()
+                ]
+                report.sessions = sessions.as_dict()
+                self.last_session_sizes = sessions.indexed_sizes
+            indexer.backfill_vectors(report)
+            report.embed_error = indexer.embed_error
+        except BaseException:
+            self.needs_reindex = saved
+            raise
+        return report
+
+    def _swap_in(self, live: Store, tmp: Path, vectors: VectorIndex | None) -> None:
+        """A rebuild's swap, under the exclusive swap lock: readers and the live writer closed,
+        the new file renamed over the live one, the writer and the vectors renewed.
+
+        When the rename fails, the writer reopens the old file (it stays live) and the error
+        is raised.
+        """
+        with self.swap.exclusive():
+            index_files.test_phase("swap-locked")
+            self._close_readers()
+            rebuild.close_live(live, self.index_path)
+            try:
+                rebuild.replace(tmp, self.index_path)
+            except OSError:
+                self.writer = Store(self.index_path)  # the old index stays live
+                raise
+            index_files.test_phase("swap-replaced")
+            self.writer = Store(self.index_path)
+            with self._vectors_lock:
+                self._vectors = vectors
 
     # status -----------------------------------------------------------------------------------
 
@@ -700,7 +712,7 @@ class Engine:
                 for root, why in self.root_problems(store).items()
             ]
         skipped = sorted(self.skipped.items())
-        from recalld.sessions.redaction import counts as redaction_counts
+        from recalld.ingest.sessions.redaction import counts as redaction_counts
 
         return {
             "version": __version__,

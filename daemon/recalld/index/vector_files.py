@@ -1,0 +1,191 @@
+"""The saved matrix: ``<index>.vectors/`` beside the index, reused at start when it matches.
+
+vec0 stays the source of truth; these files only spare the next start the bulk read, the file
+write and the PCA projection (1M vectors: tens of seconds on a busy machine, well under one to
+map). Files: ``rows.f32`` (the full float32 rows, the live matrix while the daemon runs),
+``low.f32`` (the prefilter's projected rows), ``ids.i64``, ``proj.f32`` and ``meta.json``.
+
+``meta.json`` is the only thing that vouches for the rest, and only for one state of the index:
+its vectors epoch (new with each vec0 table: a rebuild, a new index) and generation (+1 in every
+transaction that writes vec0, in that transaction). It is written last, atomically, at a clean
+close, and only when the matrix mirrors exactly that generation (every change applied in order,
+none missed, see ``VectorIndex.apply``); it is removed *before* the files are used again. So:
+
+- ``kill -9`` or a power cut while running: no ``meta.json``, the next start reads vec0 again.
+- Another process wrote vectors since: the generation differs, vec0 is read again.
+- A rebuild swapped the index: the epoch differs; its new files replace these by rename, and a
+  matrix still mapping the old ones keeps them (a file renamed over stays valid for its maps).
+- Files replaced or damaged behind our back: the inode numbers, sizes and magic must match.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from recalld.index.index_files import fsync_dir, pid_alive
+from recalld.index.vector_load import Rows
+
+log = logging.getLogger(__name__)
+
+F32 = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
+FORMAT = 1
+
+
+@dataclass
+class Saved:
+    """A matrix as saved: what ``VectorIndex`` needs to serve again at once."""
+
+    ids: I64
+    count: int
+    rows: Rows
+    low: F32 | None
+    proj: F32 | None
+    fitted_rows: int
+    generation: int
+
+
+class VectorFiles:
+    """The folder of one index's saved matrix."""
+
+    def __init__(self, index_path: Path) -> None:
+        self.folder = index_path.with_name(index_path.name + ".vectors")
+        self._meta = self.folder / "meta.json"
+
+    def open_saved(self, state: tuple[str, int] | None, dims: int) -> Saved | None:
+        """The saved matrix if it is exactly the index's vectors in ``state``, else None.
+
+        ``meta.json`` goes before anything is mapped: from here on only a clean close vouches.
+        """
+        if state is None:
+            return None
+        try:
+            meta = json.loads(self._meta.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        wanted = {"format": FORMAT, "epoch": state[0], "generation": state[1], "dims": dims}
+        if any(meta.get(k) != v for k, v in wanted.items()):
+            log.info("saved vectors are of another index state; reading the index")
+            return None
+        self._unvouch()
+        try:
+            return self._read(meta, dims)
+        except (OSError, ValueError, KeyError) as exc:
+            log.warning("saved vectors unusable (%s); reading the index", exc)
+            return None
+
+    def _read(self, meta: dict[str, object], dims: int) -> Saved:
+        count, capacity = int(str(meta["count"])), int(str(meta["capacity"]))
+        rdims, fitted = int(str(meta["rdims"])), int(str(meta["fitted_rows"]))
+        if not 0 <= count <= capacity:
+            raise ValueError(f"count {count} of capacity {capacity}")
+        rows = Rows.reopen(self.folder / "rows.f32", dims, capacity, int(str(meta["rows_inode"])))
+        ids = np.empty(capacity, dtype=np.int64)
+        _read_into(self.folder / "ids.i64", ids[:count])
+        low = proj = None
+        if rdims:
+            proj = np.empty((dims, rdims), dtype=np.float32)
+            _read_into(self.folder / "proj.f32", proj)
+            low = np.empty((capacity, rdims), dtype=np.float32)
+            _read_into(self.folder / "low.f32", low[:count])
+        return Saved(ids, count, rows, low, proj, fitted, int(str(meta["generation"])))
+
+    def new_rows(self, dims: int, capacity: int) -> Rows | None:
+        """A fresh ``rows.f32`` for a matrix read from vec0 (None: no room, use a scratch file)."""
+        try:
+            self.folder.mkdir(mode=0o700, exist_ok=True)  # vectors are derived from notes
+            self._unvouch()
+            self._remove_leftovers()
+        except OSError as exc:
+            log.warning("no vectors folder %s (%s)", self.folder, exc)
+            return None
+        return Rows.create(self.folder / "rows.f32", dims, capacity)
+
+    def save(
+        self,
+        rows: Rows,
+        ids: I64,
+        count: int,
+        low: F32 | None,
+        proj: F32 | None,
+        fitted_rows: int,
+        state: tuple[str, int],
+    ) -> bool:
+        """Vouch for the matrix of ``state``: rows flushed, the rest written, then meta.json."""
+        inode = rows.inode()
+        try:
+            if inode is None or os.stat(self.folder / "rows.f32").st_ino != inode:
+                return False  # our rows are not the folder's any more (replaced by a rebuild)
+            rows.flush()
+            _write_array(self.folder / "ids.i64", ids[:count])
+            rdims = 0
+            if low is not None and proj is not None:
+                rdims = int(proj.shape[1])
+                _write_array(self.folder / "low.f32", low[:count])
+                _write_array(self.folder / "proj.f32", proj)
+            meta = {
+                "format": FORMAT,
+                "epoch": state[0],
+                "generation": state[1],
+                "dims": rows.dims,
+                "rdims": rdims,
+                "count": count,
+                "capacity": rows.capacity,
+                "fitted_rows": fitted_rows,
+                "rows_inode": inode,
+            }
+            tmp = self._meta.with_name(f".meta.{os.getpid()}.tmp")
+            with _private(tmp, "w") as fh:
+                json.dump(meta, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self._meta)
+            fsync_dir(self.folder)
+        except OSError as exc:
+            log.warning("could not save the vectors for the next start (%s)", exc)
+            return False
+        return True
+
+    def _remove_leftovers(self) -> None:
+        """Temporary files of a process that died while writing them (``.<name>.<pid>.tmp``)."""
+        for leftover in self.folder.glob(".*.tmp"):
+            pid = leftover.name.rsplit(".", 2)[-2]
+            if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+                leftover.unlink(missing_ok=True)
+
+    def _unvouch(self) -> None:
+        """Remove meta.json durably (before the files are changed or replaced)."""
+        if self._meta.exists():
+            self._meta.unlink()
+            fsync_dir(self.folder)
+
+
+def _private(path: Path, mode: str) -> Any:
+    """``open(path, mode)`` for writing, readable by the owner only (0600)."""
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), mode)
+
+
+def _read_into(path: Path, out: npt.NDArray[Any]) -> None:
+    """Fill ``out`` (contiguous) from the file, straight into its memory; it must be as long."""
+    view = out.data.cast("B")
+    with path.open("rb") as fh:
+        got = fh.readinto(view)
+        if got != len(view) or fh.read(1):
+            raise ValueError(f"{path.name} is not {len(view)} bytes long")
+
+
+def _write_array(path: Path, values: npt.NDArray[np.generic]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with _private(tmp, "wb") as fh:
+        np.ascontiguousarray(values).tofile(fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

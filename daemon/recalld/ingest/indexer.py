@@ -1,0 +1,550 @@
+"""Incremental sync of memory folders into the store.
+
+A file is skipped by size + mtime, then by content hash; a changed file is re-chunked and only
+chunks whose text is missing from the embedding cache are embedded. Each file is written in one
+transaction, so a crash leaves every file either fully old or fully new. Chunks of several files
+are embedded together, because the model is fastest on full batches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from recalld.config import Config
+from recalld.embedding.base import Embedder
+from recalld.index.index_health import is_index_failure
+from recalld.index.store import FileChange, FileRow, Identity, NewChunk, Store
+from recalld.ingest.chunking import Chunk, chunk_markdown
+from recalld.ingest.filters import PathFilter, make_filter
+from recalld.ingest.front_matter import FrontMatter, card_context, read_front_matter
+from recalld.ingest.path_rule import (
+    PathRule,
+    Swapped,
+    Verdict,
+    inside,
+    name_problem,
+    read_checked,
+    shown,
+)
+from recalld.ingest.sync_report import Prepared as Prepared  # re-exported: engine, daemon, tests
+from recalld.ingest.sync_report import Progress as Progress
+from recalld.ingest.sync_report import SyncReport as SyncReport
+from recalld.ingest.vector_backfill import (
+    BACKFILL_BUDGET_S,
+    BIG_FILE_BYTES,
+    BackgroundChunker,
+    VectorBacklog,
+    fill,
+)
+
+log = logging.getLogger(__name__)
+
+CHUNKER_VERSION = "md-4"  # 4: front matter names and context in the first chunk's context
+SESSION_CHUNKER_VERSION = "sessions-3"  # 2: whole transcripts, chunk kinds; 3: summaries, hooks
+# (3 re-reads transcripts indexed before: compaction summaries, hook output, fuller toolUseResult)
+EMBED_GROUP_CHUNKS = 256  # chunks embedded per call across files
+MAX_REPORTED_SKIPS = 100  # skipped files listed by name in a sync report
+
+
+def _title(pieces: Sequence[Any], path: Path) -> str:
+    """The document's title: its first top-level heading, else the file name without suffix."""
+    for piece in pieces:
+        if piece.heading:
+            return str(piece.heading).split(" > ")[0]
+    return path.stem.replace("_", " ").replace("-", " ")
+
+
+def _context(title: str, heading: str) -> str:
+    """Title plus heading path, without repeating the title."""
+    if not heading:
+        return title
+    return heading if heading.split(" > ")[0] == title else f"{title} > {heading}"
+
+
+def _contexts(pieces: Sequence[Chunk], title: str, fm: FrontMatter | None) -> list[str]:
+    """Each chunk's context; the first chunk (the note's card) also holds its front matter."""
+    out = [_context(title, c.heading) for c in pieces]
+    if out and fm is not None and not fm.empty:
+        out[0] = card_context(out[0], fm)
+    return out
+
+
+def content_hash(data: bytes) -> str:
+    """Hash of a file's bytes."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def text_hash(text: str) -> str:
+    """Hash of a chunk's text (the embedding cache key)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def chunking_identity(config: Config) -> str:
+    """The chunking settings that an index is built with (part of its identity)."""
+    return json.dumps(
+        {
+            "chunker": CHUNKER_VERSION,
+            "session_chunker": SESSION_CHUNKER_VERSION,
+            "include_thinking": config.bool("sessions.include_thinking"),
+            "tool_result_chars": config.int("sessions.tool_result_chars"),
+            "embed_kinds": sorted(config.list("sessions.embed_kinds")),
+            "embed_tool_head_chars": config.int("sessions.embed_tool_head_chars"),
+            "max_tokens": config.int("chunking.max_tokens"),
+            "front_matter": config.bool("chunking.front_matter"),
+            "target_tokens": config.int("chunking.target_tokens"),
+            "chat_windows": config.bool("chunking.chat_windows"),
+            "chat_window_overlap": config.float("chunking.chat_window_overlap"),
+            "chat_window_chars": config.int("chunking.chat_window_chars"),
+            "message_window_overlap": config.float("chunking.message_window_overlap"),
+        },
+        sort_keys=True,
+    )
+
+
+def identity_for(config: Config, embedder: Embedder | None) -> Identity:
+    """The identity an index built now with this config and provider would have."""
+    if embedder is None:
+        return Identity("", "none", "", 0, chunking_identity(config))
+    return Identity(
+        embedder.key, embedder.label, embedder.model, embedder.dims, chunking_identity(config)
+    )
+
+
+ChangeHook = Callable[[FileChange], None]
+ProgressHook = Callable[[Progress], None]
+
+
+class Indexer:
+    """Brings the store in line with the memory folders (the writer side; one per write conn)."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: Config,
+        embedder: Embedder | None,
+        count_tokens: Callable[[str], int],
+        *,
+        on_change: ChangeHook | None = None,
+        on_progress: ProgressHook | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.embedder = embedder
+        self.count_tokens = count_tokens
+        self.on_change = on_change
+        self.on_progress = on_progress
+        self.roots = config.memory_roots()
+        self.filter: PathFilter = make_filter(config.list("memory.extensions"))
+        self.rule = PathRule(self.roots, self.filter)
+        self._verdicts: dict[str, Verdict] = {}  # admitted by this sync's listing
+        self.max_bytes = config.int("memory.max_file_bytes")
+        self.max_tokens = config.int("chunking.max_tokens")
+        if embedder is not None:
+            self.max_tokens = min(self.max_tokens, embedder.max_input_tokens)
+        self.target_tokens = min(config.int("chunking.target_tokens"), self.max_tokens)
+        self.front_matter = config.bool("chunking.front_matter")
+        self.chat_overlap = (
+            config.float("chunking.chat_window_overlap")
+            if config.bool("chunking.chat_windows")
+            else None
+        )
+        self.chat_chars = config.int("chunking.chat_window_chars")
+        self.progress = Progress()
+        # Set by the daemon while one job spans several syncs (watcher batches back to back):
+        # they all count into it, each file once.
+        self.job: Progress | None = None
+        self.embed_error: str | None = None
+        self._known: dict[str, FileRow] | None = None
+        # Roots whose files must not be removed now (missing, unmounted), set by the engine.
+        self.unavailable_roots: dict[Path, str] = {}
+        # Set by the daemon: files go in keyword-first (big notes chunked off the writer), their
+        # vectors back-filled in steps of about a second, backfill_slice chunks per call (see
+        # recalld.ingest.vector_backfill). Unset (in-process syncs): vectors are embedded inline.
+        self.background: BackgroundChunker[list[Chunk]] | None = None
+        self.backfill_slice: int | None = None
+        self.backlog: VectorBacklog | None = None  # the engine's count of chunks due a vector
+
+    # discovery --------------------------------------------------------------------------------
+
+    def memory_files(self, report: SyncReport | None = None) -> list[Path]:
+        """Every file under the memory roots that the path rule admits."""
+        seen: dict[str, Path] = {}
+        for root in self.roots:
+            for path, is_link in self.filter.walk(root):
+                verdict = self.rule.check_walked(path, root, is_link)
+                if verdict.ok:
+                    seen.setdefault(str(path), path)
+                    self._verdicts[str(path)] = verdict  # _prepare uses it: one lstat per file
+                elif report is not None and verdict.reported and verdict.reason != "gone":
+                    self._skip(report, path, verdict.reason)
+        return list(seen.values())
+
+    def _skip(self, report: SyncReport, path: Path | str, reason: str) -> None:
+        name = shown(path)
+        log.warning("skipping %s: %s", name, reason)
+        report.files_skipped += 1
+        if len(report.skipped) < MAX_REPORTED_SKIPS:
+            report.skipped.append({"path": name, "reason": reason})
+
+    def _really_gone(self, key: str, report: SyncReport) -> bool:
+        """Whether an indexed file that a sync did not find is really gone (else keep its rows).
+
+        Rows are kept while the file's root is unavailable (missing, unmounted) and while the
+        file exists but could not be looked at (a folder without read permission, an I/O
+        error): a transient problem must not wipe what is indexed. A file the path rule refuses
+        now (a link out, a folder link on its way, no longer a regular file) is gone.
+        """
+        path = Path(key)
+        root = self.root_of(path)
+        if root is not None and root in self.unavailable_roots:
+            report.files_kept += 1
+            return False
+        verdict = self.rule.check(path)
+        if verdict.transient:
+            report.files_kept += 1
+            self._skip(report, path, f"kept as indexed: {verdict.reason}")
+            return False
+        if verdict.ok:
+            report.files_kept += 1
+            self._skip(report, path, "kept as indexed: its folder could not be listed")
+            return False
+        return True
+
+    def root_of(self, path: Path) -> Path | None:
+        """The memory root that holds ``path``."""
+        return self.rule.root_of(path)
+
+    # sync ---------------------------------------------------------------------------------------
+
+    def sync(self, paths: Iterable[Path] | None = None) -> SyncReport:
+        """Reconcile all memory files (``paths`` None) or just the given ones (watcher batches)."""
+        started = time.monotonic()
+        report = SyncReport()
+        self.progress = self.job if self.job is not None else Progress()
+        self.progress.phase = "scanning"
+        self.progress.syncs += 1
+        self._emit()
+        if paths is None:
+            files = self.memory_files(report)
+            indexed = self.store.files("memory")
+            self._known = indexed  # one query instead of one per file (no-op resyncs)
+            present = {str(f) for f in files}
+            gone = [p for p in indexed if p not in present]
+        else:
+            files, gone = self._expand(paths, report)
+        gone = [g for g in gone if self._really_gone(g, report)]
+        report.files_seen = len(files)
+        self.progress.phase = "indexing"
+        self.progress.add(gone)
+        self.progress.add(str(f) for f in files)
+        for gone_path in gone:
+            self._remove(gone_path, report)
+            self.progress.finish(gone_path)
+        pending: list[Prepared] = []
+        pending_chunks = 0
+        for path in files:
+            try:
+                prepared = self._prepare(path, report)
+            except Exception as exc:  # one bad file never stops the others
+                if is_index_failure(exc):
+                    raise  # the index, not the file: the whole sync fails (retried / rebuilt)
+                log.exception("indexing %s failed", shown(path))
+                self._skip(report, path, f"indexing failed: {exc}")
+                prepared = None
+            self.progress.finish(str(path))
+            if prepared is None:
+                self._emit_throttled()
+                continue
+            pending.append(prepared)
+            pending_chunks += len(prepared.chunks)
+            if pending_chunks >= EMBED_GROUP_CHUNKS:
+                self._flush(pending, report)
+                pending, pending_chunks = [], 0
+            self._emit_throttled()
+        if pending:
+            self._flush(pending, report)
+        self._known = None
+        self._verdicts.clear()
+        report.embed_error = self.embed_error
+        report.seconds = round(time.monotonic() - started, 3)
+        self.progress.phase = "idle"
+        if self.job is None:
+            self.progress.release()
+        self._emit()
+        return report
+
+    def _expand(self, paths: Iterable[Path], report: SyncReport) -> tuple[list[Path], list[str]]:
+        """Dirty paths (watcher batches, explicit sync paths) into files to read and rows to drop.
+
+        A folder is walked (moved in, or scanned because it is not watched), and rows under it
+        that the walk did not find are candidates for removal, as in a full sync.
+        """
+        files: dict[str, Path] = {}
+        gone: list[str] = []
+        for p in map(Path, paths):
+            if self.root_of(p) is None:
+                continue
+            verdict = self.rule.check(p)
+            if verdict.ok:
+                files.setdefault(str(p), p)
+                self._verdicts[str(p)] = verdict
+            elif name_problem(p):
+                self._skip(report, p, verdict.reason)  # never stored, nothing to remove
+            else:
+                gone.extend(self._expand_one(p, verdict, files, report))
+        return list(files.values()), sorted({g for g in gone if g not in files})
+
+    def _expand_one(
+        self, p: Path, verdict: Verdict, files: dict[str, Path], report: SyncReport
+    ) -> list[str]:
+        """Rows to check for removal for a refused dirty path; files found under a folder."""
+        key = str(p)
+        gone = [key] if self.store.file(key) is not None else []
+        under = key + os.sep
+        if _is_dir(p) and self.filter.dir_ok(p.name):
+            real = _realpath(p)
+            if real and inside(real, self.rule.real_roots):
+                for path, is_link in self.filter.walk(p):
+                    found = self.rule.check_walked(path, p, is_link, real)
+                    if found.ok:
+                        files.setdefault(str(path), path)
+                        self._verdicts[str(path)] = found
+                    elif found.reported and found.reason != "gone":
+                        self._skip(report, path, found.reason)
+            else:
+                self._skip(report, p, "a folder link out of the memory folders: not followed")
+            gone.extend(k for k in self._indexed() if k.startswith(under))
+        elif not os.path.lexists(p):  # a folder that vanished: its indexed files are gone
+            gone.extend(k for k in self._indexed() if k.startswith(under))
+        elif verdict.reported and verdict.reason != "gone":
+            self._skip(report, p, verdict.reason)
+        return gone
+
+    def _indexed(self) -> dict[str, FileRow]:
+        """The memory rows, loaded once per sync (a scan may name hundreds of folders)."""
+        if self._known is None:
+            self._known = self.store.files("memory")
+        return self._known
+
+    def _remove(self, key: str, report: SyncReport) -> None:
+        try:
+            self._apply(self.store.remove_file(key))
+        except Exception as exc:  # one bad row never stops the others
+            if is_index_failure(exc):
+                raise
+            log.exception("removing %s from the index failed", key)
+            return
+        report.files_removed += 1
+        self.progress.files_removed += 1
+
+    def _drop_stale(self, key: str, known: FileRow | None, report: SyncReport) -> None:
+        """A file that can no longer be indexed loses its old rows: its old text must not stay
+        searchable while ``get`` shows what the file is now."""
+        if known is not None:
+            self._remove(key, report)
+
+    def _prepare(self, path: Path, report: SyncReport) -> Prepared | None:
+        key = str(path)
+        verdict = self._verdicts.pop(key, None) or self.rule.check(path)
+        known = self._known.get(key) if self._known is not None else self.store.file(key)
+        if not verdict.ok:
+            if verdict.reason == "gone":
+                self._drop_stale(key, known, report)
+            elif not verdict.transient:
+                self._drop_stale(key, known, report)
+                if verdict.reported:
+                    self._skip(report, path, verdict.reason)
+            else:
+                self._skip(report, path, verdict.reason)
+            return None
+        st = verdict.st
+        assert st is not None
+        if known and known.size == st.st_size and known.mtime_ns == st.st_mtime_ns:
+            report.files_unchanged += 1
+            return None
+        if st.st_size > self.max_bytes:
+            self._drop_stale(key, known, report)
+            self._skip(report, path, f"{st.st_size} bytes is over memory.max_file_bytes")
+            return None
+        try:
+            data = read_checked(verdict, self.rule.real_roots, self.max_bytes)
+        except FileNotFoundError:
+            return None  # deleted between listing and reading; the next sync removes it
+        except Swapped as exc:
+            self._skip(report, path, f"not read: {exc.strerror}")
+            return None
+        except OSError as exc:
+            self._skip(report, path, f"cannot read: {exc.strerror or exc}")
+            return None
+        if len(data) > self.max_bytes:  # grew between the stat and the read
+            self._drop_stale(key, known, report)
+            self._skip(report, path, f"over memory.max_file_bytes ({self.max_bytes} bytes)")
+            return None
+        digest = content_hash(data)
+        if known and known.hash == digest:
+            self.store.touch_file(key, st.st_size, st.st_mtime_ns)
+            report.files_unchanged += 1
+            return None
+        if b"\x00" in data[:8192]:
+            self._drop_stale(key, known, report)
+            self._skip(report, path, "looks binary (NUL bytes)")
+            return None
+        return self._chunk(path, data, st, digest, report)
+
+    def _chunk(
+        self, path: Path, data: bytes, st: os.stat_result, digest: str, report: SyncReport
+    ) -> Prepared | None:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            log.warning("%s is not valid UTF-8; undecodable bytes are replaced", path)
+            text = data.decode("utf-8", errors="replace")
+        if text.startswith("\ufeff"):
+            text = text[1:]
+        pieces = self._chunks(str(path), digest, text)
+        if pieces is None:
+            report.files_deferred += 1
+            return None
+        fm = read_front_matter(text) if self.front_matter else None
+        if fm is not None and fm.error:
+            log.warning("%s: %s; indexed as plain text", shown(path), fm.error)
+            report.skipped.append({"path": shown(path), "reason": f"{fm.error}: names not read"})
+        title = (fm.title if fm else "") or _title(pieces, path)
+        chunks = [
+            NewChunk(c.start_line, c.end_line, c.text, text_hash(c.text), context)
+            for c, context in zip(pieces, _contexts(pieces, title, fm), strict=True)
+        ]
+        lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+        row = FileRow(str(path), "memory", st.st_size, st.st_mtime_ns, digest, lines)
+        report.files_changed += 1
+        self.progress.files_changed += 1
+        return Prepared(row, chunks)
+
+    def _chunks(self, key: str, digest: str, text: str) -> list[Chunk] | None:
+        """The file's chunks; None when a big file went to the background chunker."""
+
+        def chunk() -> list[Chunk]:
+            return chunk_markdown(
+                text,
+                self.count_tokens,
+                max_tokens=self.max_tokens,
+                target_tokens=self.target_tokens,
+                chat_overlap=self.chat_overlap,
+                chat_chars=self.chat_chars,
+            )
+
+        if self.background is None or len(text) <= BIG_FILE_BYTES:
+            return chunk()
+        done = self.background.take(key, digest)
+        if done is None:
+            self.background.request(key, digest, chunk)
+        return done
+
+    @property
+    def keyword_first(self) -> bool:
+        """Whether files are written before their vectors (the daemon), see vector_backfill."""
+        return self.backfill_slice is not None
+
+    def _flush(self, batch: Sequence[Prepared], report: SyncReport) -> None:
+        hashes = {c.hash: c.text for p in batch for c in p.chunks}
+        # Keyword first: only cached vectors now, the rest are back-filled after the writes.
+        vectors = self.vectors_for(hashes, report, embed=not self.keyword_first)
+        for prepared in batch:
+            try:
+                change = self.store.replace_file(prepared.row, prepared.chunks, vectors)
+            except Exception as exc:  # one bad file never stops the others
+                if is_index_failure(exc):
+                    raise  # the index, not the file: the whole sync fails (retried / rebuilt)
+                log.exception("writing %s to the index failed", shown(prepared.row.path))
+                self._skip(report, prepared.row.path, f"indexing failed: {exc}")
+                continue
+            self._apply(change)
+            if self.backlog is not None and self.keyword_first:
+                self.backlog.wrote(sum(c.embed for c in prepared.chunks) - len(change.added))
+            report.chunks_written += len(prepared.chunks)
+            self.progress.chunks_done += len(prepared.chunks)
+
+    def vectors_for(
+        self, texts_by_hash: dict[str, str], report: SyncReport | None = None, *, embed: bool = True
+    ) -> dict[str, npt.NDArray[np.float32]] | None:
+        """Vectors for chunk texts: from the cache, else embedded now (and cached)."""
+        emb = self.embedder
+        if emb is None or not texts_by_hash or not self.store.has_vec_table():
+            return None
+        found = self.store.cached(emb.key, emb.model, emb.dims, list(texts_by_hash))
+        missing = [h for h in texts_by_hash if h not in found]
+        if missing and embed:
+            try:
+                vecs = emb.embed([texts_by_hash[h] for h in missing])
+            except Exception as exc:  # noqa: BLE001 - keep indexing keyword-only, backfill later
+                self.embed_error = f"{emb.label}: {exc}"
+                log.warning("embedding failed, indexing without vectors for now: %s", exc)
+                return found
+            if vecs.shape != (len(missing), emb.dims):
+                self.embed_error = (
+                    f"{emb.label} returned vectors of shape {vecs.shape}, expected "
+                    f"({len(missing)}, {emb.dims})"
+                )
+                return found
+            new = {h: vecs[i] for i, h in enumerate(missing)}
+            self.store.put_cache(emb.key, emb.model, emb.dims, new)
+            found.update(new)
+            self.embed_error = None
+            if report is not None:
+                report.chunks_embedded += len(missing)
+            self.progress.chunks_embedded += len(missing)
+        return found
+
+    def backfill_vectors(self, report: SyncReport | None = None) -> int:
+        """Embed chunks indexed without a vector: a step of about a second when keyword-first
+        (the daemon queues the next), else all of them (see recalld.ingest.vector_backfill.fill)."""
+        return fill(self, report, budget_s=BACKFILL_BUDGET_S if self.keyword_first else None)
+
+    def apply_vectors(
+        self, pairs: list[tuple[int, npt.NDArray[np.float32]]], generation: int | None = None
+    ) -> None:
+        """Tell the in-memory vector index about vectors just written (at that generation)."""
+        self._apply(FileChange([], pairs, generation))
+
+    # hooks -------------------------------------------------------------------------------------
+
+    def _apply(self, change: FileChange) -> None:
+        if self.on_change is not None:
+            self.on_change(change)
+
+    _last_emit = 0.0
+
+    def _emit(self) -> None:
+        if self.on_progress is not None:
+            self.on_progress(self.progress)
+
+    def _emit_throttled(self) -> None:
+        now = time.monotonic()
+        if now - self._last_emit >= 0.1:
+            self._last_emit = now
+            self._emit()
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _realpath(path: Path) -> str:
+    """The real path, or '' when a link changed while it was resolved (checked next time)."""
+    try:
+        return os.path.realpath(path)
+    except OSError:
+        return ""

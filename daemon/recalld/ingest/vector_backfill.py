@@ -1,0 +1,261 @@
+"""Keyword first, vectors behind: every changed file is searchable by keyword as soon as it is
+chunked and written; the embedder fills its vectors afterwards, in bounded steps between jobs.
+
+In the daemon (``Indexer.backfill_slice`` set) a sync writes each file's chunks with the vectors
+the embedding cache already has and no others, so FTS5 sees a fresh folder at its own speed
+(thousands of chunks per second) instead of the embedder's. Every sync then runs one back-fill
+step (:func:`fill`): the newest chunks due a vector first (a small edit's own chunks are embedded
+by the sync that wrote them), a window of them sorted by length so that each embedding call pads
+little, one call of ``backfill_slice`` chunks at a time, until about :data:`BACKFILL_BUDGET_S`
+has passed; the daemon queues the next step behind whatever edits arrived meanwhile. Nothing is
+lost by a crash: a chunk with ``embed`` = 1 and no vector row is found again by the next step.
+
+A note over :data:`BIG_FILE_BYTES` is not even chunked on the writer: :class:`BackgroundChunker`
+chunks it on a thread of its own and then asks for that path to be synced again (``on_ready``);
+that sync finds the chunks with :meth:`BackgroundChunker.take` (when the file's content hash
+still matches: an edit made meanwhile simply asks again) and only writes them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from recalld.index.store import Store
+    from recalld.ingest.indexer import Indexer
+    from recalld.ingest.sync_report import SyncReport
+
+__all__ = [
+    "BACKFILL_BUDGET_S",
+    "BACKFILL_SLICE",
+    "BACKFILL_WINDOW",
+    "BIG_FILE_BYTES",
+    "BackgroundChunker",
+    "VectorBacklog",
+    "fill",
+    "vector_counts",
+]
+
+log = logging.getLogger(__name__)
+
+#: Notes larger than this are chunked in the background (a 256 KiB note chunks in ~0.3 s).
+BIG_FILE_BYTES = 256 * 1024
+#: Chunks per embedding call of a back-fill step (a small edit waits for at most one call).
+BACKFILL_SLICE = 8
+#: While a sync writes files, the chunks waiting for vectors are counted at most this often.
+COUNT_EVERY_S = 1.0
+#: Chunks due a vector read per query, then embedded shortest first in slices: neighbours in
+#: length share a call, so little of each call is padding.
+BACKFILL_WINDOW = 256
+#: A back-fill step stops after its first call that ends past this many seconds.
+BACKFILL_BUDGET_S = 1.0
+
+T = TypeVar("T")
+
+
+class BackgroundChunker(Generic[T]):
+    """One thread that runs chunking jobs, newest request per path wins."""
+
+    def __init__(self, on_ready: Callable[[Path], None]) -> None:
+        self.on_ready = on_ready
+        self._wanted: dict[str, tuple[str, Callable[[], T]]] = {}  # path -> (digest, job)
+        self._ready: dict[str, tuple[str, T]] = {}  # path -> (digest, result)
+        self._busy: str | None = None
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="recalld-chunker", daemon=True)
+        self._thread.start()
+
+    def take(self, key: str, digest: str) -> T | None:
+        """The result for ``key`` if it was computed for content ``digest`` (then forgotten)."""
+        with self._cond:
+            got = self._ready.get(key)
+            if got is None or got[0] != digest:
+                return None
+            del self._ready[key]
+            return got[1]
+
+    def request(self, key: str, digest: str, job: Callable[[], T]) -> None:
+        """Run ``job`` for ``key`` in the background (replaces a queued older request)."""
+        with self._cond:
+            self._ready.pop(key, None)
+            self._wanted[key] = (digest, job)
+            self._cond.notify()
+
+    def pending(self) -> int:
+        """Files queued or being chunked (the daemon is not idle while any are)."""
+        with self._cond:
+            return len(self._wanted) + (self._busy is not None)
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._wanted.clear()
+            self._cond.notify()
+        self._thread.join(timeout=1)  # a daemon thread: a long chunking job does not block exit
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._wanted and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                key = next(iter(self._wanted))
+                digest, job = self._wanted.pop(key)
+                self._busy = key
+            try:
+                result = job()
+            except Exception:  # one bad file must not stop the thread
+                log.exception("chunking %s failed", key)
+                with self._cond:
+                    self._busy = None
+                continue
+            with self._cond:
+                if key not in self._wanted:  # not superseded by a newer request meanwhile
+                    self._ready[key] = (digest, result)
+            try:
+                self.on_ready(Path(key))  # before going idle: pending() never dips to 0 early
+            finally:
+                with self._cond:
+                    self._busy = None
+
+
+def _without_vector(store: Store) -> list[int]:
+    """Ids of the chunks that have no vector row (due one, or keyword-only by policy), newest
+    first.
+
+    Read from an index (every index holds the rowid) and sqlite-vec's rowid table: neither
+    reads the chunks' pages, so this stays cheap when nothing is due (every sync asks). An
+    ``id NOT IN (SELECT rowid FROM chunks_vec)`` scan read the whole chunks table: 110 ms at
+    20k chunks on a loaded machine, against a few ms.
+    """
+    shadow = store.conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE name = 'chunks_vec_rowids'"
+    ).fetchone()
+    missing = (
+        "NOT EXISTS (SELECT 1 FROM chunks_vec_rowids r WHERE r.rowid = c.id)"
+        if shadow
+        else "c.id NOT IN (SELECT rowid FROM chunks_vec)"
+    )
+    ids = [
+        int(r[0])
+        for r in store.conn.execute(
+            f"SELECT c.id FROM chunks c INDEXED BY chunks_by_hash WHERE {missing}"
+        )
+    ]
+    ids.sort(reverse=True)
+    return ids
+
+
+def _due(store: Store, limit: int) -> list[tuple[int, str, str]]:
+    """(id, hash, text) of chunks due a vector and without one, newest first.
+
+    Newest first: the chunks of the edit that a sync just wrote get their vectors in that same
+    sync, while an older backlog waits. ``embed`` = 0 chunks get no vector by policy, ever.
+    """
+    if not store.has_vec_table():
+        return []
+    out: list[tuple[int, str, str]] = []
+    ids = _without_vector(store)
+    for at in range(0, len(ids), 500):
+        part = ids[at : at + 500]
+        marks = ",".join("?" * len(part))
+        rows: list[Any] = store.conn.execute(
+            f"SELECT id, hash, text FROM chunks WHERE embed = 1 AND id IN ({marks})", part
+        ).fetchall()
+        out.extend(sorted(((int(r[0]), str(r[1]), str(r[2])) for r in rows), reverse=True))
+        if len(out) >= limit:
+            break
+    return out[:limit]
+
+
+def vector_counts(store: Store) -> tuple[int, int]:
+    """(pending, total): chunks due a vector but still without one, and all chunks due one."""
+    if not store.has_vec_table():
+        return 0, 0
+    ids = _without_vector(store)
+    keyword_only = 0
+    for at in range(0, len(ids), 500):
+        part = ids[at : at + 500]
+        row = store.conn.execute(
+            f"SELECT count(*) FROM chunks WHERE embed = 0 AND id IN ({','.join('?' * len(part))})",
+            part,
+        ).fetchone()
+        keyword_only += int(row[0]) if row else 0
+    row = store.conn.execute("SELECT count(*) FROM chunks").fetchone()
+    chunks = int(row[0]) if row else 0
+    pending = len(ids) - keyword_only
+    return pending, chunks - keyword_only
+
+
+def fill(indexer: Indexer, report: SyncReport | None, *, budget_s: float | None) -> int:
+    """Embed chunks that have no vector yet (keyword-first writes, a provider that was down,
+    a provider added later); returns how many got one.
+
+    ``budget_s`` None: until none is left (an in-process sync, a rebuild). Otherwise the step
+    stops after its first call that ends past the budget and sets ``report.vectors_pending``
+    so that the daemon queues the next step.
+    """
+    if indexer.embedder is None:
+        return 0
+    step = indexer.backfill_slice or BACKFILL_WINDOW
+    done = 0
+    started = time.monotonic()
+    while True:
+        rows = _due(indexer.store, BACKFILL_WINDOW)
+        if not rows:
+            return done
+        rows.sort(key=lambda r: len(r[2]))
+        for at in range(0, len(rows), step):
+            if budget_s is not None and done and time.monotonic() - started >= budget_s:
+                if report is not None:  # the rest in a later step, after other jobs
+                    report.vectors_pending = True
+                return done
+            part = rows[at : at + step]
+            vectors = indexer.vectors_for({h: t for _, h, t in part}, report)
+            pairs = [(cid, vectors[h]) for cid, h, _ in part if h in vectors] if vectors else []
+            if pairs:
+                indexer.apply_vectors(pairs, indexer.store.put_vectors(pairs))
+                done += len(pairs)
+            if len(pairs) < len(part):
+                return done  # the provider failed (embed_error says why): retried later
+
+
+class VectorBacklog:
+    """How many chunks still wait for a vector, as last counted by the writer (read by any
+    thread: status, watch events, every search's ``vectors_pending``)."""
+
+    def __init__(self) -> None:
+        self.pending = 0
+        self.total = 0
+        self.known = False  # counted at least once
+        self.more = False  # the last step stopped on its budget: the daemon queues the next
+        self._counted_at = 0.0
+
+    def refresh(self, store: Store, *, more: bool = False) -> None:
+        """Count again after a write (one query; chunks and vectors are counted by index)."""
+        self.pending, self.total = vector_counts(store)
+        self.more = more and self.pending > 0
+        self.known = True
+        self._counted_at = time.monotonic()
+
+    def wrote(self, without_vector: int) -> None:
+        """Chunks just written without a vector (counted exactly at the next refresh)."""
+        if without_vector > 0:
+            self.pending += without_vector
+            self.total += without_vector
+
+    def refresh_now_and_then(self, store: Store) -> None:
+        """Count again during a sync, at most every :data:`COUNT_EVERY_S` (the writer thread)."""
+        if time.monotonic() - self._counted_at >= COUNT_EVERY_S:
+            self.refresh(store, more=self.more)
+
+    def as_dict(self) -> dict[str, int]:
+        """``vectors_pending`` / ``vectors_total`` of status and progress maps."""
+        return {"vectors_pending": self.pending, "vectors_total": self.total}

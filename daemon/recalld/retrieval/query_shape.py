@@ -1,0 +1,138 @@
+"""What kind of query this is, and what that means for fusion (``search.query_shape``).
+
+The rule, in full (docs/DECISIONS.md has the measurements behind the numbers):
+
+- A word is an *identifier* when it looks like code, not prose: it has ``_`` inside
+  (``snake_case``), a lower-to-upper case change (``useState``), letters and digits together
+  (``E1234``, ``sha512sum``), a ``.``, ``/``, ``\\``, ``::`` or ``->`` between letters
+  (``src/app.py``, ``foo.bar()``), is a flag, variable or reference (``--dns``, ``$HOME``,
+  ``#4521``), or is an acronym of three or more capitals (``HTTP``). A quoted phrase counts as one
+  identifier: the user wants those exact words.
+- The query is an *identifier* query when at least half of its content words (stopwords aside)
+  are identifiers. Otherwise it is a *question* when it reads as one (a question mark, or a
+  question word first), a *statement* when it is prose with four content words or more that are
+  not identifiers (a claim, a description of the passage wanted), and *mixed* when it is neither
+  (a few keywords).
+- Each kind has its own vector weight (``search.identifier_vector_weight``,
+  ``search.question_vector_weight``, ``search.statement_vector_weight``; mixed keeps
+  ``search.vector_weight``), keyword weight being the rest. Questions and statements differ
+  because a statement reads like the passage it looks for (what a sentence embedding compares
+  well), while an answer rarely paraphrases its question (where the names and rare words that
+  BM25 matches carry more). Identifier literals found verbatim in a chunk raise its score
+  (``search.literal_boost``), and so does a file whose name or title is the query itself
+  (``search.name_boost``): someone who types a note's name wants that note.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from recalld.retrieval.fts_query import STOPWORDS
+
+__all__ = ["QueryShape", "analyze", "boosted", "literal_share", "normalise_name"]
+
+_QUOTED = re.compile(r'"([^"]{2,200})"|“([^”]{2,200})”')
+_STRIP = "\"'`,;:!?()[]{}<>“”‘’"
+_IDENT_PATTERNS = (
+    re.compile(r"[^\W_]_+[^\W_]"),  # snake_case, ERR_CONN_RESET
+    re.compile(r"[a-z][A-Z]"),  # useState, GetHelpCmd
+    re.compile(r"(?=.*[A-Za-z])(?=.*\d)^[\w.-]+$"),  # E1234, sha512sum, v1.2.3, 2to3
+    re.compile(r"\w(?:\.|/|\\|::|->)\w"),  # src/app.py, foo.bar, a::b
+    re.compile(r"^(?:--?[A-Za-z]|\$[A-Za-z_{]|#\d|@\w)"),  # --dns, $HOME, #4521, @user
+    re.compile(r"^[A-Z]{3,}s?$"),  # HTTP, APIs
+    re.compile(r"\w\(\)?$"),  # call()
+)
+_QUESTION_WORDS = frozenset(
+    [
+        "who",
+        "whom",
+        "whose",
+        "what",
+        "which",
+        "when",
+        "where",
+        "why",
+        "how",
+        "is",
+        "are",
+        "was",
+        "were",
+        "do",
+        "does",
+        "did",
+        "can",
+        "could",
+        "should",
+        "would",
+        "will",
+        "has",
+        "have",
+        "had",
+    ]
+)
+_NAME_SEP = re.compile(r"[\W_]+")
+
+
+@dataclass(frozen=True)
+class QueryShape:
+    """The kind of a query and the literals it asks for."""
+
+    kind: str  # "identifier" | "question" | "statement" | "mixed"
+    literals: tuple[str, ...]  # identifiers and quoted phrases as typed (for the literal boost)
+    name: str  # the query as a file name or title would read (normalise_name)
+
+
+def is_identifier(word: str) -> bool:
+    """Whether one whitespace-separated word looks like code rather than prose."""
+    core = word.strip(_STRIP)
+    if word.endswith("()"):
+        return bool(core)
+    if len(core) < 2:
+        return False
+    return any(p.search(core) for p in _IDENT_PATTERNS)
+
+
+def normalise_name(text: str) -> str:
+    """``Fossil-Commit``, ``fossil_commit`` and ``fossil commit`` all read ``fossil commit``."""
+    folded = _NAME_SEP.sub(" ", text.casefold()).strip()
+    return folded or text.casefold().strip()
+
+
+def analyze(query: str) -> QueryShape:
+    """Classify ``query`` by the rule in this module's docstring."""
+    literals: list[str] = []
+    for m in _QUOTED.finditer(query):
+        literals.append((m.group(1) or m.group(2)).strip())
+    rest = _QUOTED.sub(" ", query)
+    words = rest.split()
+    content = [w for w in words if w.strip(_STRIP).casefold() not in STOPWORDS]
+    idents = [w.strip(_STRIP) for w in words if is_identifier(w)]
+    literals.extend(i for i in idents if i)
+    n_ident = len(literals)
+    n_content = len(content) + len(literals) - len(idents)
+    prose = len(content) - len(idents)  # content words that are not identifiers
+    if n_ident and n_ident * 2 >= max(n_content, 1):
+        kind = "identifier"
+    elif query.rstrip().endswith("?") or (
+        bool(words) and words[0].casefold().strip(_STRIP) in _QUESTION_WORDS
+    ):
+        kind = "question"
+    elif prose >= 4:
+        kind = "statement"
+    else:
+        kind = "mixed"
+    return QueryShape(kind, tuple(dict.fromkeys(literals)), normalise_name(query))
+
+
+def literal_share(literals: tuple[str, ...], text: str) -> float:
+    """Share of ``literals`` that occur verbatim (case-insensitively) in ``text``."""
+    if not literals:
+        return 0.0
+    folded = text.casefold()
+    return sum(1 for lit in literals if lit.casefold() in folded) / len(literals)
+
+
+def boosted(score: float, boost: float) -> float:
+    """Raise a [0, 1] score toward 1 by ``boost`` of the remaining distance (stays in [0, 1])."""
+    return score + max(min(boost, 1.0), 0.0) * (1.0 - score)

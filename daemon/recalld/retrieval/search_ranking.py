@@ -1,0 +1,181 @@
+"""Search stage 2, one ranking: channel scores mapped and fused (weighted or RRF), coordination
+credit, document evidence, and the literal and name boosts of the query's shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from recalld.config import Config
+from recalld.index.store import ChunkRow, Store
+from recalld.ingest.front_matter import context_names
+from recalld.retrieval import coordination, doc_evidence, fusion
+from recalld.retrieval.fts_query import or_terms
+from recalld.retrieval.query_shape import QueryShape, boosted, literal_share, normalise_name
+from recalld.retrieval.search_channels import ChannelHits
+
+
+@dataclass
+class Ranking:
+    """The fused candidates, best first, with what explains them."""
+
+    fused: list[fusion.Fused]
+    rows: dict[int, ChunkRow]
+    mode: str  # the mode the answer reports
+    method: str  # weighted | rrf | keyword only | vector only
+    weights: tuple[float, float]  # vector, keyword
+    no_vector: set[int]  # keyword-only chunks by policy (no vector to miss)
+    notes: dict[int, dict[str, Any]] | None  # per chunk, for --explain
+    candidates: tuple[int, int]  # how many hits each channel gave: vector, keyword
+
+
+def rank(
+    hits: ChannelHits,
+    requested_mode: str,
+    query: str,
+    store: Store,
+    shape: QueryShape | None,
+    cfg: Config,
+    explain: bool,
+) -> Ranking:
+    """Fuse the channels into one list (see docs/DECISIONS.md for each step's measurements)."""
+    kw = fusion.bm25_scores(hits.keyword)
+    kw, coverage = coordination.credit(
+        store.conn, or_terms(query), kw, cfg.float("search.coordination")
+    )
+    vs = fusion.cosine_scores(hits.vector)
+    rows = store.chunks(set(kw) | set(vs))
+    # Keyword-only chunks (no vector by policy) are not chunks the vector channel rejected.
+    no_vector = {cid for cid in kw if cid in rows and not rows[cid].embed}
+    weights = channel_weights(shape, cfg)
+    fused, method = _fuse(hits, vs, kw, no_vector, weights, cfg)
+    fused = [f for f in fused if f.chunk_id in rows]
+    places = {cid: (row.path, row.start_line, row.end_line) for cid, row in rows.items()}
+    fused = doc_evidence.add_up(fused, places, cfg.float("search.doc_evidence"))[0]
+    notes: dict[int, dict[str, Any]] | None = None
+    if explain:
+        notes = _channel_notes(fused, hits.vector, hits.keyword)
+        for cid, share in coverage.items():
+            if cid in notes:
+                notes[cid]["coordination"] = round(share, 4)  # rare-term share held
+    fused = _boost(fused, rows, shape, cfg, notes)
+    mode = _answer_mode(hits, requested_mode)
+    counts = (len(hits.vector), len(hits.keyword))
+    return Ranking(fused, rows, mode, method, weights, no_vector, notes, counts)
+
+
+def _answer_mode(hits: ChannelHits, requested: str) -> str:
+    if hits.vector and hits.keyword:
+        return "hybrid" if requested == "hybrid" else requested
+    if hits.vector:
+        return "vector" if requested == "vector" else requested
+    return "keyword" if (requested != "hybrid" or not hits.run_vector) else "hybrid"
+
+
+def _fuse(
+    hits: ChannelHits,
+    vs: dict[int, float],
+    kw: dict[int, float],
+    no_vector: set[int],
+    weights: tuple[float, float],
+    cfg: Config,
+) -> tuple[list[fusion.Fused], str]:
+    if not hits.vector:
+        # Only the keyword channel answered: its own scores, so the floor keeps its best match.
+        fused = [fusion.Fused(cid, s, None, s) for cid, s in kw.items()]
+        fused.sort(key=lambda f: (-f.score, f.chunk_id))
+        return fused, "keyword only"
+    if not hits.keyword:
+        fused = [fusion.Fused(cid, s, s, None) for cid, s in vs.items()]
+        fused.sort(key=lambda f: (-f.score, f.chunk_id))
+        return fused, "vector only"
+    if cfg.str("search.fusion") == "rrf":
+        fused = fusion.rrf(
+            [c for c, _ in hits.vector],
+            [c for c, _ in hits.keyword],
+            vs,
+            kw,
+            k=cfg.int("search.rrf_k"),
+            no_vector=no_vector,
+        )
+        return fused, "rrf"
+    minmax = cfg.str("search.score_norm") == "minmax"
+    vw, tw = weights
+    fused = fusion.weighted(
+        vs, kw, vector_weight=vw, text_weight=tw, normalise=minmax, no_vector=no_vector
+    )
+    return fused, "weighted"
+
+
+def channel_weights(shape: QueryShape | None, cfg: Config) -> tuple[float, float]:
+    """(vector, keyword) weights for a query of this shape (query_shape's rule)."""
+    if shape is None or shape.kind == "mixed":
+        return cfg.float("search.vector_weight"), cfg.float("search.text_weight")
+    vw = min(max(cfg.float(f"search.{shape.kind}_vector_weight"), 0.0), 1.0)
+    return vw, 1.0 - vw
+
+
+def _name_of(row: ChunkRow) -> list[str]:
+    """The normalised file stem, document title and aliases of a chunk (for the name boost)."""
+    base = row.path.rsplit("/", 1)[-1]
+    stem = base.rsplit(".", 1)[0] if "." in base[1:] else base
+    return [normalise_name(n) for n in (stem, *context_names(row.context))]
+
+
+def _channel_notes(
+    fused: list[fusion.Fused],
+    vector_hits: list[tuple[int, float]],
+    keyword_hits: list[tuple[int, float]],
+) -> dict[int, dict[str, Any]]:
+    """Per chunk: each channel's rank and mapped score, and the fused score (for --explain)."""
+    vrank = {cid: r for r, (cid, _) in enumerate(vector_hits, 1)}
+    krank = {cid: r for r, (cid, _) in enumerate(keyword_hits, 1)}
+    notes: dict[int, dict[str, Any]] = {}
+    for f in fused:
+        notes[f.chunk_id] = {
+            "vector": None
+            if f.vector is None
+            else {"rank": vrank.get(f.chunk_id), "score": round(f.vector, 6)},
+            "keyword": None
+            if f.keyword is None
+            else {"rank": krank.get(f.chunk_id), "score": round(f.keyword, 6)},
+            "fused": round(f.score, 6),
+        }
+    return notes
+
+
+def _boost(
+    fused: list[fusion.Fused],
+    rows: dict[int, ChunkRow],
+    shape: QueryShape | None,
+    cfg: Config,
+    notes: dict[int, dict[str, Any]] | None,
+) -> list[fusion.Fused]:
+    """Literal and name boosts of query_shape's rule; returns the list re-sorted."""
+    if shape is None:
+        return fused
+    lit_b, name_b = cfg.float("search.literal_boost"), cfg.float("search.name_boost")
+    out: list[fusion.Fused] = []
+    named_ids: set[int] = set()
+    changed = False
+    for f in fused:
+        row = rows[f.chunk_id]
+        score = f.score
+        share = literal_share(shape.literals, row.text) if lit_b > 0 and shape.literals else 0.0
+        if share:
+            score = boosted(score, lit_b * share)
+        named = name_b > 0 and shape.name in _name_of(row)
+        if named:
+            score = boosted(score, name_b)
+            named_ids.add(f.chunk_id)
+        if score != f.score:
+            changed = True
+            f = fusion.Fused(f.chunk_id, score, f.vector, f.keyword)
+            if notes is not None:
+                notes[f.chunk_id]["boosts"] = {"literal": round(share, 3), "name": named}
+        out.append(f)
+    if changed:
+        # Stable: among equal scores a name match goes first, then the fused order stays.
+        out.sort(key=lambda f: (-f.score, f.chunk_id not in named_ids))
+    return out

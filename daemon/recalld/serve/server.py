@@ -1,0 +1,668 @@
+"""The daemon's socket server: framing, peer checks, dispatch to a table of handlers.
+
+The server knows no search: the engine hands it a table of blocking ``Handler`` functions (run in
+a bounded thread pool, never on the event loop) and async ``StreamHandler`` generators (``watch``).
+``hello`` (and a default ``shutdown``) are built in.
+
+    server = Server(engine.handlers, engine.streams, paths.socket_path())
+    asyncio.run(server.serve_forever())       # returns after request_shutdown()
+
+One daemon per home (:mod:`recalld.serve.instance`): an exclusive lock on ``recalld.lock`` held for
+the daemon's life (it also holds the pid). The runtime dir is 0700, the socket 0600, and on
+Linux the peer's uid is checked with ``SO_PEERCRED``. Back-pressure per connection lives in
+:mod:`recalld.serve.connection`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import stat
+import struct
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+from recalld import __version__
+from recalld.errors import ConfigError, RecalldError, Unavailable
+from recalld.serve.connection import MAX_INFLIGHT, MAX_UNSENT, Connection
+from recalld.serve.instance import LOCK_NAME, AlreadyRunning, answers, private_dir, take_lock
+from recalld_client.errors import FrameTooLarge, ProtocolError
+from recalld_client.protocol import (
+    ERROR_CODES,
+    HEADER,
+    MAX_FRAME,
+    PROTOCOL_VERSION,
+    FrameDecoder,
+    encode_frame,
+    error_response,
+)
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[dict[str, Any]], dict[str, Any]]
+StreamHandler = Callable[[dict[str, Any]], AsyncIterator[dict[str, Any]]]
+
+_CHUNK = 1 << 16
+_MAX_MESSAGE = 16 * 1024  # error messages are cut here so an error frame always fits
+_MAX_LOGGED = 500  # client-supplied text (method names, messages echoing params) in log lines
+# Requests are small (a query is capped at 100 KB, a path at 4 KB); answers may be larger
+# (``get`` returns up to 4 MB), so the inbound cap is lower than the frame cap of answers.
+MAX_REQUEST = 1 << 20
+# A client that stops in the middle of a frame is dropped after this long without a byte;
+# idle connections *between* frames (the tray's watch, an MCP shim) are never timed out.
+FRAME_TIMEOUT = 30.0
+# Clients at once. Each costs a file descriptor (the soft limit is often 1024, which the index,
+# the model and the watcher share) and some memory; further clients get a "too many
+# connections" frame, so that they say the daemon is full, not that it is not running.
+MAX_CONNECTIONS = 200
+# Connections the kernel queues before accept(): above MAX_CONNECTIONS, so that a burst of
+# clients is answered (if only with a refusal) rather than left in a full queue.
+LISTEN_BACKLOG = 1024
+# AF_UNIX paths: 108 bytes with the NUL on Linux, 104 on the BSDs and macOS.
+_MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
+
+
+class _Listener(Protocol):
+    """An asyncio server, or a Windows pipe server (which lacks ``wait_closed``)."""
+
+    def close(self) -> None: ...
+
+
+class _WireError(Exception):
+    """A protocol-level refusal carrying its wire code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _RequestDecoder(FrameDecoder):
+    """A :class:`FrameDecoder` that remembers the length the current frame declares."""
+
+    declared = 0
+
+    def next_frame(self) -> dict[str, Any] | None:
+        if self._error is None and self.buffered >= HEADER.size:
+            (self.declared,) = HEADER.unpack_from(self._buf, self._pos)
+        return super().next_frame()
+
+
+class Server:
+    """Serves a handler table on a Unix socket (a named pipe on Windows).
+
+    ``max_connections`` caps clients at once; ``max_inflight`` caps concurrent requests per
+    connection and ``max_unsent`` the answer bytes it has not read (the server stops reading
+    from a connection at either cap, so a client that never reads costs at most
+    ``max_inflight`` answers plus ``max_unsent`` bytes); ``workers`` sizes the
+    thread pool of blocking handlers; ``shutdown_grace`` is how long :meth:`close` lets
+    in-flight requests finish, and ``unread_grace`` how long it lets a client take the answers
+    it has not read. ``max_request`` caps an incoming frame (answers may be up to
+    ``max_frame``) and ``frame_timeout`` drops a client stalled in the middle of a frame, so a
+    connection holds at most ``max_request`` bytes of partial input, and not forever.
+    """
+
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler],
+        streams: Mapping[str, StreamHandler],
+        socket_path: Path,
+        *,
+        max_frame: int = MAX_FRAME,
+        max_connections: int = MAX_CONNECTIONS,
+        max_inflight: int = MAX_INFLIGHT,
+        max_unsent: int = MAX_UNSENT,
+        workers: int | None = None,
+        shutdown_grace: float = 3.0,
+        unread_grace: float = 1.0,
+        max_request: int = MAX_REQUEST,
+        frame_timeout: float = FRAME_TIMEOUT,
+        quick: Collection[str] = (),
+        keep_lock: bool = False,
+    ) -> None:
+        bad = (set(handlers) & set(streams)) | ({"hello"} & {*handlers, *streams})
+        if bad:
+            raise ValueError(f"methods defined twice or built in: {sorted(bad)}")
+        self.handlers: dict[str, Handler] = {"shutdown": self._shutdown_handler, **handlers}
+        self.streams = dict(streams)
+        self.socket_path = Path(socket_path)
+        self.max_frame = max_frame
+        self.max_request = min(max_request, max_frame)
+        self.frame_timeout = frame_timeout
+        self.max_connections = max_connections
+        self.max_inflight = max_inflight
+        self.max_unsent = max_unsent
+        self.workers = workers or min(32, (os.cpu_count() or 1) + 4)
+        self.shutdown_grace = shutdown_grace
+        self.unread_grace = min(unread_grace, shutdown_grace)
+        self._uid: int | None = None
+        if sys.platform != "win32":
+            self._uid = os.getuid()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._listeners: list[_Listener] = []
+        self._executor: ThreadPoolExecutor | None = None
+        # Cheap methods (status, get) get their own small pool: under load they must not queue
+        # behind a backlog of searches (p50 160 ms vs 0.4 ms alone with one shared pool).
+        self.quick = frozenset(quick)
+        self._quick_executor: ThreadPoolExecutor | None = None
+        self._lock_fd: int | None = None
+        # The daemon keeps the home's lock past close() until its writer has stopped, so that
+        # a successor never writes the index beside it.
+        self.keep_lock = keep_lock
+        self._socket_id: tuple[int, int] | None = None
+        self._conns: dict[Connection, asyncio.Task[Any] | None] = {}
+        self._requests: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self._last_refusal_log = -1e9
+        self._closed: asyncio.Future[None] | None = None
+
+    @property
+    def capabilities(self) -> list[str]:
+        """The methods served, ``hello`` included."""
+        return sorted({"hello", *self.handlers, *self.streams})
+
+    async def start(self) -> None:
+        """Take the home's lock and listen; :class:`AlreadyRunning` if another daemon has it."""
+        if self._listeners:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        runtime = self.socket_path.parent
+        private_dir(runtime)
+        self._lock_fd = take_lock(runtime / LOCK_NAME, self.socket_path)
+        try:
+            if sys.platform == "win32":
+                self._listeners = await self._listen_pipe()
+            else:
+                sock = self._bind()
+                self._listeners = [
+                    await asyncio.start_unix_server(
+                        self._on_connection, sock=sock, backlog=LISTEN_BACKLOG
+                    )
+                ]
+        except BaseException:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise
+        self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="recalld-handler")
+        if self.quick:
+            self._quick_executor = ThreadPoolExecutor(2, thread_name_prefix="recalld-quick")
+        logger.info(
+            "recalld %s listening on %s (pid %d)", __version__, self.socket_path, os.getpid()
+        )
+
+    async def serve_forever(self) -> None:
+        """Start, serve until :meth:`request_shutdown` (or cancellation), then close cleanly."""
+        await self.start()
+        assert self._stop is not None
+        try:
+            await self._stop.wait()
+        finally:
+            await self.close()
+
+    def request_shutdown(self) -> None:
+        """Ask :meth:`serve_forever` to stop; safe from any thread (handlers run in threads)."""
+        loop, stop = self._loop, self._stop
+        if loop is None or stop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is already closed
+            loop.call_soon_threadsafe(stop.set)
+
+    async def close(self) -> None:
+        """Stop accepting, let in-flight requests finish, end streams, remove the socket."""
+        if not self._listeners:
+            return
+        if self._closed is None:  # one closing, however many callers
+            self._closed = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closed)
+
+    async def _close(self) -> None:
+        self._closing = True
+        for listener in self._listeners:
+            listener.close()
+        me = asyncio.current_task()
+        stalls = [asyncio.ensure_future(c.abort_if_stalled(self.unread_grace)) for c in self._conns]
+        pending = {t for t in self._requests if t is not me}
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=self.shutdown_grace)
+            for task in late:
+                logger.warning("request still running after %.0f s: cancelled", self.shutdown_grace)
+                task.cancel()
+        if stalls:
+            await asyncio.wait(stalls)
+        await asyncio.gather(*(conn.close() for conn in list(self._conns)))
+        tasks = [t for t in self._conns.values() if t is not None and t is not me]
+        if tasks:
+            await asyncio.wait(tasks, timeout=2.0)
+        for listener in self._listeners:
+            if isinstance(listener, asyncio.AbstractServer):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(listener.wait_closed(), 2.0)
+        for pool in (self._executor, self._quick_executor):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+        self._remove_socket()
+        if not self.keep_lock:
+            self.release_lock()
+        if self._stop is not None:
+            self._stop.set()
+        logger.info("recalld stopped")
+
+    def release_lock(self) -> None:
+        """Let another daemon start for this home (close() does it unless ``keep_lock``)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- listening ---------------------------------------------------------------------------
+
+    def _bind(self) -> socket.socket:
+        path = self.socket_path
+        if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
+            raise ConfigError(
+                f"socket path {path} is longer than the {_MAX_SOCKET_PATH} bytes a Unix socket "
+                "allows: set RECALLD_HOME to a shorter folder"
+            )
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISSOCK(st.st_mode):
+                raise ConfigError(f"{path} exists and is not a socket: move it away")
+            if answers(path):  # the lock is ours, yet something listens: don't steal it
+                raise AlreadyRunning(None, path)
+            logger.info("removing stale socket %s", path)
+            path.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(path))
+            os.chmod(path, 0o600)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        st = os.stat(path)
+        self._socket_id = (st.st_dev, st.st_ino)
+        return sock
+
+    async def _listen_pipe(self) -> list[_Listener]:
+        """Windows: serve the home's named pipe (the pipe's default DACL admits only its owner
+        as a writer). Not exercised by the test suite, which runs on Linux."""
+        if sys.platform != "win32":
+            raise RuntimeError("named pipes are Windows only")
+        from recalld_client.transport import pipe_name_for
+
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, asyncio.ProactorEventLoop)  # the default loop on Windows
+
+        def protocol() -> asyncio.StreamReaderProtocol:
+            reader = asyncio.StreamReader(limit=_CHUNK)
+            return asyncio.StreamReaderProtocol(reader, self._on_connection)
+
+        servers = await loop.start_serving_pipe(protocol, pipe_name_for(self.socket_path))
+        return list(servers)
+
+    def _remove_socket(self) -> None:
+        if self._socket_id is None:
+            return
+        with contextlib.suppress(OSError):
+            st = os.lstat(self.socket_path)
+            if (st.st_dev, st.st_ino) == self._socket_id:  # still ours, not a successor's
+                self.socket_path.unlink()
+        self._socket_id = None
+
+    def _peer_refusal(self, writer: asyncio.StreamWriter) -> str | None:
+        """Why this peer may not talk to us (Linux: another uid), or None."""
+        if not sys.platform.startswith("linux"):
+            return None  # elsewhere the 0700 runtime dir is the guard
+        sock = writer.get_extra_info("socket")
+        if sock is None:
+            return None
+        try:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        except OSError as exc:
+            return f"cannot check the connecting user ({exc})"
+        pid, uid, _gid = struct.unpack("3i", creds)
+        if uid != self._uid:
+            return f"this daemon serves uid {self._uid} only; the client (pid {pid}) is uid {uid}"
+        return None
+
+    # -- connections -------------------------------------------------------------------------
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        conn = Connection(writer)
+        refusal: tuple[str, str] | None = None
+        if self._closing:
+            refusal = ("unavailable", "the daemon is shutting down: retry in a moment")
+        elif len(self._conns) >= self.max_connections:
+            refusal = (
+                "too_many_connections",
+                f"too many connections: the daemon (pid {os.getpid()}) runs but already "
+                f"serves its maximum of {self.max_connections}: close idle clients or retry",
+            )
+        elif why := self._peer_refusal(writer):
+            refusal = ("forbidden", why)
+        if refusal is not None:
+            await self._refuse(reader, conn, *refusal)
+            return
+        self._conns[conn] = asyncio.current_task()
+        try:
+            await self._read_requests(reader, conn)
+            # EOF: the client may have only shut its writing side, so answer what it sent.
+            for task in conn.streams:
+                task.cancel()
+            if conn.requests:
+                await asyncio.wait(set(conn.requests))
+        except Exception:
+            logger.exception("connection failed")
+        finally:
+            del self._conns[conn]
+            await conn.close()
+
+    async def _refuse(
+        self, reader: asyncio.StreamReader, conn: Connection, code: str, why: str
+    ) -> None:
+        """Answer a refused connection with one error frame, then hang up.
+
+        The write side is shut first and what the client sends is read (up to a second) before
+        closing: closing at once could make the client's first request fail with a broken pipe
+        before it reads why it was refused.
+        """
+        now = asyncio.get_running_loop().time()
+        if now - self._last_refusal_log >= 10.0:  # a flood of clients must not flood the log
+            self._last_refusal_log = now
+            logger.warning("connection refused: %s", why)
+        await conn.send(encode_frame(error_response(None, code, why)))
+        with contextlib.suppress(OSError, RuntimeError):
+            if conn.writer.can_write_eof():
+                conn.writer.write_eof()
+        with contextlib.suppress(TimeoutError, ConnectionError, OSError):
+            async with asyncio.timeout(1.0):
+                while await reader.read(_CHUNK):
+                    pass
+        await conn.close()
+
+    async def _read_requests(self, reader: asyncio.StreamReader, conn: Connection) -> None:
+        decoder = _RequestDecoder(self.max_request)
+        slots = asyncio.Semaphore(self.max_inflight)
+        while True:
+            try:
+                if decoder.buffered:  # in the middle of a frame: the rest must come
+                    data = await asyncio.wait_for(reader.read(_CHUNK), self.frame_timeout)
+                else:
+                    data = await reader.read(_CHUNK)
+            except TimeoutError:
+                why = (
+                    f"incomplete frame: {decoder.buffered} bytes, then nothing for "
+                    f"{self.frame_timeout:g} s"
+                )
+                logger.warning("closing a connection: %s", why)
+                await conn.send(encode_frame(error_response(None, "protocol", why)))
+                return
+            except (ConnectionError, OSError):
+                return
+            if not data:
+                return
+            decoder.feed(data)
+            try:
+                for msg in decoder:
+                    if self._closing:  # shutting down: read no more requests
+                        return
+                    # Back-pressure: at the cap of requests in flight, or while the client has
+                    # not taken max_unsent bytes of answers, stop reading its requests.
+                    await slots.acquire()
+                    await conn.room(self.max_unsent)
+                    self._spawn(conn, msg, slots)
+            except ProtocolError as exc:  # FrameTooLarge included: its body is never stored
+                code, why = "protocol", str(exc)[:_MAX_MESSAGE]
+                if isinstance(exc, FrameTooLarge):
+                    code = "too_large"
+                    why = (
+                        f"a request of {decoder.declared} bytes is over the {self.max_request}-"
+                        "byte cap of requests: send less (a query or path is far smaller)"
+                    )
+                    if decoder.declared <= self.max_frame:
+                        # A frame the client was allowed to send: let it finish sending (the
+                        # bytes are dropped as they come), so that it reads this answer rather
+                        # than a broken pipe.
+                        await self._discard(
+                            reader, decoder.declared + HEADER.size - decoder.buffered
+                        )
+                logger.warning("closing a connection: %s", _clip(why))
+                await conn.send(encode_frame(error_response(None, code, why)))
+                return
+
+    async def _discard(self, reader: asyncio.StreamReader, count: int) -> None:
+        """Read and drop ``count`` bytes (less if the peer stops or stalls)."""
+        with contextlib.suppress(TimeoutError, ConnectionError, OSError):
+            while count > 0:
+                data = await asyncio.wait_for(reader.read(min(_CHUNK, count)), self.frame_timeout)
+                if not data:
+                    return
+                count -= len(data)
+
+    def _spawn(self, conn: Connection, msg: dict[str, Any], slots: asyncio.Semaphore) -> None:
+        task = asyncio.create_task(self._dispatch(conn, msg))
+        method = msg.get("method")
+        owner = (
+            conn.streams if isinstance(method, str) and method in self.streams else conn.requests
+        )
+        owner.add(task)
+        if owner is conn.requests:
+            self._requests.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            owner.discard(t)
+            self._requests.discard(t)
+            slots.release()
+
+        task.add_done_callback(done)
+
+    # -- dispatch ----------------------------------------------------------------------------
+
+    async def _dispatch(self, conn: Connection, msg: dict[str, Any]) -> None:
+        req_id = msg.get("id")
+        method = msg.get("method")
+        try:
+            frame = await self._answer(conn, req_id, method, msg)
+        except Exception as exc:  # noqa: BLE001 - a handler failure becomes an error frame
+            frame = self._error_frame(req_id, method, exc)
+        await conn.send(frame)
+
+    async def _answer(
+        self, conn: Connection, req_id: Any, method: Any, msg: dict[str, Any]
+    ) -> bytes:
+        version = msg.get("v", PROTOCOL_VERSION)
+        params = msg.get("params")
+        params = {} if params is None else params
+        if not isinstance(req_id, int) or isinstance(req_id, bool):
+            raise _WireError("bad_request", "a request needs an integer id")
+        if not isinstance(method, str):
+            raise _WireError("bad_request", "a request needs a method name")
+        if not isinstance(params, dict):
+            raise _WireError("bad_request", "params must be a map")
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise _WireError("bad_request", "v must be an integer")
+        if version > PROTOCOL_VERSION and method != "hello":  # hello lets clients negotiate
+            raise _WireError(
+                "version",
+                f"this daemon speaks protocol {PROTOCOL_VERSION}, the client {version}: "
+                "upgrade recalld or use an older client",
+            )
+        if self._closing:
+            raise Unavailable("the daemon is shutting down: retry in a moment")
+        if method == "hello":
+            return encode_frame({"id": req_id, "result": self._hello()}, self.max_frame)
+        stream = self.streams.get(method)
+        if stream is not None:
+            return await self._stream(conn, req_id, stream, params)
+        handler = self.handlers.get(method)
+        if handler is None:
+            raise _WireError(
+                "bad_request",
+                f"unknown method {method!r}: this daemon serves {', '.join(self.capabilities)}",
+            )
+        assert self._loop is not None and self._executor is not None
+        # A connection builds at most MAX_BUILDING answers at once, each only while it has
+        # room: requests read before the client stopped reading do not all build (and hold) a
+        # multi-megabyte answer at once.
+        async with conn.building:
+            await conn.room(self.max_unsent)
+            pool = self._quick_executor if method in self.quick else None
+            return await self._loop.run_in_executor(
+                pool or self._executor, self._call, handler, req_id, method, params
+            )
+
+    def _call(self, handler: Handler, req_id: int, method: str, params: dict[str, Any]) -> bytes:
+        """Run a handler and encode its answer, both in a worker thread."""
+        result = handler(params)
+        if not isinstance(result, dict):
+            raise TypeError(f"the {method!r} handler returned {type(result).__name__}, not a dict")
+        try:
+            return encode_frame({"id": req_id, "result": result}, self.max_frame)
+        except FrameTooLarge as exc:
+            raise _WireError(
+                "too_large", f"the answer is over the frame cap ({exc}): ask for less"
+            ) from exc
+
+    async def _stream(
+        self, conn: Connection, req_id: int, handler: StreamHandler, params: dict[str, Any]
+    ) -> bytes:
+        events = handler(params)
+        sent = 0
+        try:
+            async for event in events:
+                if not await conn.send(encode_frame({"id": req_id, "event": event})):
+                    break  # the watcher is gone
+                sent += 1
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        return encode_frame({"id": req_id, "result": {"events": sent}})
+
+    def _hello(self) -> dict[str, Any]:
+        return {
+            "protocol": PROTOCOL_VERSION,
+            "version": __version__,
+            "pid": os.getpid(),
+            "capabilities": self.capabilities,
+            "max_request": self.max_request,
+        }
+
+    def _shutdown_handler(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Default ``shutdown`` (the engine may replace it, and then calls request_shutdown)."""
+        self.request_shutdown()
+        return {"stopping": True, "pid": os.getpid()}
+
+    def _error_frame(self, req_id: Any, method: Any, exc: Exception) -> bytes:
+        code = getattr(exc, "code", None)
+        # Messages may echo request parameters (a path, a value of the wrong type): log lines
+        # get a bounded excerpt, so that a client cannot fill the log with megabyte lines.
+        name = _clip(method if isinstance(method, str) else repr(method), 100)
+        if isinstance(code, str) and code in ERROR_CODES and code != "internal":
+            logger.info("%s failed: [%s] %s", name, code, _clip(str(exc)))
+            message = str(exc) or type(exc).__name__
+        elif isinstance(exc, RecalldError):
+            logger.error("%s failed: %s", name, _clip(str(exc)), exc_info=exc)
+            code, message = "internal", str(exc) or type(exc).__name__
+        else:
+            logger.error("%s failed with an unexpected error", name, exc_info=exc)
+            code = "internal"
+            message = f"internal error in {name!r} ({type(exc).__name__}: {exc}); see the log"
+        if not isinstance(req_id, int) or isinstance(req_id, bool):
+            req_id = None
+        return encode_frame(error_response(req_id, code, message[:_MAX_MESSAGE]))
+
+
+class ServerThread:
+    """Runs a :class:`Server` on its own event loop in a background thread.
+
+    For tests and for embedding the daemon in another program:
+
+        with ServerThread(Server(handlers, {}, path)):
+            Client(path).hello()
+    """
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="recalld-server", daemon=True)
+
+    def start(self, timeout: float = 10.0) -> Server:
+        """Start serving; re-raises a failed start (e.g. :class:`AlreadyRunning`)."""
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise TimeoutError("the server did not start in time")
+        if self._error is not None:
+            raise self._error
+        return self.server
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Shut the server down and wait for the thread."""
+        self.server.request_shutdown()
+        self._thread.join(timeout)
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        try:
+            await self.server.start()
+        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+            self._error = exc
+            return
+        finally:
+            self._started.set()
+        await self.server.serve_forever()
+
+
+def tune_allocator(threshold: int = 128 * 1024) -> bool:
+    """glibc: serve every allocation of ``threshold`` bytes or more with its own mmap.
+
+    glibc raises its mmap threshold each time a large block is freed, after which large blocks
+    come from the heap and per-thread arenas, which keep the memory after ``free``: a daemon
+    that once decoded a 1 MiB request in each worker thread, or loaded a model, keeps tens of
+    MB it no longer uses. A fixed threshold returns large blocks to the system when freed.
+    Returns whether the setting was applied (Linux with glibc only).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    m_mmap_threshold = -3
+    return bool(mallopt(m_mmap_threshold, threshold))
+
+
+def _clip(text: str, limit: int = _MAX_LOGGED) -> str:
+    """``text`` cut to ``limit`` characters for a log line (noting how much was cut)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more characters]"

@@ -1,0 +1,448 @@
+"""The ``recalld`` command. The only place that turns exceptions into exit codes.
+
+``search``, ``get`` and ``status`` use the running daemon when there is one and otherwise answer
+in-process from the same index (read-only); ``sync`` without a daemon syncs in-process. Their
+common forms through a daemon take the fast path of :mod:`recalld.surfaces.cli_fast` first, which
+imports only the client; what is printed lives in :mod:`recalld.surfaces.cli_output`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from recalld import __version__
+from recalld.errors import BadRequest, IndexError_, RecalldError
+from recalld.surfaces import cli_fast, exit_codes
+from recalld.surfaces.cli_fast import check_budget
+from recalld.surfaces.cli_output import (
+    describe_sync_report as describe_sync_report,  # where callers have imported it from
+)
+from recalld.surfaces.cli_output import (
+    print_get,
+    print_json_or,
+    print_search,
+    print_status,
+)
+
+if TYPE_CHECKING:
+    import argparse
+
+    from recalld.config import Config
+
+# The table lives in recalld.surfaces.exit_codes; these names stay for callers and tests.
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = exit_codes.OK, exit_codes.ERROR, exit_codes.USAGE
+EXIT_NOT_FOUND, EXIT_UNAVAILABLE = exit_codes.NOT_FOUND, exit_codes.UNAVAILABLE
+EXIT_CONFIG, EXIT_INDEX = exit_codes.CONFIG, exit_codes.INDEX
+STATUS_CHECK_BUDGET_S = 5.0  # in-process `status` checks the index file for damage
+_JSON_HELP = "print the answer as one JSON object"
+
+
+def _parser() -> argparse.ArgumentParser:
+    # Imported here, like logging in main: the fast path must not pay for them.
+    import argparse
+    from pathlib import Path
+
+    p = argparse.ArgumentParser(
+        prog="recalld",
+        description="Always-on memory for local AI agents.",
+        epilog=exit_codes.HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"recalld {__version__}")
+    p.add_argument("--config", type=Path, help="config file (default: RECALLD_CONFIG or platform)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log more")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser("serve", help="run the daemon in the foreground")
+
+    _add_search(sub)
+
+    g = sub.add_parser("get", help="print lines of an indexed file: PATH[:FROM[-TO]]")
+    g.add_argument(
+        "target",
+        metavar="PATH[:FROM[-TO]]",
+        help="a file (absolute, or relative to a memory folder) with an optional line range: "
+        "PATH:FROM-TO, PATH:FROM (to the end), or a citation as search prints it, PATH#Lx-Ly",
+    )
+    g.add_argument(
+        "--decoded", action="store_true", help="transcripts: readable text, not raw JSON lines"
+    )
+    g.add_argument("--json", action="store_true", help=_JSON_HELP)
+
+    st = sub.add_parser("status", help="index state, provider, pending work, counts")
+    st.add_argument(
+        "--watch",
+        action="store_true",
+        help="follow the daemon: a live progress bar while it syncs (Ctrl-C to stop)",
+    )
+    st.add_argument("--json", action="store_true", help=_JSON_HELP)
+
+    sy = sub.add_parser("sync", help="sync now (in-process when no daemon runs)")
+    sy.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the daemon's sync to finish, with a progress bar on stderr",
+    )
+    sy.add_argument("--json", action="store_true", help=_JSON_HELP)
+
+    r = sub.add_parser("reindex", help="full rebuild (temporary database + atomic swap)")
+    r.add_argument("--json", action="store_true", help=_JSON_HELP)
+
+    _add_eval(sub)
+
+    sub.add_parser("mcp", help="MCP server over stdio (memory_search, memory_get)")
+    sub.add_parser("tray", help="tray icon showing sync state")
+    sv = sub.add_parser("service", help="systemd / launchd service files")
+    sv.add_argument(
+        "action",
+        choices=["install", "uninstall", "print"],
+        help="install: write the systemd user unit / launchd agent and start it; uninstall: "
+        "stop and remove it; print: show the file without installing",
+    )
+    return p
+
+
+def _add_search(sub: Any) -> None:
+    """The ``search`` subcommand and its options."""
+    s = sub.add_parser("search", help="hybrid search of memory and sessions")
+    s.add_argument("query", nargs="+", help="what to look for: words, a question, identifiers")
+    s.add_argument("--max", type=int, dest="max_results", help="results (default 6)")
+    s.add_argument("--min-score", type=float, help="score floor (default 0.35)")
+    s.add_argument(
+        "--source",
+        choices=["memory", "sessions"],
+        action="append",
+        dest="sources",
+        help="only notes (memory) or only agent transcripts (sessions); repeat for both",
+    )
+    s.add_argument(
+        "--path-prefix",
+        metavar="FOLDER",
+        help="only files under FOLDER (relative to the first memory folder, or absolute)",
+    )
+    s.add_argument(
+        "--kind",
+        choices=["note", "message", "tool_call", "tool_output"],
+        action="append",
+        dest="kinds",
+        help="only this kind of content (repeatable)",
+    )
+    s.add_argument(
+        "--mode",
+        choices=["hybrid", "keyword", "vector"],
+        default="hybrid",
+        help="hybrid (default): keyword and semantic fused; keyword: BM25 only; "
+        "vector: embeddings only",
+    )
+    s.add_argument(
+        "--max-tokens",
+        type=int,
+        help="fit what is printed in this many tokens (at least 100): the best result whole, "
+        "the others trimmed, the lowest dropped",
+    )
+    s.add_argument(
+        "--explain", action="store_true", help="per result: channel ranks, scores, fusion"
+    )
+    s.add_argument("--json", action="store_true", help=_JSON_HELP)
+
+
+def _add_eval(sub: Any) -> None:
+    """The ``eval`` subcommand: a corpus, its queries and qrels, and how to score."""
+    from pathlib import Path
+
+    e = sub.add_parser(
+        "eval",
+        help="retrieval quality on a corpus with known answers (README: Evaluate)",
+        description="Index a corpus into a throwaway index of its own and score the queries "
+        "against the known relevant places: recall@k, hit@k, MRR@10, nDCG@10, recall@4kc.",
+    )
+    e.add_argument(
+        "--corpus",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="folder to index: notes (.md, .markdown, .txt) as memory, .jsonl files as transcripts",
+    )
+    e.add_argument(
+        "--queries",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help='queries.jsonl: one {"id": "q1", "text": "..."} object a line '
+        '(optional "scope", "tags")',
+    )
+    e.add_argument(
+        "--qrels",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="qrels.tsv: query id <TAB> path relative to the corpus <TAB> line (0: the whole "
+        "file) [<TAB> grade, default 1]",
+    )
+    e.add_argument("--k", type=int, default=10, help="results per query scored (default 10)")
+    e.add_argument(
+        "--mode",
+        choices=["hybrid", "keyword", "vector", "rrf"],
+        default="hybrid",
+        help="channel(s) to evaluate; rrf: hybrid with reciprocal rank fusion",
+    )
+    e.add_argument(
+        "--min-score",
+        type=float,
+        default=0.0,
+        help="score floor during eval (default 0: rank quality of the top k)",
+    )
+    e.add_argument(
+        "--home",
+        type=Path,
+        metavar="DIR",
+        help="where the throwaway index and its embedding cache live "
+        "(default: eval/<corpus-name> in the data dir)",
+    )
+    e.add_argument("--limit", type=int, metavar="N", help="only the first N queries")
+    e.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key for this run (TOML value)",
+    )
+    e.add_argument("--json", action="store_true", help=_JSON_HELP)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``recalld`` (and ``python -m recalld``): the fast path, then this CLI."""
+    return cli_fast.main(argv)
+
+
+def full_main(argv: Sequence[str], *, daemon_absent: bool = False) -> int:
+    """The whole command: every subcommand, --help, in-process answers.
+
+    ``daemon_absent``: the fast path found no daemon answering just now; do not ask again.
+    """
+    import logging
+
+    args = _parser().parse_args(argv)
+    args.daemon_absent = daemon_absent
+    logging.basicConfig(
+        level=logging.DEBUG
+        if args.verbose
+        else logging.INFO
+        if args.command == "serve"
+        else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        return exit_codes.INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
+    except RecalldError as exc:
+        print(f"recalld: {exc}", file=sys.stderr)
+        return exit_codes.for_code(exc.code)
+    except Exception as exc:  # the client's exceptions, translated at this boundary
+        if _damaged_index(exc):
+            return EXIT_INDEX
+        code = getattr(exc, "code", None)
+        if code is not None or type(exc).__module__.startswith("recalld_client"):
+            print(f"recalld: {exc}", file=sys.stderr)
+            return exit_codes.for_code(code)
+        raise
+
+
+def _damaged_index(exc: Exception) -> bool:
+    """Say so (and what to do) when an in-process command met a damaged index file."""
+    from recalld.index.index_health import is_corruption
+
+    if not is_corruption(exc):
+        return False
+    print(
+        f"recalld: the index is damaged ({exc}): start the daemon (`recalld serve` or the "
+        "service), which moves it aside and rebuilds it from your files",
+        file=sys.stderr,
+    )
+    return True
+
+
+def _load_config(args: argparse.Namespace) -> Config:
+    from recalld.config import Config
+
+    return Config.load(args.config)
+
+
+def _daemon_client() -> Any:
+    """A connected client if a daemon runs for this home, else None."""
+    try:
+        from recalld_client import Client, is_running
+    except ImportError:
+        return None
+    if not is_running():
+        return None
+    return Client()
+
+
+def _run(args: argparse.Namespace) -> int:
+    cmd = args.command
+    if cmd == "serve":
+        # The vector scan is one matrix-vector product per query, memory-bound; OpenBLAS's
+        # worker hand-off costs more than it saves on a few cores, and the keyword channel runs
+        # beside it. Must be set before numpy loads. (Setting, not reading, the environment.)
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        from recalld.serve.daemon import serve
+
+        return serve(_load_config(args), args.config)
+    if cmd == "eval":
+        from recalld.surfaces.evaluation import run_eval_cli
+
+        return run_eval_cli(args)
+    if cmd == "mcp":
+        from recalld.surfaces.mcp_server import main as mcp_main
+
+        return mcp_main()
+    if cmd == "tray":
+        from recalld.surfaces.tray import main as tray_main
+
+        return tray_main()
+    if cmd == "service":
+        from recalld.surfaces.service import main as service_main
+
+        return service_main(args.action)
+    if cmd in ("search", "get", "status", "sync", "reindex"):
+        return _client_or_local(args)
+    raise BadRequest(f"unknown command {cmd}")
+
+
+def _client_or_local(args: argparse.Namespace) -> int:
+    client = None if args.daemon_absent else _daemon_client()
+    if client is not None:
+        with client:
+            return _via_client(args, client)
+    return _local(args)
+
+
+def _search_params(args: argparse.Namespace) -> dict[str, Any]:
+    params: dict[str, Any] = {"query": " ".join(args.query), "mode": args.mode}
+    if args.max_results is not None:
+        params["max_results"] = args.max_results
+    if args.min_score is not None:
+        params["min_score"] = args.min_score
+    if args.sources:
+        params["sources"] = args.sources
+    if args.path_prefix:
+        params["path_prefix"] = args.path_prefix
+    if args.max_tokens is not None:  # fitted on the printed text, see print_search
+        check_budget(args.max_tokens)
+    if args.explain:
+        params["explain"] = True
+    if args.kinds:
+        params["kinds"] = args.kinds
+    return params
+
+
+def _via_client(args: argparse.Namespace, client: Any) -> int:
+    cmd = args.command
+    if cmd == "search":
+        p = _search_params(args)
+        query = p.pop("query")
+        print_search(client.search(query, **p), args.json, args.max_tokens)
+    elif cmd == "get":
+        # Citations (PATH#L3-L9, PATH:3-9...) are parsed by the daemon: recalld_client.citation.
+        print_get(client.get(args.target, decoded=args.decoded), args.json)
+    elif cmd == "status" and args.watch:
+        from recalld.surfaces.progress_bar import follow_status
+
+        return follow_status(client.watch(), sys.stdout, as_json=args.json)
+    elif cmd == "status":
+        print_status(client.status(), args.json)
+    elif cmd in ("sync", "reindex"):
+        from recalld.surfaces.progress_bar import while_watching
+
+        wait = args.wait if cmd == "sync" else True
+        call = client.sync if cmd == "sync" else client.reindex
+        if wait and not args.json:
+            res = while_watching(client.watch, lambda: call(wait=True))
+        else:
+            res = call(wait=wait)
+        print_json_or(res, args.json, cmd)
+    return EXIT_OK
+
+
+def _local(args: argparse.Namespace) -> int:
+    from recalld.engine import Engine
+
+    config = _load_config(args)
+    cmd = args.command
+    if cmd == "status" and args.watch:
+        from recalld.errors import Unavailable
+
+        raise Unavailable("status --watch follows a running daemon: start it with `recalld serve`")
+    if cmd in ("sync", "reindex"):
+        from recalld.security import index_files, private_umask, tighten
+        from recalld.surfaces.progress_bar import ProgressBar
+
+        with private_umask():  # the index holds every note: readable by its owner only
+            engine = Engine(config, writable=True)
+        try:
+            bar = None if args.json else ProgressBar()
+            if bar is not None:
+                engine.on_progress = lambda progress: bar.update(progress.as_dict())
+            report = engine.sync() if cmd == "sync" else engine.reindex()
+            if bar is not None:
+                bar.close()
+            out = report.as_dict()
+            out["status"] = {
+                k: v for k, v in engine.status().items() if k in ("provider", "degraded", "counts")
+            }
+            print_json_or(out, args.json, cmd)
+        finally:
+            engine.close()
+            tighten(index_files(engine.index_path))  # a reindex swapped in a new file
+        return EXIT_OK
+    engine = Engine(config, writable=False)
+    try:
+        if cmd == "search":
+            print_search(engine.search(_search_params(args)), args.json, args.max_tokens)
+            _warn_if_stale(engine, config)
+        elif cmd == "get":
+            params: dict[str, Any] = {"path": args.target}
+            if args.decoded:
+                params["decoded"] = True
+            print_get(engine.get(params), args.json)
+        elif cmd == "status":
+            from recalld.index.index_health import quick_check
+            from recalld.security import config_warnings
+
+            # Without a daemon, status is how a user checks the index: a damaged page that the
+            # counts happen not to read must still be found (bounded: ~1 s per 100k chunks).
+            if problem := quick_check(engine.index_path, budget_s=STATUS_CHECK_BUDGET_S):
+                raise IndexError_(
+                    f"the index is damaged ({engine.index_path}: {' '.join(problem.split())}): "
+                    "start the daemon "
+                    "(`recalld serve` or the service), which moves it aside and rebuilds it "
+                    "from your files"
+                )
+            status = engine.status()
+            status["warnings"] = config_warnings(config)
+            print_status(status, args.json)
+    finally:
+        engine.close()
+    return EXIT_OK
+
+
+def _warn_if_stale(engine: Any, config: Config) -> None:
+    """Without a daemon nothing indexes edits: say so when files changed since the last sync."""
+    from recalld.ingest import freshness
+
+    with engine.reader() as store:
+        line = freshness.note(freshness.check(store, config))
+    if line:
+        print(line, file=sys.stderr)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

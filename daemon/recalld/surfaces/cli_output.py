@@ -1,0 +1,233 @@
+"""What the ``recalld`` command prints: search hits, lines, status, sync reports.
+
+Both paths use it: the full CLI (in-process or through the daemon) and the fast path of
+:mod:`recalld.surfaces.cli_fast`, so their output is identical. It imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+
+def _json(obj: Any, **kw: Any) -> str:
+    import json  # only --json needs it: the fast path's text answers do not pay for it
+
+    return json.dumps(obj, ensure_ascii=False, **kw)
+
+
+def pending_note(res: Mapping[str, Any]) -> str | None:
+    """The short note of a search answer while vectors are being filled in (CLI and MCP)."""
+    pending = res.get("vectors_pending")
+    if not isinstance(pending, int) or pending <= 0:
+        return None
+    return f"{pending:,} chunks still wait for vectors: they are matched by keyword only for now"
+
+
+def print_search(res: dict[str, Any], as_json: bool, max_tokens: int | None = None) -> None:
+    if max_tokens is not None:
+        # Fitted here, on the text printed (stdout and stderr), not on the daemon's JSON.
+        from recalld.retrieval.answer_budget import fit_rendered
+
+        def render(results: list[dict[str, Any]], report: dict[str, Any]) -> str:
+            out, err = search_text({**res, "results": results, "budget": report}, as_json)
+            return out + err
+
+        res["budget"] = fit_rendered(res.get("results", []), max_tokens, render)
+    out, err = search_text(res, as_json)
+    sys.stdout.write(out)
+    sys.stdout.flush()
+    sys.stderr.write(err)
+
+
+def search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
+    """What ``search`` prints: (stdout, stderr)."""
+    if as_json:
+        return _json(res) + "\n", ""
+    out: list[str] = []
+    err: list[str] = []
+    if res.get("degraded"):
+        err.append(f"note: {res['degraded']}")
+    if note := pending_note(res):
+        err.append(f"note: {note}")
+    results = res.get("results", [])
+    if not results:
+        out.append("no results")
+    for i, r in enumerate(results, 1):
+        sc = r.get("scores") or {}
+        parts = [
+            f"{name} {sc[name]:.2f}" for name in ("vector", "keyword") if sc.get(name) is not None
+        ]
+        what = r["source"] if r.get("kind") in (None, "note") else f"{r['source']} {r['kind']}"
+        what += f" {r['tool']}" if r.get("tool") else ""
+        out.append(f"{i}. {r['citation']}  score {r['score']:.3f} ({', '.join(parts)}) [{what}]")
+        out.extend(f"   also at {p['citation']} [{p['source']}]" for p in r.get("also", []))
+        if "explain" in r:
+            out.append(f"   explain: {explain_line(r['explain'])}")
+        out.extend(f"   {line[:160]}" for line in r["snippet"].splitlines()[:4])
+    if "explain" in res:
+        e = res["explain"]
+        w = e.get("weights", {})
+        out.append(
+            f"-- query shape {e.get('shape')}, fusion {e.get('fusion')}, weights vector "
+            f"{w.get('vector')} / keyword {w.get('keyword')}, literals {e.get('literals')}, "
+            f"candidates {e.get('candidates')}\n-- match: {e.get('match')}"
+        )
+    if "budget" in res:  # one short line: it counts against the budget too
+        b = res["budget"]
+        err.append(
+            f"-- {res.get('mode')} · budget {b['max_tokens']}: ~{b['used_tokens']} used, "
+            f"{b['snippets_trimmed']} trimmed, {b['dropped']} dropped" + _over_budget(res, b)
+        )
+    else:
+        err.append(f"-- {res.get('mode')} · {res.get('provider')} · {res.get('took_ms')} ms")
+    return "".join(f"{line}\n" for line in out), "".join(f"{line}\n" for line in err)
+
+
+def _over_budget(res: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    """Why an answer is over its budget: the smallest one (best snippet kept) is bigger."""
+    if b["used_tokens"] <= b["max_tokens"]:
+        return ""
+    if "explain" in res:
+        return " (over it: the --explain lines alone do not fit; drop --explain or raise it)"
+    return " (over it: the best result cannot be trimmed further; raise --max-tokens)"
+
+
+def explain_line(e: dict[str, Any]) -> str:
+    """One line of a result's explanation: channel ranks and scores, boosts, final score."""
+    parts = []
+    for name in ("vector", "keyword"):
+        ch = e.get(name)
+        parts.append(f"{name} #{ch['rank']} {ch['score']:.3f}" if ch else f"{name} -")
+    parts.append(f"fused {e.get('fused', 0):.3f}")
+    boosts = e.get("boosts")
+    if boosts:
+        parts.append(
+            f"literal {boosts['literal']:.2f}" + (", name match" if boosts["name"] else "")
+        )
+    if "recency" in e:
+        parts.append(f"recency x{e['recency']:.3f}")
+    if e.get("collapsed"):
+        parts.append(f"{e['collapsed']} duplicates collapsed")
+    parts.append(f"final {e.get('final', 0):.3f}")
+    floor = e.get("floor")
+    if floor:  # why a score under the floor is shown (docs/DECISIONS.md)
+        parts.append(f"kept: {floor['why']}")
+        if e.get("final", 0) < floor["min_score"] and e.get("recency", 1) < 1:
+            parts.append("recency lowered it after the floor")
+    return ", ".join(parts)
+
+
+def print_get(res: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(_json(res))
+        return
+    sys.stdout.write(res["text"] + ("\n" if res["text"] else ""))
+
+
+def print_status(res: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(_json(res, default=str))
+        return
+    counts = res.get("counts", {})
+    last = res.get("last_sync")
+    from recalld.surfaces.overview import status_head
+
+    lines = [
+        *status_head(res),  # where notes live and what is watched, first
+        f"state:     {res.get('state')} ({daemon_line(res.get('daemon'))})",
+        f"provider:  {res.get('provider')} — {res.get('provider_reason')}",
+        f"degraded:  {res.get('degraded') or 'no'}",
+        f"files:     {counts.get('files', 0)} ({counts.get('memory_files', 0)} memory, "
+        f"{counts.get('session_files', 0)} sessions)",
+        f"chunks:    {counts.get('chunks', 0)} ({counts.get('vectors', 0)} with vectors, "
+        f"{counts.get('keyword_only_chunks', 0)} keyword-only by policy, "
+        f"{counts.get('cached_embeddings', 0)} cached embeddings)",
+        f"last sync: {when(last)}",
+    ]
+    vec = res.get("vectors") or {}
+    if vec.get("vectors_pending"):
+        lines.append(
+            f"vectors:   {vec['vectors_pending']:,} of {vec.get('vectors_total', 0):,} chunks "
+            "still wait for one (searchable by keyword meanwhile)"
+        )
+    tr = res.get("transcripts") or {}
+    if tr.get("files"):
+        lines.append(
+            f"sessions:  {tr['files']} transcripts, {tr['messages']} messages, "
+            f"{tr['skipped_lines']} malformed lines skipped"
+        )
+    red = res.get("redactions") or {}
+    if red.get("indexed", {}).get("total") or red.get("served", {}).get("total"):
+        lines.append(
+            f"redacted:  {red['indexed']['total']} secrets indexed, {red['served']['total']} "
+            "in get answers (since the daemon started)"
+        )
+    if res.get("last_error"):
+        lines.append(f"error:     {res['last_error']}")
+    lines.extend(f"warning:   {w}" for w in res.get("warnings") or [])
+    print("\n".join(lines))
+
+
+def daemon_line(daemon: Any) -> str:
+    if isinstance(daemon, dict):
+        paused = ", watching paused" if daemon.get("paused") else ""
+        return (
+            f"daemon pid {daemon.get('pid')}, up {daemon.get('uptime_s')} s, "
+            f"{daemon.get('pending', 0)} pending{paused}"
+        )
+    return "daemon not running; answered in-process"
+
+
+def when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "never"
+
+
+def print_json_or(res: dict[str, Any], as_json: bool, what: str) -> None:
+    if as_json:
+        print(_json(res, default=str))
+        return
+    print(describe_sync_report(res, what))
+    report = report_of(res)
+    if report.get("embed_error"):
+        print(f"warning: embedding failed: {report['embed_error']}", file=sys.stderr)
+
+
+def report_of(res: dict[str, Any]) -> dict[str, Any]:
+    """The report inside a daemon's answer, or the in-process report itself."""
+    inner = res.get("report")
+    return inner if isinstance(inner, dict) else res
+
+
+def describe_sync_report(res: dict[str, Any], what: str = "sync") -> str:
+    """A sentence for a ``sync`` / ``reindex`` answer: an in-process report, or the daemon's
+    ``{"queued": ..., "job": ..., "report": ...}``."""
+    if res.get("queued"):
+        return (
+            f"{what} queued: the daemon runs it in the background "
+            "(`recalld status --watch` shows its progress, `--wait` waits for it)"
+        )
+    report = report_of(res)
+    if "files_changed" not in report:
+        return f"{what} done"
+    n = {k: int(v) for k, v in report.items() if isinstance(v, int) and not isinstance(v, bool)}
+    files = n.get("files_seen", 0) + n.get("files_removed", 0)
+    text = (
+        f"{what} done in {report.get('seconds', 0)} s: {files:,} note files checked, "
+        f"{n.get('files_changed', 0):,} changed, {n.get('files_unchanged', 0):,} unchanged, "
+        f"{n.get('files_removed', 0):,} removed, {n.get('files_skipped', 0):,} skipped; "
+        f"{n.get('chunks_written', 0):,} chunks written, {n.get('chunks_embedded', 0):,} embedded"
+    )
+    sessions = report.get("sessions")
+    if isinstance(sessions, dict) and sessions.get("files"):
+        text += (
+            f"; {sessions['files']:,} transcripts checked, {sessions.get('messages', 0):,} new "
+            f"messages, {sessions.get('chunks_written', 0):,} chunks"
+        )
+    if n.get("files_deferred"):
+        text += f"; {n['files_deferred']:,} big notes are still being chunked in the background"
+    if report.get("vectors_pending"):
+        text += "; some chunks still wait for vectors (found by keyword until then)"
+    return text + "."
