@@ -47,11 +47,16 @@ from recalld.tokens import default_tokenizer
 
 F32 = npt.NDArray[np.float32]
 SETS = ("tldr", "scifact-train", "locomo")
-BUILD_VERSION = "3"  # bump when the way homes are built changes
+BUILD_VERSION = "4"  # bump when the way homes are built changes (4: chat windows)
 _DEFAULTS = Config({})
 # The indexer's own settings (config defaults; the embedder's 256-token window caps both).
 MAX_TOKENS = min(_DEFAULTS.int("chunking.max_tokens"), LocalEmbedder.max_input_tokens)
 TARGET_TOKENS = min(_DEFAULTS.int("chunking.target_tokens"), MAX_TOKENS)
+CHAT_OVERLAP = (
+    _DEFAULTS.float("chunking.chat_window_overlap")
+    if _DEFAULTS.bool("chunking.chat_windows")
+    else None
+)
 
 
 # the real pool ------------------------------------------------------------------------------------
@@ -84,9 +89,20 @@ def decode(data: bytes) -> str:
 
 
 def chunk_text(text: str) -> tuple[NewChunk, ...]:
-    """recalld's Markdown chunker with the default settings, as NewChunk rows."""
+    """recalld's Markdown chunker with the default settings, as NewChunk rows.
+
+    The same arguments as the indexer's (``Indexer._chunks``), chat windows included: a chunk
+    the bench does not predict has no vector in the home's cache and is embedded for real.
+    """
     count = default_tokenizer().count
-    pieces = chunk_markdown(text, count, max_tokens=MAX_TOKENS, target_tokens=TARGET_TOKENS)
+    pieces = chunk_markdown(
+        text,
+        count,
+        max_tokens=MAX_TOKENS,
+        target_tokens=TARGET_TOKENS,
+        chat_overlap=CHAT_OVERLAP,
+        chat_chars=_DEFAULTS.int("chunking.chat_window_chars"),
+    )
     return tuple(NewChunk(c.start_line, c.end_line, c.text, text_hash(c.text)) for c in pieces)
 
 
@@ -112,7 +128,10 @@ def _set_files(name: str, limit: int | None) -> list[Path]:
 def load_pool(limits: Mapping[str, int | None]) -> list[Doc]:
     """The real files of the three sets, chunked (pickled under bench/out/cache for reruns)."""
     sig = hashlib.sha256(
-        json.dumps({"limits": dict(limits), "code": _code_signature()}, sort_keys=True).encode()
+        json.dumps(
+            {"limits": dict(limits), "code": _code_signature(), "build": BUILD_VERSION},
+            sort_keys=True,
+        ).encode()
     ).hexdigest()[:12]
     cached = OUT / "cache" / f"pool-{sig}.pkl"
     if cached.exists():
