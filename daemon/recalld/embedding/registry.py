@@ -179,14 +179,15 @@ def _build_remote(kind: str, options: HttpOptions) -> Embedder:
 
 def _load_local(config: Config) -> Embedder:
     try:
-        from recalld.embedding.local import LocalEmbedder
+        from recalld.embedding.local import LocalEmbedder, take_preloaded
     except (
         ImportError
     ) as exc:  # a broken install (onnxruntime missing) must not stop keyword search
         raise ProviderError(f"cannot import the local embedder: {exc}") from exc
+    threads, batch_size = config.int("embedding.threads"), config.int("embedding.batch_size")
     try:
-        embedder = LocalEmbedder(
-            threads=config.int("embedding.threads"), batch_size=config.int("embedding.batch_size")
+        embedder = take_preloaded(threads=threads, batch_size=batch_size) or LocalEmbedder(
+            threads=threads, batch_size=batch_size
         )
         # Construction only finds the file; warming verifies and loads it, so that `auto` can
         # still fall back to a remote provider when the model is corrupt or onnxruntime broken.

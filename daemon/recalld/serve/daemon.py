@@ -564,7 +564,8 @@ def serve(config: Config, config_path: Path | None = None) -> int:
     ``config_path`` is the file to watch for edits (default: the one ``config`` was read from,
     else the platform's, which may not exist yet); SIGHUP reloads it at once.
     """
-    from recalld.serve.server import Server, tune_allocator
+    from recalld.serve.allocator import tune_allocator
+    from recalld.serve.server import Server
     from recalld.surfaces.overview import describe_config
 
     config_path = config_path or config.source or paths.config_path()

@@ -293,9 +293,21 @@ def _run(args: argparse.Namespace) -> int:
         # worker hand-off costs more than it saves on a few cores, and the keyword channel runs
         # beside it. Must be set before numpy loads. (Setting, not reading, the environment.)
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        config = _load_config(args)
+        from recalld.serve.allocator import tune_allocator
+
+        tune_allocator()  # before the model loads (serve() sets it too, for other callers)
+        if config.str("embedding.provider").strip().lower() in ("auto", "local"):
+            # The model loads while the daemon's modules import and the index opens.
+            from recalld.embedding.local import preload
+
+            preload(
+                threads=config.int("embedding.threads"),
+                batch_size=config.int("embedding.batch_size"),
+            )
         from recalld.serve.daemon import serve
 
-        return serve(_load_config(args), args.config)
+        return serve(config, args.config)
     if cmd == "eval":
         from recalld.surfaces.evaluation import run_eval_cli
 
