@@ -66,6 +66,29 @@ def test_explain_shows_the_rare_term_share_each_result_holds(home: Path) -> None
         engine.close()
 
 
+@pytest.mark.parametrize("seek_ratio", [0, 1_000_000])
+def test_coverage_is_the_same_whether_fts5_streams_or_seeks(
+    home: Path, monkeypatch: pytest.MonkeyPatch, seek_ratio: int
+) -> None:
+    from recalld.retrieval import coordination
+
+    engine = engine_with(home, COORD_NOTES, search__coordination=0.0)
+    try:
+        with engine.reader() as store:
+            weights, dfs = coordination._rare_terms(store.conn, ['"zephyr"', '"quokka"'])
+            ids = [int(r[0]) for r in store.conn.execute("SELECT rowid FROM chunks_fts")]
+            streamed = coordination.coverage(store.conn, weights, ids)  # no dfs: streams
+            monkeypatch.setattr(coordination, "SEEK_RATIO", seek_ratio)
+            chosen = coordination.coverage(store.conn, weights, ids, dfs)
+        assert chosen == streamed and sorted(set(streamed.values())) == [
+            0.0,
+            *sorted({v for v in streamed.values() if 0 < v < 1}),
+            1.0,
+        ]
+    finally:
+        engine.close()
+
+
 def test_or_terms_are_the_quoted_content_terms() -> None:
     assert or_terms("What did the snake_case thing do?") == ['"snake case"', '"thing"']
 
