@@ -43,8 +43,9 @@ from recalld.ingest.path_rule import shown
 from recalld.ingest.session_sync import SessionIndexer
 from recalld.ingest.vector_backfill import BackgroundChunker, VectorBacklog
 from recalld.retrieval import access
-from recalld.retrieval.common_terms import CommonTerms, tune_reader
+from recalld.retrieval.common_terms import tune_reader
 from recalld.retrieval.search import SearchContext, parse_request, run_search
+from recalld.retrieval.term_stats import TermStats
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class Engine:
         self.background: BackgroundChunker[list[Chunk]] | None = None
         self.backfill_slice: int | None = None
         self.vector_backlog = VectorBacklog()  # chunks still waiting for a vector
-        self.common_terms = CommonTerms()  # document frequencies of query terms
+        self.term_stats = TermStats()  # document frequencies of query terms, until a write
         if writable:
             index_files.remove_stale_rebuilds(self.index_path)
             self.writer = Store(self.index_path)
@@ -369,9 +370,7 @@ class Engine:
                 executor=self._executor,
                 reranker=self.reranker(),
                 index_info=self.index_info,
-                common_term=self.common_terms.checker(
-                    store, self.config.float("search.max_term_df")
-                ),
+                counts=self.term_stats.on(store.conn),
             )
             if not self.vector_backlog.known:  # read-only engines count once
                 self.vector_backlog.refresh(store)
@@ -686,6 +685,7 @@ class Engine:
         return dict(counts)
 
     def _invalidate_counts(self) -> None:
+        self.term_stats.invalidate()
         with self._counts_lock:
             self._counts = None
             self._counts_generation += 1

@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 
 import apsw
 
+from recalld.retrieval.term_stats import TermCounts
+
 __all__ = ["coverage", "credit", "term_weights"]
 
 #: Fewer terms than this leave nothing to coordinate.
@@ -36,20 +38,20 @@ MAX_QUERY_TERMS = 8
 SEEK_RATIO = 120
 
 
-def term_weights(conn: apsw.Connection, terms: Sequence[str]) -> dict[str, float]:
+def term_weights(counts: TermCounts, terms: Sequence[str]) -> dict[str, float]:
     """BM25's idf over the whole index of the RARE rarest quoted terms that something holds."""
-    return _rare_terms(conn, terms)[0]
+    return _rare_terms(counts, terms)[0]
 
 
 def _rare_terms(
-    conn: apsw.Connection, terms: Sequence[str]
+    counts: TermCounts, terms: Sequence[str]
 ) -> tuple[dict[str, float], dict[str, int]]:
     """The RARE rarest terms' idf, and every term's document frequency."""
-    total = _one(conn, "SELECT count(*) FROM chunks")
+    total = counts.total()
     out: dict[str, float] = {}
     dfs: dict[str, int] = {}
     for term in terms:
-        df = _one(conn, "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (term,))
+        df = counts.df(term)
         if df:
             out[term] = math.log((total - df + 0.5) / (df + 0.5) + 1.0)
             dfs[term] = df
@@ -95,7 +97,7 @@ def _holding(
 
 
 def credit(
-    conn: apsw.Connection, terms: Sequence[str], keyword: Mapping[int, float], weight: float
+    counts: TermCounts, terms: Sequence[str], keyword: Mapping[int, float], weight: float
 ) -> tuple[dict[int, float], dict[int, float]]:
     """Keyword scores (best = 1) with the coordination credit, and each candidate's coverage.
 
@@ -104,13 +106,8 @@ def credit(
     """
     if weight <= 0 or not MIN_TERMS <= len(terms) <= MAX_QUERY_TERMS or not keyword:
         return dict(keyword), {}
-    weights, dfs = _rare_terms(conn, terms)
-    cov = coverage(conn, weights, list(keyword), dfs)
+    weights, dfs = _rare_terms(counts, terms)
+    cov = coverage(counts.conn, weights, list(keyword), dfs)
     raised = {cid: s + weight * cov[cid] ** 2 for cid, s in keyword.items()}
     best = max(raised.values())
     return {cid: max(s / best, 1e-3) for cid, s in raised.items()}, cov
-
-
-def _one(conn: apsw.Connection, sql: str, args: tuple[object, ...] = ()) -> int:
-    row = conn.execute(sql, args).fetchone()
-    return int(row[0]) if row else 0

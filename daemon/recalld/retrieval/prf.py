@@ -23,10 +23,9 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-import apsw
-
 from recalld.retrieval.fts_query import STOPWORDS
 from recalld.retrieval.fusion import bm25_scores
+from recalld.retrieval.term_stats import TermCounts
 
 __all__ = ["DOCS", "TERMS", "expansion_terms", "feedback"]
 
@@ -36,7 +35,7 @@ _WORD = re.compile(r"[^\W\d_]{3,}")
 Hits = list[tuple[int, float]]
 
 
-def expansion_terms(conn: apsw.Connection, query: str, texts: Sequence[str]) -> list[str]:
+def expansion_terms(counts: TermCounts, query: str, texts: Sequence[str]) -> list[str]:
     """The quoted feedback words of ``texts`` for ``query`` (rule steps 2 and 3)."""
     asked = {w.casefold() for w in re.findall(r"[^\W_]+", query)}
     held: Counter[str] = Counter()
@@ -45,11 +44,11 @@ def expansion_terms(conn: apsw.Connection, query: str, texts: Sequence[str]) -> 
     need = 2 if len(texts) >= 2 else 1
     pool = [(n, w) for w, n in held.items() if n >= need and w not in STOPWORDS and w not in asked]
     pool.sort(key=lambda p: (-p[0], p[1]))
-    total = _one(conn, "SELECT count(*) FROM chunks")
+    total = counts.total()
     scored: list[tuple[float, str]] = []
     for n, word in pool[: TERMS * 4]:
         quoted = f'"{word}"'
-        df = _one(conn, "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (quoted,))
+        df = counts.df(quoted)
         if not df or df * 2 > total:
             continue
         scored.append((n * math.log((total - df + 0.5) / (df + 0.5) + 1.0), quoted))
@@ -58,7 +57,7 @@ def expansion_terms(conn: apsw.Connection, query: str, texts: Sequence[str]) -> 
 
 
 def feedback(
-    conn: apsw.Connection,
+    counts: TermCounts,
     query: str,
     hits: Hits,
     text_of: Callable[[Sequence[int]], Sequence[str]],
@@ -72,7 +71,7 @@ def feedback(
     """
     if weight <= 0 or not hits:
         return hits
-    extra = expansion_terms(conn, query, text_of([cid for cid, _ in hits[:DOCS]]))
+    extra = expansion_terms(counts, query, text_of([cid for cid, _ in hits[:DOCS]]))
     if not extra:
         return hits
     again = search(extra)
@@ -83,8 +82,3 @@ def feedback(
     }
     ranked = sorted(mixed.items(), key=lambda p: (-p[1], p[0]))[: max(len(hits), len(again))]
     return [(cid, -score) for cid, score in ranked]
-
-
-def _one(conn: apsw.Connection, sql: str, args: tuple[object, ...] = ()) -> int:
-    row = conn.execute(sql, args).fetchone()
-    return int(row[0]) if row else 0

@@ -28,6 +28,7 @@ from recalld.retrieval.search_results import results_of, shortlist
 from recalld.retrieval.search_results import (
     snippet as snippet,  # where callers have imported it from
 )
+from recalld.retrieval.term_stats import TermCounts
 
 MODES = ("hybrid", "keyword", "vector")
 SOURCES = ("memory", "sessions")
@@ -153,7 +154,17 @@ class SearchContext:
     executor: Executor | None = None
     reranker: Any = None  # recalld.retrieval.rerank.Reranker, optional
     index_info: Callable[[], dict[str, Any]] | None = None
-    common_term: Callable[[tuple[str, ...]], bool] | None = None  # recalld.retrieval.common_terms
+    counts: TermCounts | None = None  # term frequencies, shared by an engine's searches
+
+    def __post_init__(self) -> None:
+        if self.counts is None:
+            self.counts = TermCounts(self.store.conn)  # counted every time: no cache
+
+    @property
+    def terms(self) -> TermCounts:
+        """The term counts of this search (``recalld.retrieval.term_stats``)."""
+        assert self.counts is not None
+        return self.counts
 
 
 def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
@@ -165,7 +176,7 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     want = req.max_results * cfg.int("search.candidate_multiplier")
     shape = analyze(req.query) if cfg.bool("search.query_shape") else None
     hits = run_channels(req, ctx, shape, want)
-    ranking = rank(hits, req.mode, req.query, ctx.store, shape, cfg, req.explain)
+    ranking = rank(hits, req.mode, req.query, ctx.store, ctx.terms, shape, cfg, req.explain)
     cands, channels, rerank_note = shortlist(req, ctx, ranking)
     degraded = hits.degraded
     if rerank_note:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from recalld.retrieval import prf
+from recalld.retrieval.common_terms import common_checker
 from recalld.retrieval.fts_query import build_match
 from recalld.retrieval.query_shape import QueryShape
 
@@ -85,7 +86,8 @@ def run_channels(
 def _keyword_match(req: SearchRequest, ctx: SearchContext) -> str | None:
     """The FTS5 expression of the query (None: nothing to match)."""
     partial = ctx.config.bool("search.partial_identifiers")
-    match = build_match(req.query, partial=partial, common=ctx.common_term)
+    common = common_checker(ctx.terms, ctx.config.float("search.max_term_df"))
+    match = build_match(req.query, partial=partial, common=common)
     if match and not partial:
         match = "{text context} : (" + match + ")"  # the derived ident column stays out
     return match
@@ -111,7 +113,7 @@ def _keyword_channel(
     hits = keyword_search(match)
     if shape is None or shape.kind in ("question", "statement"):
         hits = prf.feedback(
-            ctx.store.conn,
+            ctx.terms,
             req.query,
             hits,
             lambda ids: [r.text for r in ctx.store.chunks(ids).values()],

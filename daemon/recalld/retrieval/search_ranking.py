@@ -14,6 +14,7 @@ from recalld.retrieval import coordination, doc_evidence, fusion
 from recalld.retrieval.fts_query import or_terms
 from recalld.retrieval.query_shape import QueryShape, boosted, literal_share, normalise_name
 from recalld.retrieval.search_channels import ChannelHits
+from recalld.retrieval.term_stats import TermCounts
 
 
 @dataclass
@@ -35,15 +36,14 @@ def rank(
     requested_mode: str,
     query: str,
     store: Store,
+    terms: TermCounts,
     shape: QueryShape | None,
     cfg: Config,
     explain: bool,
 ) -> Ranking:
     """Fuse the channels into one list (see docs/DECISIONS.md for each step's measurements)."""
     kw = fusion.bm25_scores(hits.keyword)
-    kw, coverage = coordination.credit(
-        store.conn, or_terms(query), kw, cfg.float("search.coordination")
-    )
+    kw, coverage = coordination.credit(terms, or_terms(query), kw, cfg.float("search.coordination"))
     vs = fusion.cosine_scores(hits.vector)
     rows = store.chunks(set(kw) | set(vs))
     # Keyword-only chunks (no vector by policy) are not chunks the vector channel rejected.
