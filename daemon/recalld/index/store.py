@@ -461,12 +461,18 @@ class Store:
         """
         where, args = _filters(sources, path_prefix, alias="c.", kinds=kinds)
         weights = f"1.0, {float(context_weight)!r}, {float(ident_weight)!r}"
-        sql = (
-            f"SELECT c.id, bm25(chunks_fts, {weights}) AS rank FROM chunks_fts "
-            "JOIN chunks c ON c.id = chunks_fts.rowid WHERE chunks_fts MATCH ?"
-            + (f" AND {where}" if where else "")
-            + " ORDER BY rank LIMIT ?"
-        )
+        rank = f"bm25(chunks_fts, {weights}) AS rank"
+        if where:
+            sql = (
+                f"SELECT c.id, {rank} FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
+                f"WHERE chunks_fts MATCH ? AND {where} ORDER BY rank LIMIT ?"
+            )
+        else:
+            # No filter, no join: looking every match up in ``chunks`` before the top-k cut
+            # was 45 % of the query on the 100k chat mix. A row only FTS5 still held would be
+            # dropped later, with the chunks of the answer (``Store.chunks``).
+            sql = f"SELECT rowid, {rank} FROM chunks_fts WHERE chunks_fts MATCH ? "
+            sql += "ORDER BY rank LIMIT ?"
         return [(int(r[0]), float(r[1])) for r in self.conn.execute(sql, (match, *args, limit))]
 
     # vectors ----------------------------------------------------------------------------------
