@@ -76,7 +76,9 @@ def test_coverage_is_the_same_whether_fts5_streams_or_seeks(
     engine = engine_with(home, COORD_NOTES, search__coordination=0.0)
     try:
         with engine.reader() as store:
-            weights, dfs = coordination._rare_terms(TermCounts(store.conn), ['"zephyr"', '"quokka"'])
+            weights, dfs = coordination._rare_terms(
+                TermCounts(store.conn), ['"zephyr"', '"quokka"']
+            )
             ids = [int(r[0]) for r in store.conn.execute("SELECT rowid FROM chunks_fts")]
             streamed = coordination.coverage(store.conn, weights, ids)  # no dfs: streams
             monkeypatch.setattr(coordination, "SEEK_RATIO", seek_ratio)

@@ -44,6 +44,33 @@ def test_migrations_and_consistency(tmp_path: Path) -> None:
     store.close()
 
 
+def test_counts_read_from_shadow_tables_agree_with_full_scans(tmp_path: Path) -> None:
+    """status counts FTS5 and vec0 rows in their shadow tables and keyword-only chunks by a
+    partial index (cheap after every write); each must equal the count of a full scan."""
+    store = Store(tmp_path / "i.sqlite")
+    store.set_identity(Identity("k", "t/m", "m", 3, "{}"))
+    for i in range(5):
+        row = FileRow(f"/m/{i}.md", "memory", 10, 1, f"h{i}", 3)
+        chunks = [NewChunk(1, 1, f"alpha {i}", f"a{i}"), NewChunk(2, 2, f"beta {i}", f"b{i}")]
+        if i % 2:
+            chunks.append(NewChunk(3, 3, f"tool output {i}", f"t{i}", embed=False))
+        store.replace_file(row, chunks, {f"a{i}": unit([1, 0, 0])})  # b, t: no vector yet
+    store.remove_file("/m/0.md")
+
+    def scan(sql: str) -> int:
+        return int(store.conn.execute(sql).fetchone()[0])
+
+    counts = store.counts()
+    assert counts["fts_rows"] == scan("SELECT count(*) FROM chunks_fts") == 10
+    assert counts["vectors"] == scan("SELECT count(*) FROM chunks_vec") == 4
+    assert counts["keyword_only_chunks"] == 2
+    plan = store.conn.execute(
+        "EXPLAIN QUERY PLAN SELECT count(*) FROM chunks WHERE embed = 0"
+    ).fetchall()
+    assert "chunks_keyword_only" in str(plan)
+    store.close()
+
+
 def test_embedding_cache_keyed_by_space(tmp_path: Path) -> None:
     store = Store(tmp_path / "i.sqlite")
     store.put_cache("p1", "m", 3, {"h": unit([1, 2, 3])})
