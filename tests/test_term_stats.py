@@ -92,3 +92,27 @@ def test_the_cache_is_bounded(home: Path) -> None:
             assert counts.df('"zephyr"') == 1
     finally:
         engine.close()
+
+
+def test_an_engine_that_does_not_write_keeps_no_counts(home: Path) -> None:
+    """Another process writes the index it reads: nothing would clear what it kept."""
+    from conftest import make_config
+    from recalld.embedding.registry import ProviderChoice
+
+    memory = home / "memory"
+    write(memory / "a.md", "zephyr\n")
+    writer = make_engine(home, None)
+    try:
+        writer.sync()
+        reader = Engine(make_config(home), writable=False, choice=ProviderChoice(None, "test"))
+        try:
+            _search(reader)
+            write(memory / "b.md", "zephyr again\n")
+            writer.sync()  # another engine writes: the reader is not told
+            res = reader.search({"query": "zephyr", "mode": "keyword", "explain": True})
+            assert len(res["results"]) == 2
+            assert not reader.term_stats._df and reader.term_stats._total is None
+        finally:
+            reader.close()
+    finally:
+        writer.close()

@@ -370,7 +370,9 @@ class Engine:
                 executor=self._executor,
                 reranker=self.reranker(),
                 index_info=self.index_info,
-                counts=self.term_stats.on(store.conn),
+                # Only the writer's engine hears of every write; another process's engine
+                # (a one-shot CLI search) counts afresh rather than keep counts it cannot clear.
+                counts=self.term_stats.on(store.conn) if self.writable else None,
             )
             if not self.vector_backlog.known:  # read-only engines count once
                 self.vector_backlog.refresh(store)
