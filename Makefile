@@ -25,6 +25,9 @@ $(STAMP): requirements.txt pyproject.toml client/pyproject.toml
 	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -r requirements.txt
 	@echo "==> [3/3] installing recalld and recalld-client from this checkout (editable)"
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e client -e .
+	@# An editable install is not byte-compiled, and where PYTHONDONTWRITEBYTECODE is set nothing
+	@# ever writes the .pyc files: every `recalld search` would compile the CLI and the client.
+	@$(BIN)/python -m compileall -q daemon/recalld client/recalld_client > /dev/null
 	@touch $(STAMP)
 	@echo "==> installed: $(CURDIR)/$(BIN)/recalld"
 

@@ -100,7 +100,8 @@ def run(sheet: Sheet, runs: int = RUNS) -> None:
         "interpreter, interleaved (order alternating), after "
         f"{WARMUP} warm-up pairs; heavy modules the search imported: {heavy}. CPU time (user + "
         "system, from wait4) of the same runs beside it: the wall times include waiting for a "
-        "core on a loaded machine, the CPU times hardly do",
+        "core on a loaded machine, the CPU times hardly do. The code is byte-compiled, as pip "
+        "leaves an installed package (bench/run.py compiles its snapshot)",
     )
 
 
