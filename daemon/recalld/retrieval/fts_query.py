@@ -21,6 +21,7 @@ gives a term that FTS5 reads as an empty phrase. That never errors; it matches n
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Callable
@@ -125,10 +126,12 @@ def _source(word: str, piece: list[re.Match[str]]) -> str:
     return word[piece[0].start() : piece[-1].end()]
 
 
-def _scan(query: str) -> list[_Term]:
+@functools.lru_cache(maxsize=256)
+def _scan(query: str) -> tuple[_Term, ...]:
     """Distinct terms of ``query`` in order, up to MAX_TERMS that are not stopwords.
 
-    Stopwords need no cap of their own: there are few distinct ones.
+    Stopwords need no cap of their own: there are few distinct ones. Kept for the last queries:
+    one search asks for its terms three times (the MATCH, coordination, the snippets).
     """
     terms: list[_Term] = []
     seen: set[tuple[str, ...]] = set()
@@ -154,8 +157,8 @@ def _scan(query: str) -> list[_Term]:
                 terms.append(term)
                 content += not term.stopword
                 if content >= MAX_TERMS:
-                    return terms
-    return terms
+                    return tuple(terms)
+    return tuple(terms)
 
 
 def _select(
@@ -164,7 +167,7 @@ def _select(
     partial: bool = False,
     common: Callable[[tuple[str, ...]], bool] | None = None,
 ) -> list[tuple[_Term, str]]:
-    terms = _scan(query)
+    terms = list(_scan(query))
     if mode == "or":
         terms = [t for t in terms if not t.stopword] or terms
         if common is not None:  # too common to rank by (recalld.retrieval.common_terms)
