@@ -220,16 +220,37 @@ class Sheet:
         """A sentence on how a figure was obtained."""
         self.notes[key] = text
 
-    def dump(self, path: Path) -> None:
-        """Write the whole sheet as JSON (for debugging and for --only merges)."""
+    def dump(self, path: Path, meta: dict[str, Any] | None = None) -> None:
+        """Write the whole sheet as JSON (for debugging and for ``--only --update`` merges)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         data = {
             "metrics": self.metrics,
             "notes": self.notes,
             "tables": self.tables,
             "errors": self.errors,
+            "meta": meta or {},
         }
         path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> tuple[Sheet, dict[str, Any]]:
+        """A sheet written by :meth:`dump`, and the run's meta."""
+        data = json.loads(path.read_text(encoding="utf-8"))
+        sheet = cls(data["metrics"], data["notes"], data["tables"], data.get("errors", {}))
+        return sheet, data.get("meta", {})
+
+    def update(self, newer: Sheet, parts: set[str]) -> None:
+        """Take ``newer``'s figures (a later run of ``parts``) over this sheet's.
+
+        The run's own keys (commit, date, source hash) stay those of this, the full run: the
+        later run is named in the meta's ``updates`` instead.
+        """
+        own = {"commit", "date", "source_hash"}
+        self.metrics.update({k: v for k, v in newer.metrics.items() if k not in own})
+        self.notes.update(newer.notes)
+        self.tables.update(newer.tables)
+        self.errors = {k: v for k, v in self.errors.items() if k not in parts}
+        self.errors.update(newer.errors)
 
 
 _IDLE = frozenset(

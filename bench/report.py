@@ -347,6 +347,7 @@ def markdown(sheet: Sheet, meta: dict[str, Any]) -> str:
         f"- date: {m['date']}; commit: `{m['commit']}` (the working tree as of the start was "
         f"copied and measured: source hash `{m.get('source_hash')}`); run: {meta['run']} "
         f"({meta['wall_s']:.0f} s wall)",
+        *_updates_md(meta),
         "",
         "## Targets",
         "",
@@ -383,6 +384,16 @@ def markdown(sheet: Sheet, meta: dict[str, Any]) -> str:
         out += [f"- {k}: {v}" for k, v in sheet.errors.items()]
     out += ["", "Stage times (s): " + ", ".join(f"{k} {v}" for k, v in meta["stages"].items()), ""]
     return "\n".join(out)
+
+
+def _updates_md(meta: dict[str, Any]) -> list[str]:
+    """Header lines for parts re-measured after the full run (``bench/run.py --update``)."""
+    return [
+        f"- re-measured after it, replacing its figures of those parts: {', '.join(u['parts'])} "
+        f"on {u['date']} at commit `{u['commit']}` (source hash `{u['source_hash']}`; load "
+        f"average at start / end {u['loadavg'][0]} / {u['loadavg'][1]})"
+        for u in meta.get("updates") or []
+    ]
 
 
 def _blas_gap(m: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -30,6 +31,7 @@ def _snapshot() -> tuple[Path, str]:
     daemons it starts disagree with the indexes it built. The daemons get the copy through
     PYTHONPATH (ahead of the editable installs). Returns the copy and a hash of its sources.
     """
+    import atexit
     import compileall
     import hashlib
     import os
@@ -37,8 +39,10 @@ def _snapshot() -> tuple[Path, str]:
     import tempfile
 
     root = Path(__file__).resolve().parents[1]
-    snap = Path(tempfile.gettempdir()) / "recalld-bench-snapshot"
-    shutil.rmtree(snap, ignore_errors=True)
+    # A folder of this run's own: a second run (even one that only prints a usage error) must
+    # not replace the code under the daemons of a run still going.
+    snap = Path(tempfile.mkdtemp(prefix="recalld-bench-snapshot-"))
+    atexit.register(shutil.rmtree, snap, ignore_errors=True)
     digest = hashlib.sha256()
     for src, name in ((root / "daemon", "recalld"), (root / "client", "recalld_client")):
         shutil.copytree(
@@ -78,6 +82,8 @@ from bench import (  # noqa: E402
 from bench.cache import VectorCache  # noqa: E402
 from bench.common import FULL, OUT, QUICK, ROOT, Sheet, log, stage  # noqa: E402
 
+FULL_SHEET = OUT / "full-sheet.json"  # the last full run, for --update
+
 PARTS = (
     "client_import",
     "cli_start",
@@ -103,11 +109,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-quality", action="store_true", help="no quality evals")
     p.add_argument("--only", default="", help=f"comma-separated parts of {', '.join(PARTS)}")
     p.add_argument("--rebuild", action="store_true", help="rebuild the reusable large/no-op homes")
+    p.add_argument(
+        "--update",
+        action="store_true",
+        help="with --only: put the parts measured now into BENCHMARKS.md/json over the last full "
+        "run's figures (bench/out/full-sheet.json); the header names the parts and their commit",
+    )
     args = p.parse_args(argv)
     only = {x.strip() for x in args.only.split(",") if x.strip()}
     unknown = only - set(PARTS)
     if unknown:
         p.error(f"unknown part(s) {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
+    if args.update and (not only or args.quick):
+        p.error("--update takes --only (the parts to re-measure) and a full-size run")
+    if args.update and not FULL_SHEET.exists():
+        p.error(f"--update needs a full run's {FULL_SHEET}: run `make bench` first")
     args.only_set = only or None
     return args
 
@@ -126,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     import recalld
 
     assert Path(recalld.__file__).resolve().is_relative_to(SNAPSHOT), recalld.__file__
-    meta: dict[str, object] = {"machine": common.machine(), "run": sizes.name, "stages": {}}
+    meta: dict[str, Any] = {"machine": common.machine(), "run": sizes.name, "stages": {}}
     timings: dict[str, float] = {}
     only = args.only_set
     OUT.mkdir(parents=True, exist_ok=True)
@@ -185,15 +201,38 @@ def main(argv: list[str] | None = None) -> int:
     meta["stages"] = timings
     meta["wall_s"] = time.perf_counter() - started
     meta["loadavg_end"] = common.machine()["loadavg"]
-    if args.quick or only:
+    if args.update and only:
+        sheet, meta = _update_full(sheet, meta, only)
+    if args.quick or (only and not args.update):
         stem = "quick" if args.quick else "partial"
         md, js = OUT / f"BENCHMARKS.{stem}.md", OUT / f"BENCHMARKS.{stem}.json"
     else:
         md, js = ROOT / "BENCHMARKS.md", ROOT / "BENCHMARKS.json"
+        sheet.dump(FULL_SHEET, meta)  # what a later --update starts from
     report.write(sheet, meta, md, js)
-    sheet.dump(OUT / "last-sheet.json")
+    sheet.dump(OUT / "last-sheet.json", meta)
     log(f"wrote {md} and {js} in {meta['wall_s']:.0f} s")
     return 1 if sheet.errors else 0
+
+
+def _update_full(
+    sheet: Sheet, meta: dict[str, Any], only: set[str]
+) -> tuple[Sheet, dict[str, Any]]:
+    """The last full run's sheet with this run's parts put over it (``--update``)."""
+    full, full_meta = Sheet.load(FULL_SHEET)
+    full.update(sheet, only)
+    update = {
+        "parts": sorted(only),
+        "commit": sheet.metrics["commit"],
+        "date": sheet.metrics["date"],
+        "source_hash": sheet.metrics["source_hash"],
+        "loadavg": [meta["machine"]["loadavg"], meta["loadavg_end"]],
+    }
+    return full, {
+        **full_meta,
+        "stages": {**full_meta.get("stages", {}), **meta["stages"]},
+        "updates": [*full_meta.get("updates", []), update],
+    }
 
 
 if __name__ == "__main__":
