@@ -176,7 +176,7 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     want = req.max_results * cfg.int("search.candidate_multiplier")
     shape = analyze(req.query) if cfg.bool("search.query_shape") else None
     hits = run_channels(req, ctx, shape, want)
-    ranking = rank(hits, req.mode, req.query, ctx.store, ctx.terms, shape, cfg, req.explain)
+    ranking = rank(hits, req.mode, ctx.store, shape, cfg, req.explain)
     cands, channels, rerank_note = shortlist(req, ctx, ranking)
     degraded = hits.degraded
     if rerank_note:

@@ -1,5 +1,6 @@
 """Search stage 1, the channels: the vector channel (query embedding and matrix scan) on the
-executor while the keyword channel (FTS5, with pseudo-relevance feedback) runs here.
+executor while the keyword channel (FTS5, with pseudo-relevance feedback, then coordination's
+credit) runs here.
 
 A failing vector channel degrades the answer to keyword-only and says why; it never fails it.
 """
@@ -12,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from recalld.retrieval import prf
+from recalld.retrieval import coordination, fusion, prf
 from recalld.retrieval.common_terms import common_checker
-from recalld.retrieval.fts_query import build_match
+from recalld.retrieval.fts_query import build_match, or_terms
 from recalld.retrieval.query_shape import QueryShape
 
 if TYPE_CHECKING:
@@ -32,6 +33,8 @@ class ChannelHits:
     match: str | None  # the FTS5 expression the keyword channel ran
     run_vector: bool  # False when the vector channel was not run or failed
     degraded: str | None
+    keyword_scores: dict[int, float]  # mapped (best = 1), coordination credit included
+    coverage: dict[int, float]  # per keyword hit, the share of the rare terms it holds
 
 
 def run_channels(
@@ -73,6 +76,14 @@ def run_channels(
 
     match = _keyword_match(req, ctx) if run_keyword else None
     keyword_hits = _keyword_channel(req, ctx, shape, match, want) if match else []
+    # Coordination needs only the keyword hits: it runs here, while the vector channel (the
+    # query embedding, the scan) is usually still busy on the executor.
+    keyword_scores, coverage = coordination.credit(
+        ctx.terms,
+        or_terms(req.query),
+        fusion.bm25_scores(keyword_hits),
+        ctx.config.float("search.coordination"),
+    )
 
     if vector_future is not None:
         try:
@@ -80,7 +91,9 @@ def run_channels(
         except Exception as exc:  # noqa: BLE001
             degraded = f"vector search failed ({exc}); keyword results only"
             run_vector = False  # the answer is keyword-only and says so in ``mode``
-    return ChannelHits(vector_hits, keyword_hits, match, run_vector, degraded)
+    return ChannelHits(
+        vector_hits, keyword_hits, match, run_vector, degraded, keyword_scores, coverage
+    )
 
 
 def _keyword_match(req: SearchRequest, ctx: SearchContext) -> str | None:

@@ -1,5 +1,6 @@
-"""Search stage 2, one ranking: channel scores mapped and fused (weighted or RRF), coordination
-credit, document evidence, and the literal and name boosts of the query's shape.
+"""Search stage 2, one ranking: channel scores mapped and fused (weighted or RRF) with the
+keyword channel's coordination credit, document evidence, and the literal and name boosts of the
+query's shape.
 """
 
 from __future__ import annotations
@@ -10,11 +11,9 @@ from typing import Any
 from recalld.config import Config
 from recalld.index.store import ChunkRow, Store
 from recalld.ingest.front_matter import context_names
-from recalld.retrieval import coordination, doc_evidence, fusion
-from recalld.retrieval.fts_query import or_terms
+from recalld.retrieval import doc_evidence, fusion
 from recalld.retrieval.query_shape import QueryShape, boosted, literal_share, normalise_name
 from recalld.retrieval.search_channels import ChannelHits
-from recalld.retrieval.term_stats import TermCounts
 
 
 @dataclass
@@ -34,16 +33,13 @@ class Ranking:
 def rank(
     hits: ChannelHits,
     requested_mode: str,
-    query: str,
     store: Store,
-    terms: TermCounts,
     shape: QueryShape | None,
     cfg: Config,
     explain: bool,
 ) -> Ranking:
     """Fuse the channels into one list (see docs/DECISIONS.md for each step's measurements)."""
-    kw = fusion.bm25_scores(hits.keyword)
-    kw, coverage = coordination.credit(terms, or_terms(query), kw, cfg.float("search.coordination"))
+    kw, coverage = hits.keyword_scores, hits.coverage  # coordination ran with the channels
     vs = fusion.cosine_scores(hits.vector)
     rows = store.chunks(set(kw) | set(vs))
     # Keyword-only chunks (no vector by policy) are not chunks the vector channel rejected.
