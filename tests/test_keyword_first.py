@@ -153,3 +153,47 @@ def test_the_tray_ring_follows_the_vectors_once_every_file_is_in() -> None:
     }
     view = view_for(event)
     assert view.progress == 0.25 and "vectors 10/40 (25 %)" in view.title
+
+
+def test_a_backfill_call_holds_many_short_chunks_or_about_eight_long_ones() -> None:
+    from recalld.ingest.vector_backfill import BACKFILL_CALL_CHARS, BACKFILL_SLICE, _slices
+
+    rows = sorted(
+        ((i, f"h{i}", "w" * n) for i, n in enumerate([40] * 200 + [1000] * 40)),
+        key=lambda r: len(r[2]),
+    )
+    calls = _slices(rows, BACKFILL_SLICE, True)
+    assert [r for call in calls for r in call] == rows  # every row once, in order
+    assert len(calls[0]) == BACKFILL_SLICE  # short chunks share a call
+    long_calls = [len(c) for c in calls if len(c[0][2]) == 1000]
+    assert max(long_calls) == 8 and sum(long_calls) > 30  # full-window ones 8 a call, as before
+    assert all(sum(len(r[2]) for r in c) <= BACKFILL_CALL_CHARS for c in calls)
+    assert [len(c) for c in _slices(rows, 256, False)] == [240]  # unbounded: the window
+
+
+def test_kept_due_ids_give_what_a_fresh_scan_gives_until_a_write(home: Path) -> None:
+    import numpy as np
+
+    from recalld.index.store import FileRow, Identity, NewChunk
+    from recalld.ingest.vector_backfill import VectorBacklog, _due
+
+    store = Store(home / "index.sqlite")
+    try:
+        store.set_identity(Identity("k", "test", "m", 4, "{}"))
+        for f in range(4):
+            chunks = [NewChunk(i, i, f"t {f} {i}", f"h{f}-{i}", embed=i != 2) for i in range(3)]
+            store.replace_file(FileRow(f"/m/{f}.md", "memory", 1, 0, "", 3), chunks, None)
+        backlog = VectorBacklog()
+        backlog.refresh(store)
+        assert backlog.due_ids is None  # a count forgets them: it follows writes
+        first = _due(store, 3, backlog)
+        assert first == _due(store, 3)
+        assert backlog.due_ids is not None and len(backlog.due_ids) == 8  # keyword-only dropped
+        vec = np.ones(4, dtype=np.float32) / 2
+        store.put_vectors([(cid, vec) for cid, _, _ in first])
+        backlog.due_ids = [i for i in backlog.due_ids if i not in {r[0] for r in first}]
+        assert _due(store, 10, backlog) == _due(store, 10)  # the kept head, no scan
+        backlog.wrote(3)
+        assert backlog.due_ids is None
+    finally:
+        store.close()

@@ -509,9 +509,14 @@ class Engine:
                 self.last_session_sizes = sessions.indexed_sizes
             if dirty is None:
                 self._remember_mounts(problems)
-            indexer.backfill_vectors(report)  # keyword first: a step of vectors after the writes
+            filled = indexer.backfill_vectors(report)  # keyword first: vectors after the writes
             report.embed_error = indexer.embed_error  # a provider that is down: retried later
-            self.vector_backlog.refresh(self.writer, more=report.vectors_pending)
+            backlog = self.vector_backlog
+            if dirty == [] and report.vectors_pending and backlog.pending > filled:
+                # The daemon's next back-fill step: nothing else written, so no recount.
+                backlog.filled(filled, more=True)
+            else:
+                backlog.refresh(self.writer, more=report.vectors_pending)
             self._note_skipped(report, dirty)
             self._after_write(report)
             return report

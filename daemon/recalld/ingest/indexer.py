@@ -168,7 +168,7 @@ class Indexer:
         # Roots whose files must not be removed now (missing, unmounted), set by the engine.
         self.unavailable_roots: dict[Path, str] = {}
         # Set by the daemon: files go in keyword-first (big notes chunked off the writer), their
-        # vectors back-filled in steps of about a second, backfill_slice chunks per call (see
+        # vectors back-filled in steps of about a second, at most backfill_slice chunks a call (see
         # recalld.ingest.vector_backfill). Unset (in-process syncs): vectors are embedded inline.
         self.background: BackgroundChunker[list[Chunk]] | None = None
         self.backfill_slice: int | None = None

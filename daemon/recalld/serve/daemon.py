@@ -295,7 +295,7 @@ class Daemon:
             for job in batch:
                 job.result, job.error = report, error
                 job.done.set()
-            self._emit(self.status_event())
+            self._emit_status()
 
     def _recover(self, why: str) -> None:
         """The index is damaged: move it aside and start an empty one (the writer thread)."""
@@ -377,7 +377,15 @@ class Daemon:
         now = time.monotonic()
         if now - self._last_progress_event >= 0.25 or progress.phase == "idle":
             self._last_progress_event = now
-            self._emit(self.status_event())
+            self._emit_status()
+
+    def _emit_status(self) -> None:
+        """Send :meth:`status_event` to ``watch`` subscribers; with none it is not built (it
+        counts rows, and every back-fill step's vectors make the counts stale)."""
+        with self._listeners_lock:
+            if not self._listeners:
+                return
+        self._emit(self.status_event())
 
     def _emit(self, event: dict[str, Any]) -> None:
         with self._listeners_lock:
@@ -528,7 +536,7 @@ class Daemon:
         watcher = self.watcher
         if watcher is not None:
             watcher.paused = paused
-        self._emit(self.status_event())
+        self._emit_status()
         return {"paused": paused}
 
     async def watch(self, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
