@@ -4,6 +4,8 @@
     .venv/bin/python bench/run.py --quick            # small sizes -> bench/out/BENCHMARKS.quick.*
     .venv/bin/python bench/run.py --skip-quality     # speed only (quality: last full results)
     .venv/bin/python bench/run.py --only large,noop  # some parts -> bench/out/BENCHMARKS.partial.*
+    .venv/bin/python bench/run.py --only scale --update  # those parts -> BENCHMARKS.*, over the
+                                                     # last full run (the header says so)
 
 Parts: client_import, cli_start (bench/cli_start.py), throughput, rss_indexing, small, large,
 noop, transcripts, quality, ablation, needles (bench/transcript_needles.py), chat
