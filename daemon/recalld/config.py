@@ -296,6 +296,13 @@ SETTINGS: tuple[Setting, ...] = (
         1,
     ),
     Setting(
+        "search.keyword_cache_mb",
+        256,
+        "Memory for the postings of queried words, scored without FTS5's per-row cost (0: off).",
+        0,
+        65_536,
+    ),
+    Setting(
         "index.reader_mmap_mb",
         65_536,
         "Memory-map up to this much of the index for searches (file-backed pages shared by the "

@@ -44,6 +44,7 @@ from recalld.ingest.session_sync import SessionIndexer
 from recalld.ingest.vector_backfill import BackgroundChunker, VectorBacklog
 from recalld.retrieval import access
 from recalld.retrieval.common_terms import tune_reader
+from recalld.retrieval.keyword_postings import PostingsCache
 from recalld.retrieval.search import SearchContext, parse_request, run_search
 from recalld.retrieval.term_stats import TermStats
 
@@ -101,6 +102,10 @@ class Engine:
         self.backfill_slice: int | None = None
         self.vector_backlog = VectorBacklog()  # chunks still waiting for a vector
         self.term_stats = TermStats()  # document frequencies of query terms, until a write
+        # Postings of queried words (recalld.retrieval.keyword_postings): only the writer's
+        # engine hears of every write, which keeps them fresh.
+        budget = self.config.int("search.keyword_cache_mb") * 1024 * 1024
+        self.postings = PostingsCache(budget) if writable and budget > 0 else None
         if writable:
             index_files.remove_stale_rebuilds(self.index_path)
             self.writer = Store(self.index_path)
@@ -341,6 +346,8 @@ class Engine:
 
     def _on_change(self, change: FileChange) -> None:
         self._invalidate_counts()
+        if self.postings is not None:
+            self.postings.changed(change.removed + change.inserted)
         with self._vectors_lock:
             if self._vectors is not None:
                 self._vectors.apply(change.removed, change.added, change.generation)
@@ -368,6 +375,7 @@ class Engine:
                 vectors=vectors,
                 degraded=self.degraded(provider=not probing) if wants_vectors else None,
                 executor=self._executor,
+                postings=self.postings,
                 reranker=self.reranker(),
                 index_info=self.index_info,
                 # Only the writer's engine hears of every write; another process's engine
@@ -573,6 +581,7 @@ class Engine:
                 self._vectors = None
             self.needs_reindex = None
             self.vector_backlog.refresh(self.writer)
+            self._forget_postings()
         self._invalidate_counts()
         return moved
 
@@ -674,6 +683,7 @@ class Engine:
                 raise
             index_files.test_phase("swap-replaced")
             self.writer = Store(self.index_path)
+            self._forget_postings()
             with self._vectors_lock:
                 self._vectors = vectors
 
@@ -690,6 +700,11 @@ class Engine:
             if generation == self._counts_generation:  # ... then it is returned, not kept
                 self._counts = counts
         return dict(counts)
+
+    def _forget_postings(self) -> None:
+        """Another index file is live: the held postings are of the old one."""
+        if self.postings is not None:
+            self.postings.reset()
 
     def _invalidate_counts(self) -> None:
         self.term_stats.invalidate()

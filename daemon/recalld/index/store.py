@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +103,7 @@ class FileChange:
     removed: list[int]
     added: list[tuple[int, npt.NDArray[np.float32]]]
     generation: int | None = None  # the vectors' generation after this write (None: unknown)
+    inserted: list[int] = field(default_factory=list)  # every chunk id written, vector or not
 
 
 @dataclass(frozen=True)
@@ -276,6 +277,7 @@ class Store:
         """
         has_vec = self.has_vec_table()
         added: list[tuple[int, npt.NDArray[np.float32]]] = []
+        inserted: list[int] = []
         with self.conn:
             removed = self._delete_chunks(
                 row.path, from_line=keep_from_line, has_vec=has_vec, kinds=rewrite_kinds
@@ -298,8 +300,9 @@ class Store:
                         int(chunk.embed),
                     ),
                 )
+                chunk_id = self.conn.last_insert_rowid()
+                inserted.append(chunk_id)
                 if has_vec and vectors is not None and chunk.embed and chunk.hash in vectors:
-                    chunk_id = self.conn.last_insert_rowid()
                     vec = vectors[chunk.hash]
                     self.conn.execute(
                         "INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)",
@@ -316,7 +319,7 @@ class Store:
                 "hash = excluded.hash, lines = excluded.lines, indexed_at = excluded.indexed_at",
                 (row.path, row.source, row.size, row.mtime_ns, row.hash, row.lines, time.time()),
             )
-        return FileChange(removed, added, generation)
+        return FileChange(removed, added, generation, inserted)
 
     def remove_file(self, path: str) -> FileChange:
         """Drop a file, its chunks and its transcript state."""

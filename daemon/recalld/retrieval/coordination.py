@@ -14,14 +14,15 @@ The square keeps partial matches cheap: the credit is for holding (nearly) all o
 of more than ``MAX_QUERY_TERMS`` terms gets none: holding "everything asked" means something for
 a question or a title, not for a paragraph (on the long CISI queries the credit cost hit@1). Which
 chunk holds which term is asked of FTS5 itself (the chunks matching the term, intersected with the
-candidates), so stemming and tokenization are exactly the index's.
+candidates), or of the keyword channel's held postings of a word (which are FTS5's own), so
+stemming and tokenization are exactly the index's.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import apsw
 
@@ -61,11 +62,16 @@ def _rare_terms(
     return {t: out[t] for t in rare}, dfs
 
 
+#: Which candidates hold a term, when known without FTS5 (None: ask FTS5).
+Holder = Callable[[str, Sequence[int]], "set[int] | None"]
+
+
 def coverage(
     conn: apsw.Connection,
     weights: Mapping[str, float],
     candidates: Sequence[int],
     dfs: Mapping[str, int] | None = None,
+    held: Holder | None = None,
 ) -> dict[int, float]:
     """Per candidate chunk: the share of the terms' idf it holds (0 to 1)."""
     total = sum(weights.values())
@@ -75,7 +81,10 @@ def coverage(
     for term, w in weights.items():
         if w <= 0:
             continue
-        for cid in _holding(conn, term, candidates, (dfs or {}).get(term)):
+        known = held(term, candidates) if held is not None else None
+        if known is None:
+            known = _holding(conn, term, candidates, (dfs or {}).get(term))
+        for cid in known:
             out[cid] += w / total
     return out
 
@@ -104,7 +113,11 @@ def _holding(
 
 
 def credit(
-    counts: TermCounts, terms: Sequence[str], keyword: Mapping[int, float], weight: float
+    counts: TermCounts,
+    terms: Sequence[str],
+    keyword: Mapping[int, float],
+    weight: float,
+    held: Holder | None = None,
 ) -> tuple[dict[int, float], dict[int, float]]:
     """Keyword scores (best = 1) with the coordination credit, and each candidate's coverage.
 
@@ -114,7 +127,7 @@ def credit(
     if weight <= 0 or not MIN_TERMS <= len(terms) <= MAX_QUERY_TERMS or not keyword:
         return dict(keyword), {}
     weights, dfs = _rare_terms(counts, terms)
-    cov = coverage(counts.conn, weights, list(keyword), dfs)
+    cov = coverage(counts.conn, weights, list(keyword), dfs, held)
     raised = {cid: s + weight * cov[cid] ** 2 for cid, s in keyword.items()}
     best = max(raised.values())
     return {cid: max(s / best, 1e-3) for cid, s in raised.items()}, cov

@@ -30,7 +30,7 @@ from typing import Literal
 
 from recalld.index.ident_tokens import cjk_bigrams, is_cjk, split_word
 
-__all__ = ["MAX_TERMS", "STOPWORDS", "build_match", "or_terms", "query_terms"]
+__all__ = ["MAX_TERMS", "STOPWORDS", "build_match", "match_terms", "or_terms", "query_terms"]
 
 #: Most terms (words or phrases) in one MATCH expression.
 MAX_TERMS = 64
@@ -204,6 +204,16 @@ def build_match(
     if not terms:
         return None
     return (" AND " if mode == "and" else " OR ").join(expr for _, expr in terms)
+
+
+def match_terms(
+    query: str,
+    *,
+    partial: bool = False,
+    common: Callable[[tuple[str, ...]], bool] | None = None,
+) -> list[str]:
+    """The expressions that ``build_match(query, mode="or")`` ORs together, one per term."""
+    return [expr for _, expr in _select(query, "or", partial, common)]
 
 
 def or_terms(query: str) -> list[str]:

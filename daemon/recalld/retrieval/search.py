@@ -21,6 +21,7 @@ from recalld.errors import BadRequest
 from recalld.index.store import Store
 from recalld.index.vector_index import VectorIndex
 from recalld.retrieval.answer_budget import MIN_BUDGET_TOKENS, fit_to_budget
+from recalld.retrieval.keyword_postings import PostingsCache
 from recalld.retrieval.query_shape import QueryShape, analyze
 from recalld.retrieval.search_channels import run_channels
 from recalld.retrieval.search_ranking import Ranking, rank
@@ -155,6 +156,7 @@ class SearchContext:
     reranker: Any = None  # recalld.retrieval.rerank.Reranker, optional
     index_info: Callable[[], dict[str, Any]] | None = None
     counts: TermCounts | None = None  # term frequencies, shared by an engine's searches
+    postings: PostingsCache | None = None  # held postings (the writer's engine only)
 
     def __post_init__(self) -> None:
         if self.counts is None:

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from recalld.retrieval import coordination, fusion, prf
+from recalld.retrieval import coordination, fusion, keyword_scoring, prf
 from recalld.retrieval.common_terms import common_checker
-from recalld.retrieval.fts_query import build_match, or_terms
+from recalld.retrieval.fts_query import match_terms, or_terms
+from recalld.retrieval.keyword_scoring import Term, match_of
 from recalld.retrieval.query_shape import QueryShape
 
 if TYPE_CHECKING:
@@ -74,8 +75,9 @@ def run_channels(
                 run_keyword = True
                 run_vector = False
 
-    match = _keyword_match(req, ctx) if run_keyword else None
-    keyword_hits = _keyword_channel(req, ctx, shape, match, want) if match else []
+    terms = _keyword_terms(req, ctx) if run_keyword else []
+    match = match_of(terms) if terms else None
+    keyword_hits = _keyword_channel(req, ctx, shape, terms, want) if terms else []
     # Coordination needs only the keyword hits: it runs here, while the vector channel (the
     # query embedding, the scan) is usually still busy on the executor.
     keyword_scores, coverage = coordination.credit(
@@ -83,6 +85,7 @@ def run_channels(
         or_terms(req.query),
         fusion.bm25_scores(keyword_hits),
         ctx.config.float("search.coordination"),
+        keyword_scoring.holder(ctx.store.conn, ctx.postings) if ctx.postings else None,
     )
 
     if vector_future is not None:
@@ -96,41 +99,46 @@ def run_channels(
     )
 
 
-def _keyword_match(req: SearchRequest, ctx: SearchContext) -> str | None:
-    """The FTS5 expression of the query (None: nothing to match)."""
+def _keyword_terms(req: SearchRequest, ctx: SearchContext) -> list[Term]:
+    """The query's OR terms; without identifier variants they skip the derived ident column."""
     partial = ctx.config.bool("search.partial_identifiers")
     common = common_checker(ctx.terms, ctx.config.float("search.max_term_df"))
-    match = build_match(req.query, partial=partial, common=common)
-    if match and not partial:
-        match = "{text context} : (" + match + ")"  # the derived ident column stays out
-    return match
+    return [(e, not partial) for e in match_terms(req.query, partial=partial, common=common)]
 
 
 def _keyword_channel(
-    req: SearchRequest, ctx: SearchContext, shape: QueryShape | None, match: str, want: int
+    req: SearchRequest, ctx: SearchContext, shape: QueryShape | None, terms: list[Term], want: int
 ) -> Hits:
-    """BM25 hits of ``match``; prose queries get pseudo-relevance feedback (``search.prf``)."""
+    """BM25 hits of ``terms``; prose queries get pseudo-relevance feedback (``search.prf``)."""
     cfg = ctx.config
+    weights = (1.0, cfg.float("search.context_weight"), cfg.float("search.ident_weight"))
+    # Held postings score single words without FTS5's per-row cost; a filtered search (its
+    # rows joined with ``chunks``) and a query of phrases only are FTS5's.
+    postings = None if (req.sources or req.path_prefix or req.kinds) else ctx.postings
 
-    def keyword_search(expr: str) -> Hits:
+    def keyword_search(these: list[Term]) -> Hits:
+        if postings is not None:
+            hits = keyword_scoring.search(ctx.store.conn, postings, these, want, weights)
+            if hits is not None:
+                return hits
         return ctx.store.keyword_search(
-            expr,
+            match_of(these),
             want,
             req.sources,
             req.path_prefix,
-            context_weight=cfg.float("search.context_weight"),
-            ident_weight=cfg.float("search.ident_weight"),
+            context_weight=weights[1],
+            ident_weight=weights[2],
             kinds=req.kinds,
         )
 
-    hits = keyword_search(match)
+    hits = keyword_search(terms)
     if shape is None or shape.kind in ("question", "statement"):
         hits = prf.feedback(
             ctx.terms,
             req.query,
             hits,
             lambda ids: [r.text for r in ctx.store.chunks(ids).values()],
-            lambda extra: keyword_search(f"{match} OR " + " OR ".join(extra)),
+            lambda extra: keyword_search(terms + [(e, False) for e in extra]),
             cfg.float("search.prf"),
         )
     return hits

@@ -1,0 +1,169 @@
+"""FTS5's BM25 for single-word terms, computed with numpy from held postings.
+
+FTS5's ``bm25()`` is a sum over the query's phrases (fts5_aux.c):
+
+    score = sum_i idf_i * f_i * (k1 + 1) / (f_i + k1 * (1 - b + b * len / avgdl))
+
+with ``f_i`` the phrase's instances in the row weighted by column, ``len`` the row's tokens
+in all columns, ``idf_i = log((N - n_i + 0.5) / (n_i + 0.5))`` (at least 1e-6), ``n_i`` the rows
+holding the phrase, ``N`` and ``avgdl`` from FTS5's totals. A quoted single word's part of the
+sum needs only its postings and the row lengths (``recalld.retrieval.keyword_postings``), so
+those terms are scored here; phrases, ``NEAR`` groups and prefixes (identifier variants) are
+left to FTS5, whose scores for just those phrases are the rest of the same sum. Rows are
+ranked by the total, best first, ties by id: the ranking FTS5 gives, without its per-row cost.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import apsw
+import numpy as np
+
+from recalld.index.fts_postings import contained, query_tokens
+from recalld.retrieval.keyword_postings import PostingsCache, Snapshot
+
+__all__ = ["Term", "holder", "match_of", "search"]
+
+K1 = 1.2  # FTS5's bm25 constants
+B = 0.75
+#: A term: (FTS5 expression, restricted to the text and context columns).
+Term = tuple[str, bool]
+Hits = list[tuple[int, float]]
+_TEXT_COLUMNS = "{text context}"
+
+
+def match_of(terms: Sequence[Term]) -> str:
+    """The FTS5 MATCH expression ORing ``terms`` (restricted ones under one column filter)."""
+    inside = [e for e, restricted in terms if restricted]
+    outside = [e for e, restricted in terms if not restricted]
+    parts = [f"{_TEXT_COLUMNS} : (" + " OR ".join(inside) + ")"] if inside else []
+    return " OR ".join(parts + outside)
+
+
+def _word(conn: apsw.Connection, expr: str) -> str | None:
+    """The one indexed token of a quoted single word (``"Deborah"``), else None."""
+    if len(expr) < 3 or expr[0] != '"' or expr[-1] != '"':
+        return None
+    inner = expr[1:-1]
+    if '"' in inner.replace('""', ""):
+        return None  # more than one string
+    tokens = query_tokens(conn, inner.replace('""', '"'))
+    return tokens[0] if len(tokens) == 1 else None
+
+
+def holder(
+    conn: apsw.Connection, cache: PostingsCache
+) -> Callable[[str, Sequence[int]], set[int] | None]:
+    """Which candidates hold a quoted word, from the held postings (None: not held, ask FTS5)."""
+
+    def holding(term: str, candidates: Sequence[int]) -> set[int] | None:
+        token = _word(conn, term)
+        ids = cache.held_ids(token) if token is not None else None
+        if ids is None:
+            return None
+        return {int(ids[i]) for i in contained(ids, np.asarray(candidates, dtype=np.int64))}
+
+    return holding
+
+
+def search(
+    conn: apsw.Connection,
+    cache: PostingsCache,
+    terms: Sequence[Term],
+    limit: int,
+    weights: tuple[float, float, float],
+) -> Hits | None:
+    """(chunk id, bm25) best first, as ``Store.keyword_search`` gives them (FTS5's sign:
+    lower is better), or None when no term is a single word (FTS5 alone is as fast)."""
+    words: list[tuple[str, bool]] = []
+    rest: list[Term] = []
+    for expr, restricted in terms:
+        token = _word(conn, expr)
+        if token is None:
+            rest.append((expr, restricted))
+        else:
+            words.append((token, restricted))
+    if not words:
+        return None
+    snap = cache.snapshot(conn, [t for t, _ in words])
+    if snap.rows <= 0:
+        return []
+    scores = np.zeros(len(snap.lengths), dtype=np.float64)
+    matched = np.zeros(len(snap.lengths), dtype=bool)
+    for token, restricted in words:
+        _add_word(scores, matched, snap, token, restricted, weights)
+    if rest:
+        scores, matched = _add_phrases(conn, scores, matched, rest, weights)
+    return _top(scores, matched, limit)
+
+
+def _add_word(
+    scores: np.ndarray,
+    matched: np.ndarray,
+    snap: Snapshot,
+    token: str,
+    restricted: bool,
+    weights: tuple[float, float, float],
+) -> None:
+    """One word's part of the BM25 sum, added into the dense per-row arrays."""
+    post = snap.postings[token]
+    ids, counts = post.ids, post.counts
+    w = np.asarray(weights, dtype=np.float64)
+    if restricted:  # instances in the ident column are not the phrase's
+        inside = (counts[:, 0] > 0) | (counts[:, 1] > 0)
+        ids, counts = ids[inside], counts[inside]
+        w = w.copy()
+        w[2] = 0.0
+    hits = len(ids)
+    if not hits:
+        return
+    idf = math.log((snap.rows - hits + 0.5) / (hits + 0.5))
+    if idf <= 0.0:
+        idf = 1e-6
+    f = counts.astype(np.float64) @ w
+    norm = K1 * (1.0 - B + B * snap.lengths[ids] / snap.avgdl)
+    scores[ids] += idf * (f * (K1 + 1.0)) / (f + norm)  # ids are distinct within a word
+    matched[ids] = True
+
+
+def _add_phrases(
+    conn: apsw.Connection,
+    scores: np.ndarray,
+    matched: np.ndarray,
+    rest: Sequence[Term],
+    weights: tuple[float, float, float],
+) -> tuple[np.ndarray, np.ndarray]:
+    """FTS5's own bm25 of the other terms (phrases, NEAR, prefixes), for every row they match."""
+    w = ", ".join(repr(float(x)) for x in weights)
+    rows = conn.execute(
+        f"SELECT rowid, bm25(chunks_fts, {w}) FROM chunks_fts WHERE chunks_fts MATCH ?",
+        (match_of(rest),),
+    ).fetchall()
+    if not rows:
+        return scores, matched
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    part = -np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
+    top = int(ids.max()) + 1
+    if top > len(scores):  # rows written after the lengths were read
+        scores = np.concatenate([scores, np.zeros(top - len(scores))])
+        matched = np.concatenate([matched, np.zeros(top - len(matched), dtype=bool)])
+    scores[ids] += part
+    matched[ids] = True
+    return scores, matched
+
+
+def _top(scores: np.ndarray, matched: np.ndarray, limit: int) -> Hits:
+    """The ``limit`` best matched rows: highest score first, then lowest id."""
+    cand = np.flatnonzero(matched)
+    if not len(cand) or limit <= 0:
+        return []
+    values = scores[cand]
+    if len(cand) > limit:
+        # everything scoring at least the limit-th best, so that ties at the cut sort by id
+        kth = np.partition(values, len(values) - limit)[len(values) - limit]
+        keep = values >= kth
+        cand, values = cand[keep], values[keep]
+    order = np.lexsort((cand, -values))[:limit]
+    return [(int(cand[i]), -float(values[i])) for i in order]

@@ -1,0 +1,281 @@
+"""Held postings score the keyword channel exactly as FTS5's bm25() does, and stay exact
+through every kind of write (keyword_postings.py, keyword_scoring.py, fts_postings.py).
+
+Real index files and engines: each answer of the numpy scoring is compared with FTS5's own
+ranked query on the same connection, after new notes, edits, removals, transcript appends and
+a rebuild, with column filters, identifier variants, other column weights, a tiny memory
+budget and a flood of changes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import apsw
+import numpy as np
+import pytest
+
+from conftest import make_engine, write
+from recalld.engine import Engine
+from recalld.index import fts_postings
+from recalld.index.store import Store
+from recalld.retrieval import coordination, keyword_postings, keyword_scoring
+from recalld.retrieval.fts_query import match_terms, or_terms
+from recalld.retrieval.keyword_postings import PostingsCache
+from recalld.retrieval.keyword_scoring import Term
+
+_WORD_TEXT = """
+    deploy rollback ledger zephyr quokka timeout retry cache index postgres mongo billing invoice
+    meeting dinner hiking painting running dogs cats garden kitchen travel paris config parser
+    socket daemon tray vector keyword search memory notes session agent
+"""
+WORDS = _WORD_TEXT.split()
+NAMES = ["Caroline", "Melanie", "Deborah", "Audrey", "Jon"]
+QUERIES = [
+    "When did Caroline go hiking?",
+    "what timeout did Melanie suggest for the retry",
+    "Deborah's dogs and cats",
+    "billing ledger postgres",
+    "conn_reset ERR_CONN_RESET",
+    "useState hook",
+    "running in paris",
+    "memory notes agent session search",
+    "quokka",
+    "config.parser socket",
+    "the and of",  # stopwords only
+    "zzzz-not-there",
+]
+
+
+def _note(rng: random.Random, i: int) -> str:
+    lines = [f"# {rng.choice(WORDS).title()} {rng.choice(NAMES)} {i}", ""]
+    for _ in range(rng.randint(2, 9)):
+        who = rng.choice(NAMES)
+        said = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 25)))
+        lines.append(f"{who}: {said}.")
+    if i % 7 == 0:
+        lines.append("Saw ERR_CONN_RESET from config.parser after useState changed; conn reset.")
+    if i % 11 == 0:
+        lines.append("Deborah's dogs love running; Jon's cats do not.")
+    return "\n".join(lines) + "\n"
+
+
+def _fill(memory: Path, count: int, seed: int = 7) -> random.Random:
+    rng = random.Random(seed)
+    for i in range(count):
+        write(memory / f"n{i:03d}.md", _note(rng, i))
+    return rng
+
+
+def _msg(role: str, text: str) -> str:
+    line = {"type": role, "message": {"role": role, "content": text}, "sessionId": "s1"}
+    line["timestamp"] = "2026-11-01T10:00:00Z"
+    return json.dumps(line) + "\n"
+
+
+def _terms(query: str, partial: bool) -> list[Term]:
+    return [(e, not partial) for e in match_terms(query, partial=partial)]
+
+
+def _assert_same(
+    store: Store, cache: PostingsCache, terms: list[Term], weights: tuple[float, float, float]
+) -> int:
+    """The numpy answer equals FTS5's (ids in order, ties aside; scores to 1e-9)."""
+    if not terms:
+        return 0
+    limit = 24
+    ref = store.keyword_search(
+        keyword_scoring.match_of(terms),
+        10_000,
+        None,
+        None,
+        context_weight=weights[1],
+        ident_weight=weights[2],
+    )
+    got = keyword_scoring.search(store.conn, cache, terms, limit, weights)
+    if got is None:  # phrases only: FTS5's own query
+        return 0
+    want = ref[:limit]
+    assert len(got) == len(want), (terms, got, want)
+    for (_, gs), (_, ws) in zip(got, want, strict=True):
+        assert gs == pytest.approx(ws, rel=1e-9, abs=1e-12), terms
+    # the same rows, except where FTS5 and we break a tie at the cut differently
+    cut = want[-1][1] if want else 0.0
+    sure = {cid for cid, s in ref if s < cut - 1e-9}
+    assert sure <= {cid for cid, _ in got}, terms
+    return len(got)
+
+
+def _check_all(store: Store, cache: PostingsCache) -> int:
+    found = 0
+    for q in QUERIES:
+        for partial in (True, False):
+            for weights in ((1.0, 1.5, 1.0), (1.0, 3.0, 0.0)):
+                terms = _terms(q, partial)
+                found += _assert_same(store, cache, terms, weights)
+                extra = [('"hiking"', False), ('"dog"', False), ('"ledgers"', False)]
+                found += _assert_same(store, cache, terms + extra, weights)
+    return found
+
+
+def _held_match_fresh(engine: Engine) -> None:
+    """Every word the cache holds has FTS5's postings now."""
+    assert engine.postings is not None
+    with engine.reader() as store:
+        for word in ("Caroline", "dogs", "hiking", "ledger", "quokka", "conn"):
+            (token,) = fts_postings.query_tokens(store.conn, word)  # "carolin", "dog", "hike"
+            engine.postings.snapshot(store.conn, [token])
+            held = engine.postings.held_ids(token)
+            fresh = fts_postings.term_postings(store.conn, token)
+            assert held is not None and np.array_equal(held, fresh.ids), token
+
+
+def test_scores_equal_fts5_bm25(home: Path) -> None:
+    _fill(home / "memory", 120)
+    engine = make_engine(home, None)
+    try:
+        engine.sync()
+        with engine.reader() as store:
+            cache = PostingsCache(64 << 20)
+            assert _check_all(store, cache) > 200
+            assert cache.stats["fetched"] > 0 and cache.stats["held"] > 0
+    finally:
+        engine.close()
+
+
+def test_postings_follow_every_write(home: Path) -> None:
+    memory = home / "memory"
+    rng = _fill(memory, 60)
+    glob = str(home / "claude" / "projects" / "*" / "*.jsonl")
+    engine = make_engine(home, None, sessions__paths=[glob])
+    assert engine.postings is not None
+    try:
+        engine.sync()
+
+        def check() -> None:
+            # through the engine's own cache, the one its searches use
+            engine.search({"query": "Caroline hiking dogs ledger", "mode": "keyword"})
+            with engine.reader() as store:
+                assert engine.postings is not None
+                assert _check_all(store, engine.postings) > 0
+            _held_match_fresh(engine)
+
+        check()
+        write(memory / "new.md", "Caroline went hiking with the quokka ledger.\n")  # new note
+        engine.sync()
+        check()
+        write(memory / "n003.md", _note(rng, 999))  # an edit
+        engine.sync()
+        check()
+        (memory / "n004.md").unlink()  # a removal
+        (memory / "new.md").unlink()
+        engine.sync()
+        check()
+        session = home / "claude" / "projects" / "p1" / "s1.jsonl"
+        session.parent.mkdir(parents=True, exist_ok=True)
+        session.write_text(_msg("user", "Caroline: dogs hiking, then the ledger"), "utf-8")
+        engine.sync_sessions([session])  # a transcript, then an append
+        with session.open("a", encoding="utf-8") as f:
+            f.write(_msg("assistant", "The ledger timeout is 30 s; Caroline agreed."))
+        engine.sync_sessions([session])
+        check()
+        write(memory / "n005.md", "only a quokka now\n")  # not synced: the rebuild reads it
+        engine.reindex()  # the index file is swapped under the cache
+        check()
+        assert engine.postings.stats["caught_up"] > 0
+    finally:
+        engine.close()
+
+
+def test_tiny_budget_and_a_flood_of_changes(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = home / "memory"
+    rng = _fill(memory, 40)
+    engine = make_engine(home, None, **{"search.keyword_cache_mb": 1})
+    assert engine.postings is not None
+    engine.postings.budget = 2_000  # a few words at most: every search evicts
+    monkeypatch.setattr(keyword_postings, "MAX_PENDING", 30)
+    try:
+        engine.sync()
+        with engine.reader() as store:
+            assert _check_all(store, engine.postings) > 0
+        assert engine.postings.stats["evicted"] > 0
+        for i in range(20):  # more changed rows than MAX_PENDING: forget, read afresh
+            write(memory / f"n{i:03d}.md", _note(rng, 500 + i))
+        engine.sync()
+        with engine.reader() as store:
+            assert _check_all(store, engine.postings) > 0
+        assert engine.postings.stats["forgotten"] >= 1
+    finally:
+        engine.close()
+
+
+def test_off_and_read_only_engines_use_fts5(home: Path) -> None:
+    _fill(home / "memory", 10)
+    engine = make_engine(home, None, **{"search.keyword_cache_mb": 0})
+    try:
+        engine.sync()
+        assert engine.postings is None
+        hits = engine.search({"query": "Caroline hiking", "mode": "keyword"})["results"]
+        assert hits
+    finally:
+        engine.close()
+    reader = Engine(engine.config, writable=False, choice=engine.choice)
+    try:
+        assert reader.postings is None  # it hears of no write: it could not keep them fresh
+        assert reader.search({"query": "Caroline hiking", "mode": "keyword"})["results"] == hits
+    finally:
+        reader.close()
+
+
+def test_coordination_reads_held_postings_like_fts5(home: Path) -> None:
+    _fill(home / "memory", 80)
+    engine = make_engine(home, None)
+    try:
+        engine.sync()
+        with engine.reader() as store:
+            cache = PostingsCache(64 << 20)
+            for q in QUERIES:
+                terms = _terms(q, True)
+                if not terms:
+                    continue
+                hits = keyword_scoring.search(store.conn, cache, terms, 40, (1.0, 1.5, 1.0))
+                cands = [cid for cid, _ in hits or []]
+                held = keyword_scoring.holder(store.conn, cache)
+                for term in or_terms(q):
+                    known = held(term, cands)
+                    if known is not None:
+                        assert known == coordination._holding(store.conn, term, cands, None)
+    finally:
+        engine.close()
+
+
+def test_docsize_records_decode_like_sqlite_varints() -> None:
+    def varint(v: int) -> bytes:
+        out = [v & 0x7F]
+        v >>= 7
+        while v:
+            out.append(0x80 | (v & 0x7F))
+            v >>= 7
+        return bytes(reversed(out))
+
+    values = [[0, 0, 0], [1, 127, 128], [16383, 16384, 5], [2**21 + 5, 3, 2**28 + 1]]
+    blobs = [b"".join(varint(v) for v in row) for row in values]
+    assert [fts_postings._varints(b) for b in blobs] == values
+    assert list(fts_postings._decode_sizes(blobs)) == [sum(r) for r in values]
+
+
+def test_readers_make_their_vocabulary_table_despite_query_only(home: Path) -> None:
+    write(home / "memory" / "c.md", "Caroline went hiking.\n")
+    engine = make_engine(home, None)
+    try:
+        engine.sync()
+        with engine.reader() as store:
+            assert store.conn.execute("PRAGMA query_only").fetchone()[0] == 1
+            assert list(fts_postings.term_postings(store.conn, "carolin").ids) == [1]
+            assert store.conn.execute("PRAGMA query_only").fetchone()[0] == 1
+            with pytest.raises(apsw.ReadOnlyError):
+                store.conn.execute("CREATE TABLE x(a)")
+    finally:
+        engine.close()
