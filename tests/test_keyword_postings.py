@@ -25,6 +25,7 @@ from recalld.retrieval import coordination, keyword_postings, keyword_scoring
 from recalld.retrieval.fts_query import match_terms, or_terms
 from recalld.retrieval.keyword_postings import PostingsCache
 from recalld.retrieval.keyword_scoring import Term
+from recalld.retrieval.term_stats import TermCounts
 
 _WORD_TEXT = """
     deploy rollback ledger zephyr quokka timeout retry cache index postgres mongo billing invoice
@@ -130,6 +131,10 @@ def _held_match_fresh(engine: Engine) -> None:
             held = engine.postings.held_ids(token)
             fresh = fts_postings.term_postings(store.conn, token)
             assert held is not None and np.array_equal(held, fresh.ids), token
+            # the document frequencies searches are told come from them too
+            quoted = f'"{word}"'
+            told = engine.term_stats.on(store.conn, engine._held_counts(store)).df(quoted)
+            assert told == TermCounts(store.conn).df(quoted) == len(fresh.ids), word
 
 
 def test_scores_equal_fts5_bm25(home: Path) -> None:

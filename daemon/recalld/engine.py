@@ -42,7 +42,7 @@ from recalld.ingest.indexer import Indexer, Progress, SyncReport, identity_for
 from recalld.ingest.path_rule import shown
 from recalld.ingest.session_sync import SessionIndexer
 from recalld.ingest.vector_backfill import BackgroundChunker, VectorBacklog
-from recalld.retrieval import access
+from recalld.retrieval import access, keyword_scoring
 from recalld.retrieval.common_terms import tune_reader
 from recalld.retrieval.keyword_postings import PostingsCache
 from recalld.retrieval.search import SearchContext, parse_request, run_search
@@ -331,6 +331,8 @@ class Engine:
             try:
                 with self.reader() as store:
                     self.vectors(store)
+                    if self.postings is not None:
+                        self.postings.warm(store.conn)
             except BaseException as exc:  # noqa: BLE001 - raised below, on the caller's thread
                 failed.append(exc)
 
@@ -380,7 +382,9 @@ class Engine:
                 index_info=self.index_info,
                 # Only the writer's engine hears of every write; another process's engine
                 # (a one-shot CLI search) counts afresh rather than keep counts it cannot clear.
-                counts=self.term_stats.on(store.conn) if self.writable else None,
+                counts=self.term_stats.on(store.conn, self._held_counts(store))
+                if self.writable
+                else None,
             )
             if not self.vector_backlog.known:  # read-only engines count once
                 self.vector_backlog.refresh(store)
@@ -700,6 +704,10 @@ class Engine:
             if generation == self._counts_generation:  # ... then it is returned, not kept
                 self._counts = counts
         return dict(counts)
+
+    def _held_counts(self, store: Store) -> Callable[[str], int | None] | None:
+        """Document frequencies read off the held postings (recalld.retrieval.keyword_scoring)."""
+        return keyword_scoring.held_count(store.conn, self.postings) if self.postings else None
 
     def _forget_postings(self) -> None:
         """Another index file is live: the held postings are of the old one."""

@@ -24,7 +24,7 @@ import numpy as np
 from recalld.index.fts_postings import contained, query_tokens
 from recalld.retrieval.keyword_postings import PostingsCache, Snapshot
 
-__all__ = ["Term", "holder", "match_of", "search"]
+__all__ = ["Term", "held_count", "holder", "match_of", "search"]
 
 K1 = 1.2  # FTS5's bm25 constants
 B = 0.75
@@ -66,6 +66,17 @@ def holder(
         return {int(ids[i]) for i in contained(ids, np.asarray(candidates, dtype=np.int64))}
 
     return holding
+
+
+def held_count(conn: apsw.Connection, cache: PostingsCache) -> Callable[[str], int | None]:
+    """The rows holding a quoted word, from the held postings (None: not held, count it)."""
+
+    def count(term: str) -> int | None:
+        token = _word(conn, term)
+        ids = cache.held_ids(token) if token is not None else None
+        return None if ids is None else len(ids)
+
+    return count
 
 
 def search(

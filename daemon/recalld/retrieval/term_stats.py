@@ -13,11 +13,14 @@ count is never older than the last write.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import apsw
 
 __all__ = ["MAX_REMEMBERED", "TermCounts", "TermStats"]
 
+#: A term's document frequency when known without FTS5 (None: count it).
+Held = Callable[[str], "int | None"]
 #: Expressions whose frequency is remembered (cleared when full: a cache, not a vocabulary).
 MAX_REMEMBERED = 50_000
 
@@ -38,9 +41,10 @@ class TermStats:
             self._total = None
             self._generation += 1
 
-    def on(self, conn: apsw.Connection) -> TermCounts:
-        """The counts read on ``conn`` (one search's connection) through this cache."""
-        return TermCounts(conn, self)
+    def on(self, conn: apsw.Connection, held: Held | None = None) -> TermCounts:
+        """The counts read on ``conn`` (one search's connection) through this cache; ``held``
+        knows some terms' counts without FTS5 (the keyword channel's held postings)."""
+        return TermCounts(conn, self, held)
 
     def _get(self, key: str | None) -> tuple[int | None, int]:
         with self._lock:
@@ -62,9 +66,12 @@ class TermStats:
 class TermCounts:
     """Counts on one connection; cached in ``shared`` when given, else counted every time."""
 
-    def __init__(self, conn: apsw.Connection, shared: TermStats | None = None) -> None:
+    def __init__(
+        self, conn: apsw.Connection, shared: TermStats | None = None, held: Held | None = None
+    ) -> None:
         self.conn = conn
         self._shared = shared
+        self._held = held
 
     def total(self) -> int:
         """Chunks in the index."""
@@ -72,6 +79,10 @@ class TermCounts:
 
     def df(self, expr: str) -> int:
         """Chunks matching the FTS5 expression ``expr`` (a quoted term or phrase)."""
+        if self._held is not None:
+            known = self._held(expr)
+            if known is not None:
+                return known
         sql = "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?"
         return self._counted(expr, sql, (expr,))
 
