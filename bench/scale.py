@@ -38,6 +38,7 @@ from recalld.index.store import FileRow, NewChunk, Store
 from recalld.index.vector_index import VectorIndex
 from recalld.index.vector_load import load_rows
 from recalld.ingest.indexer import content_hash, identity_for, text_hash
+from recalld.retrieval.keyword_postings import PostingsCache
 
 F32 = npt.NDArray[np.float32]
 SCALE = OUT / "speed"
@@ -382,6 +383,9 @@ def _profile_1m(sheet: Any, home: Path, queries: list[str], embedder: LocalEmbed
     """Hybrid searches in-process on the 1M index under the sampler: where the time goes."""
     config = corpora.home_config(home)
     engine = Engine(config, writable=False, choice=ProviderChoice(embedder, "bench"))
+    # The daemon's engine (the writer's) holds keyword postings; this read-only one would not,
+    # and the profile is of the daemon's path. Nothing writes the index while it runs.
+    engine.postings = PostingsCache(config.int("search.keyword_cache_mb") * 1024 * 1024)
     try:
         engine.warm()
         times = []
