@@ -286,3 +286,26 @@ def test_readers_make_their_vocabulary_table_despite_query_only(home: Path) -> N
                 store.conn.execute("CREATE TABLE x(a)")
     finally:
         engine.close()
+
+
+def test_a_failing_postings_read_falls_back_to_fts5_and_says_so(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fill(home / "memory", 30)
+    engine = make_engine(home, None)
+    try:
+        engine.sync()
+        query = {"query": "Caroline hiking ledger", "mode": "keyword"}
+        held = engine.search(query)["results"]
+        assert engine.status()["keyword_postings"]["words"] > 0
+
+        def broken(conn: apsw.Connection, token: str) -> fts_postings.Postings:
+            raise apsw.SQLError("no such table: recalld_vocab")
+
+        assert engine.postings is not None
+        engine.postings.reset()
+        monkeypatch.setattr(fts_postings, "term_postings", broken)
+        assert engine.search(query)["results"] == held  # FTS5's own query, the same answer
+        assert engine.status()["keyword_postings"]["failed"] >= 1
+    finally:
+        engine.close()

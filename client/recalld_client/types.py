@@ -118,6 +118,7 @@ class StatusResponse(TypedDict, total=False):
     skipped_total: int
     redactions: dict[str, Any]  # {"indexed"|"served": {"total", "by_kind"}} since the daemon began
     vector_matrix: dict[str, Any] | None  # rows, storage ("file"|"memory"), loaded_from, load_s
+    keyword_postings: dict[str, int] | None  # words held, bytes, failed (searches sent to FTS5)
 
 
 class Hello(TypedDict):

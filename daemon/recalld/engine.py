@@ -780,6 +780,7 @@ class Engine:
             "skipped_total": len(skipped),
             "redactions": redaction_counts(),  # since this process started: indexed, served
             "vector_matrix": self._matrix_status(),
+            "keyword_postings": self.postings.as_dict() if self.postings else None,
         }
 
     def _matrix_status(self) -> dict[str, Any] | None:

@@ -197,6 +197,12 @@ class PostingsCache:
             self._drop(token)
             self.stats["evicted"] += 1
 
+    def as_dict(self) -> dict[str, int]:
+        """For ``status``: words held, memory, and how often the postings failed a search."""
+        with self._lock:
+            words = len(self._terms)
+        return {"words": words, "bytes": self.nbytes, "failed": self.stats["failed"]}
+
     @property
     def nbytes(self) -> int:
         """Bytes held by postings and lengths."""

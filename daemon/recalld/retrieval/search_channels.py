@@ -7,10 +7,12 @@ A failing vector channel degrades the answer to keyword-only and says why; it ne
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import apsw
 import numpy as np
 
 from recalld.retrieval import coordination, fusion, keyword_scoring, prf
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from recalld.retrieval.search import SearchContext, SearchRequest
 
 Hits = list[tuple[int, float]]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -118,7 +121,12 @@ def _keyword_channel(
 
     def keyword_search(these: list[Term]) -> Hits:
         if postings is not None:
-            hits = keyword_scoring.search(ctx.store.conn, postings, these, want, weights)
+            try:
+                hits = keyword_scoring.search(ctx.store.conn, postings, these, want, weights)
+            except (apsw.Error, ValueError) as exc:  # FTS5's own query still answers
+                postings.stats["failed"] += 1
+                log.warning("held postings failed (%s); this search asks FTS5", exc)
+                hits = None
             if hits is not None:
                 return hits
         return ctx.store.keyword_search(
