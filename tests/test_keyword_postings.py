@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from pathlib import Path
 
 import apsw
@@ -308,4 +309,43 @@ def test_a_failing_postings_read_falls_back_to_fts5_and_says_so(
         assert engine.search(query)["results"] == held  # FTS5's own query, the same answer
         assert engine.status()["keyword_postings"]["failed"] >= 1
     finally:
+        engine.close()
+
+
+def test_searches_beside_writes_end_exact(home: Path) -> None:
+    """Searches on two threads while the writer edits notes: the held postings end as FTS5's."""
+    memory = home / "memory"
+    rng = _fill(memory, 40)
+    engine = make_engine(home, None)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def searching(seed: int) -> None:
+        local = random.Random(seed)
+        try:
+            while not stop.is_set():
+                engine.search({"query": local.choice(QUERIES), "mode": "keyword"})
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    try:
+        engine.sync()
+        threads = [threading.Thread(target=searching, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for i in range(25):
+            write(memory / f"n{rng.randrange(40):03d}.md", _note(rng, 1000 + i))
+            if i % 5 == 0:
+                (memory / f"n{rng.randrange(40):03d}.md").unlink(missing_ok=True)
+            engine.sync()
+        stop.set()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        _held_match_fresh(engine)
+        with engine.reader() as store:
+            assert engine.postings is not None
+            assert _check_all(store, engine.postings) > 0
+    finally:
+        stop.set()
         engine.close()

@@ -105,24 +105,54 @@ class PostingsCache:
     # the searches' side -----------------------------------------------------------------------
 
     def snapshot(self, conn: apsw.Connection, tokens: list[str]) -> Snapshot:
-        """The postings of ``tokens`` (indexed tokens) and the row lengths, as of now."""
+        """The postings of ``tokens`` (indexed tokens) and the row lengths, as of now.
+
+        Words not held are read from FTS5 outside the lock (other searches go on meanwhile),
+        stamped with the log position from before the read: a change logged since is applied
+        to them again, which is harmless (its rows are dropped and read back).
+        """
+        wanted = list(dict.fromkeys(tokens))
         with self._lock:
-            if self._overflow:
-                self.stats["forgotten"] += 1
-                self._forget()
-            if self._lengths is None:
-                self._lengths = _load_lengths(conn)
-            if self._pending:
-                self._catch_up(conn)
-            held: dict[str, Postings] = {}
-            for token in dict.fromkeys(tokens):
-                held[token] = self._current(conn, token)
+            self._prepare(conn)
+            missing = [t for t in wanted if not self._usable(t)]
+            before = self._seq
+        fetched = {t: fts_postings.term_postings(conn, t) for t in missing}
+        with self._lock:
+            self._prepare(conn)
+            for token, post in fetched.items():
+                if not self._usable(token):  # another search may have read it meanwhile
+                    self.stats["fetched"] += 1
+                    self._store(token, before, post)
+            held = {token: self._current(conn, token) for token in wanted}
+            assert self._lengths is not None
             self._lengths = _cover(conn, self._lengths, held)
             self._evict(keep=held)
             lengths = self._lengths
         rows, tokens_total = fts_postings.averages(conn)
         avgdl = tokens_total / rows if rows else 1.0
         return Snapshot(held, lengths, rows, avgdl)
+
+    def _prepare(self, conn: apsw.Connection) -> None:
+        """Forget after a flood, read the lengths if unknown, log the pending changes."""
+        if self._overflow:
+            self.stats["forgotten"] += 1
+            self._forget()
+        if self._lengths is None:
+            self._lengths = _load_lengths(conn)
+        if self._pending:
+            self._catch_up(conn)
+
+    def _usable(self, token: str) -> bool:
+        """Held, and the log still has every change since it was read."""
+        entry = self._terms.get(token)
+        oldest = self._log[0].seq if self._log else self._seq + 1
+        return entry is not None and (entry[0] >= self._seq or entry[0] + 1 >= oldest)
+
+    def _store(self, token: str, seq: int, post: Postings) -> None:
+        if token in self._terms:
+            self._drop(token)
+        self._terms[token] = (seq, post)
+        self._bytes += post.nbytes
 
     def warm(self, conn: apsw.Connection) -> None:
         """Read the row lengths now (1M rows: about a second) rather than on the first search."""
@@ -140,24 +170,20 @@ class PostingsCache:
 
     def _current(self, conn: apsw.Connection, token: str) -> Postings:
         """``token``'s postings with every logged change applied (read from FTS5 if not held)."""
-        entry = self._terms.get(token)
-        oldest = self._log[0].seq if self._log else self._seq + 1
-        if entry is not None and entry[0] < self._seq and entry[0] + 1 < oldest:
-            self._drop(token)  # older than the log: read afresh
-            entry = None
-        if entry is None:
+        if not self._usable(token):  # a flood of changes since: read again (rare)
             self.stats["fetched"] += 1
-            post = fts_postings.term_postings(conn, token)
-            self._bytes += post.nbytes
-        else:
-            self.stats["held"] += 1
-            seen, post = entry
-            before = post.nbytes
+            self._store(token, self._seq, fts_postings.term_postings(conn, token))
+        seen, post = self._terms[token]
+        if seen < self._seq:
+            oldest = self._log[0].seq
+            size = post.nbytes
             for change in self._log[max(seen + 1 - oldest, 0) :]:
                 post = post.without(change.gone)
                 if token in change.added:
                     post = post.plus(*change.added[token])
-            self._bytes += post.nbytes - before
+            self._bytes += post.nbytes - size
+        else:
+            self.stats["held"] += 1
         self._terms[token] = (self._seq, post)
         self._terms.move_to_end(token)
         return post
