@@ -9,9 +9,11 @@ budget and a flood of changes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import apsw
@@ -138,17 +140,23 @@ def _held_match_fresh(engine: Engine) -> None:
             assert told == TermCounts(store.conn).df(quoted) == len(fresh.ids), word
 
 
-def test_scores_equal_fts5_bm25(home: Path) -> None:
-    _fill(home / "memory", 120)
+@contextlib.contextmanager
+def _synced(home: Path, notes: int) -> Iterator[tuple[Store, PostingsCache]]:
+    """A reader of a synced index of ``notes`` notes, and a fresh cache of its own."""
+    _fill(home / "memory", notes)
     engine = make_engine(home, None)
     try:
         engine.sync()
         with engine.reader() as store:
-            cache = PostingsCache(64 << 20)
-            assert _check_all(store, cache) > 200
-            assert cache.stats["fetched"] > 0 and cache.stats["held"] > 0
+            yield store, PostingsCache(64 << 20)
     finally:
         engine.close()
+
+
+def test_scores_equal_fts5_bm25(home: Path) -> None:
+    with _synced(home, 120) as (store, cache):
+        assert _check_all(store, cache) > 200
+        assert cache.stats["fetched"] > 0 and cache.stats["held"] > 0
 
 
 def test_postings_follow_every_write(home: Path) -> None:
@@ -236,25 +244,18 @@ def test_off_and_read_only_engines_use_fts5(home: Path) -> None:
 
 
 def test_coordination_reads_held_postings_like_fts5(home: Path) -> None:
-    _fill(home / "memory", 80)
-    engine = make_engine(home, None)
-    try:
-        engine.sync()
-        with engine.reader() as store:
-            cache = PostingsCache(64 << 20)
-            for q in QUERIES:
-                terms = _terms(q, True)
-                if not terms:
-                    continue
-                hits = keyword_scoring.search(store.conn, cache, terms, 40, (1.0, 1.5, 1.0))
-                cands = [cid for cid, _ in hits or []]
-                held = keyword_scoring.holder(store.conn, cache)
-                for term in or_terms(q):
-                    known = held(term, cands)
-                    if known is not None:
-                        assert known == coordination._holding(store.conn, term, cands, None)
-    finally:
-        engine.close()
+    with _synced(home, 80) as (store, cache):
+        for q in QUERIES:
+            terms = _terms(q, True)
+            if not terms:
+                continue
+            hits = keyword_scoring.search(store.conn, cache, terms, 40, (1.0, 1.5, 1.0))
+            cands = [cid for cid, _ in hits or []]
+            held = keyword_scoring.holder(store.conn, cache)
+            for term in or_terms(q):
+                known = held(term, cands)
+                if known is not None:
+                    assert known == coordination._holding(store.conn, term, cands, None)
 
 
 def test_docsize_records_decode_like_sqlite_varints() -> None:
