@@ -42,6 +42,9 @@ def test_edit_delete_move_through_watcher(daemon: DaemonProcess, home: Path) -> 
         assert "start.md" in paths_of(c.search("indexes on start-up", mode="keyword"))
         write(mem / "recipes" / "soup.md", "# Soup\n\nA lentil soup with cumin and lemon.\n")
         wait_for(lambda: "soup.md" in paths_of(c.search("lentil cumin", mode="keyword")))
+        # Keyword first: the chunk is searchable before its vector is written (a back-fill
+        # step a moment later; on a loaded host the first hybrid search can come before it).
+        wait_for(lambda: c.status()["vectors"]["vectors_pending"] == 0)
         hit = c.search("lentil soup")["results"][0]
         assert hit["scores"]["vector"] is not None and hit["source"] == "memory"
         # editor-style save: write a temp file and rename it over the original
