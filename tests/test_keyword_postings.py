@@ -177,6 +177,7 @@ def test_postings_follow_every_write(home: Path) -> None:
             _held_match_fresh(engine)
 
         check()
+        assert engine.postings.stats["lengths_only"] > 0  # nothing held yet: nothing tokenized
         write(memory / "new.md", "Caroline went hiking with the quokka ledger.\n")  # new note
         engine.sync()
         check()

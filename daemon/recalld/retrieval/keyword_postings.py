@@ -73,6 +73,7 @@ class PostingsCache:
         self._overflow = False
         self._log: list[_Change] = []
         self._seq = 0
+        self._fetching = 0  # words being read from FTS5 outside the lock
         self.stats = collections.Counter[str]()
 
     # the writer's side ------------------------------------------------------------------------
@@ -116,7 +117,12 @@ class PostingsCache:
             self._prepare(conn)
             missing = [t for t in wanted if not self._usable(t)]
             before = self._seq
-        fetched = {t: fts_postings.term_postings(conn, t) for t in missing}
+            self._fetching += 1
+        try:
+            fetched = {t: fts_postings.term_postings(conn, t) for t in missing}
+        finally:
+            with self._lock:
+                self._fetching -= 1
         with self._lock:
             self._prepare(conn)
             for token, post in fetched.items():
@@ -192,6 +198,12 @@ class PostingsCache:
         """Log the pending changes: the changed rows' tokens (as FTS5 indexed them) and lengths."""
         ids = sorted(self._pending)
         self._pending.clear()
+        if not self._terms and not self._fetching:
+            # No word to bring up to date, none being read: only the lengths change (the
+            # first search after a start-up sync skips tokenizing every chunk it wrote).
+            self._lengths = _with_rows(conn, self._lengths, ids)
+            self.stats["lengths_only"] += len(ids)
+            return
         per_token: dict[str, tuple[list[int], list[list[int]]]] = {}
         for rid, cols in fts_postings.row_tokens(conn, ids).items():
             for token in set().union(*cols):

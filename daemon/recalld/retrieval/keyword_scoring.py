@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import apsw
 import numpy as np
 
-from recalld.index.fts_postings import contained, query_tokens
+from recalld.index.fts_postings import IdArray, contained, query_tokens
 from recalld.retrieval.keyword_postings import PostingsCache, Snapshot
 
 __all__ = ["Term", "held_count", "holder", "match_of", "search"]
@@ -53,14 +53,24 @@ def _word(conn: apsw.Connection, expr: str) -> str | None:
     return tokens[0] if len(tokens) == 1 else None
 
 
+def _held_rows(conn: apsw.Connection, cache: PostingsCache) -> Callable[[str], IdArray | None]:
+    """The rows holding a quoted word, from the held postings (None: not held and current)."""
+
+    def rows(term: str) -> IdArray | None:
+        token = _word(conn, term)
+        return cache.held_ids(token) if token is not None else None
+
+    return rows
+
+
 def holder(
     conn: apsw.Connection, cache: PostingsCache
 ) -> Callable[[str, Sequence[int]], set[int] | None]:
-    """Which candidates hold a quoted word, from the held postings (None: not held, ask FTS5)."""
+    """Which candidates hold a quoted word, from the held postings (None: ask FTS5)."""
+    rows_of = _held_rows(conn, cache)
 
     def holding(term: str, candidates: Sequence[int]) -> set[int] | None:
-        token = _word(conn, term)
-        ids = cache.held_ids(token) if token is not None else None
+        ids = rows_of(term)
         if ids is None:
             return None
         return {int(ids[i]) for i in contained(ids, np.asarray(candidates, dtype=np.int64))}
@@ -69,11 +79,11 @@ def holder(
 
 
 def held_count(conn: apsw.Connection, cache: PostingsCache) -> Callable[[str], int | None]:
-    """The rows holding a quoted word, from the held postings (None: not held, count it)."""
+    """How many rows hold a quoted word, from the held postings (None: count it in FTS5)."""
+    rows_of = _held_rows(conn, cache)
 
     def count(term: str) -> int | None:
-        token = _word(conn, term)
-        ids = cache.held_ids(token) if token is not None else None
+        ids = rows_of(term)
         return None if ids is None else len(ids)
 
     return count
