@@ -118,7 +118,9 @@ class StatusResponse(TypedDict, total=False):
     skipped_total: int
     redactions: dict[str, Any]  # {"indexed"|"served": {"total", "by_kind"}} since the daemon began
     vector_matrix: dict[str, Any] | None  # rows, storage ("file"|"memory"), loaded_from, load_s
-    keyword_postings: dict[str, int] | None  # words held, bytes, failed (searches sent to FTS5)
+    # words held, bytes, failed (searches sent to FTS5), preloaded (common words read ahead),
+    # preloading (reading ahead now), preload_failed
+    keyword_postings: dict[str, int | bool] | None
 
 
 class Hello(TypedDict):

@@ -45,6 +45,7 @@ from recalld.ingest.vector_backfill import BackgroundChunker, VectorBacklog
 from recalld.retrieval import access, keyword_scoring
 from recalld.retrieval.common_terms import tune_reader
 from recalld.retrieval.keyword_postings import PostingsCache
+from recalld.retrieval.keyword_preload import Preloader
 from recalld.retrieval.search import SearchContext, parse_request, run_search
 from recalld.retrieval.term_stats import TermStats
 
@@ -106,6 +107,8 @@ class Engine:
         # engine hears of every write, which keeps them fresh.
         budget = self.config.int("search.keyword_cache_mb") * 1024 * 1024
         self.postings = PostingsCache(budget) if writable and budget > 0 else None
+        # The index's most common words read ahead, when the daemon is idle (keyword_preload).
+        self.preloader = Preloader(self.postings, self.reader) if self.postings else None
         if writable:
             index_files.remove_stale_rebuilds(self.index_path)
             self.writer = Store(self.index_path)
@@ -780,8 +783,14 @@ class Engine:
             "skipped_total": len(skipped),
             "redactions": redaction_counts(),  # since this process started: indexed, served
             "vector_matrix": self._matrix_status(),
-            "keyword_postings": self.postings.as_dict() if self.postings else None,
+            "keyword_postings": self._postings_status(),
         }
+
+    def _postings_status(self) -> dict[str, int | bool] | None:
+        """The keyword channel's held postings: words, bytes, failures, reading ahead."""
+        if self.postings is None or self.preloader is None:
+            return None
+        return {**self.postings.as_dict(), **self.preloader.as_dict()}
 
     def _matrix_status(self) -> dict[str, Any] | None:
         """The in-memory vector matrix: rows, where they live, how long the load took."""
@@ -798,6 +807,8 @@ class Engine:
     def close(self) -> None:
         """Close every connection."""
         self._executor.shutdown(wait=False)
+        if self.preloader is not None:
+            self.preloader.stop()  # it reads through the pooled readers closed below
         if self._guard is not None:
             self._guard.close()
         with self._vectors_lock:

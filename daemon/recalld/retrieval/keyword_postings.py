@@ -28,12 +28,15 @@ import numpy.typing as npt
 from recalld.index import fts_postings
 from recalld.index.fts_postings import COLUMNS, Postings
 
-__all__ = ["MAX_PENDING", "PostingsCache", "Snapshot"]
+__all__ = ["MAX_PENDING", "PRELOAD_SHARE", "PostingsCache", "Snapshot"]
 
 log = logging.getLogger(__name__)
 
 #: Past this many changed rows since the last search, forgetting is cheaper than catching up.
 MAX_PENDING = 20_000
+#: Words read ahead of use (``preload``) fill at most this share of the budget: the rest is
+#: for the words searches ask for, which push read-ahead ones out first.
+PRELOAD_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ class PostingsCache:
         self._log: list[_Change] = []
         self._seq = 0
         self._fetching = 0  # words being read from FTS5 outside the lock
+        self._generation = 0  # bumped whenever everything is forgotten
+        self._preloaded_generation = -1  # the generation read ahead for (recalld...preload)
         self.stats = collections.Counter[str]()
 
     # the writer's side ------------------------------------------------------------------------
@@ -96,6 +101,7 @@ class PostingsCache:
             self._forget()
 
     def _forget(self) -> None:
+        self._generation += 1
         self._terms.clear()
         self._bytes = 0
         self._lengths = None
@@ -159,6 +165,57 @@ class PostingsCache:
             self._drop(token)
         self._terms[token] = (seq, post)
         self._bytes += post.nbytes
+
+    # reading ahead (recalld.retrieval.keyword_preload) -------------------------------------------
+
+    def begin_preload(self, conn: apsw.Connection) -> tuple[int, npt.NDArray[np.float64]] | None:
+        """(generation, row lengths) to read ahead for, or None if that was done for this
+        index (a reset or a flood of changes since makes it due again)."""
+        with self._lock:
+            self._prepare(conn)
+            if self._preloaded_generation == self._generation:
+                return None
+            assert self._lengths is not None
+            return self._generation, self._lengths
+
+    def preload(self, conn: apsw.Connection, token: str, generation: int) -> bool:
+        """Hold ``token``'s postings before any search asks for them, least recently used (the
+        first to go under pressure). False: stop reading ahead (the share of the budget is full,
+        or the index was replaced or flooded since ``generation``)."""
+        limit = self.budget * PRELOAD_SHARE
+        with self._lock:
+            self._prepare(conn)
+            if generation != self._generation or self._bytes >= limit:
+                return False
+            if self._usable(token):
+                return True
+            before = self._seq
+            self._fetching += 1
+        try:
+            post = fts_postings.term_postings(conn, token)
+        finally:
+            with self._lock:
+                self._fetching -= 1
+        with self._lock:
+            self._prepare(conn)
+            if generation != self._generation or self._bytes + post.nbytes > limit:
+                return False
+            if not self._usable(token):
+                self._store(token, before, post)
+                self._terms.move_to_end(token, last=False)
+                self.stats["preloaded"] += 1
+        return True
+
+    @property
+    def preload_due(self) -> bool:
+        """Reading ahead was not done for this index yet (or it was forgotten since)."""
+        with self._lock:
+            return self._overflow or self._preloaded_generation != self._generation
+
+    def end_preload(self, generation: int) -> None:
+        """Reading ahead for ``generation`` is over (not due again until a reset or flood)."""
+        with self._lock:
+            self._preloaded_generation = generation
 
     def warm(self, conn: apsw.Connection) -> None:
         """Read the row lengths now (1M rows: about a second) rather than on the first search."""
@@ -239,7 +296,12 @@ class PostingsCache:
         """For ``status``: words held, memory, and how often the postings failed a search."""
         with self._lock:
             words = len(self._terms)
-        return {"words": words, "bytes": self.nbytes, "failed": self.stats["failed"]}
+        return {
+            "words": words,
+            "bytes": self.nbytes,
+            "failed": self.stats["failed"],
+            "preloaded": self.stats["preloaded"],
+        }
 
     @property
     def nbytes(self) -> int:

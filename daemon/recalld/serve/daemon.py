@@ -292,6 +292,8 @@ class Daemon:
             self._after_batch(kinds, report, error)
             self.jobs.batch_done()
             self.backlog.after_batch(self.jobs.empty() and not self._dirty_count())
+            if self.engine.preloader and self.jobs.empty() and not self.engine.vector_backlog.more:
+                self.engine.preloader.start()  # idle: the common words' postings, read ahead
             for job in batch:
                 job.result, job.error = report, error
                 job.done.set()
