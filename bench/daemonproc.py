@@ -61,12 +61,14 @@ class Daemon:
         return Client(self.socket, timeout=timeout)
 
     def wait_idle(self, timeout: float = 1800.0, poll: float = 0.1) -> dict[str, Any]:
-        """Wait until the startup reconcile (or any queued sync) is done."""
+        """Wait until the startup reconcile (or any queued sync) and the read-ahead are done."""
         deadline = time.monotonic() + timeout
         with self.client() as c:
             while time.monotonic() < deadline:
                 st: dict[str, Any] = dict(c.status())
-                if st["state"] == "idle" and st["daemon"]["pending"] == 0 and st["last_sync"]:
+                busy = st["state"] != "idle" or st["daemon"]["pending"] or not st["last_sync"]
+                # reading the common words' postings ahead is background work too
+                if not busy and not (st.get("keyword_postings") or {}).get("preloading"):
                     return st
                 time.sleep(poll)
         raise TimeoutError("daemon did not become idle")

@@ -351,3 +351,19 @@ def test_searches_beside_writes_end_exact(home: Path) -> None:
     finally:
         stop.set()
         engine.close()
+
+
+def test_held_arrays_are_narrow_but_exact() -> None:
+    ids = np.array([3, 9, 40], dtype=np.int64)
+    counts = np.array([[1, 0, 0], [255, 2, 0], [0, 0, 7]], dtype=np.uint16)
+    post = fts_postings.Postings(*fts_postings.compact(ids, counts))
+    assert post.ids.dtype == np.int32 and post.counts.dtype == np.uint8
+    assert post.nbytes == 3 * 4 + 9  # 7 bytes a posting
+    # a count past 255 widens the merged counts, never wraps
+    more = post.plus(np.array([12], dtype=np.int64), np.array([[300, 1, 0]], dtype=np.uint16))
+    assert list(more.ids) == [3, 9, 12, 40] and more.counts.dtype == np.uint16
+    assert more.counts[2].tolist() == [300, 1, 0] and more.counts[1].tolist() == [255, 2, 0]
+    # ids past int32 stay 64-bit
+    big = fts_postings.compact(np.array([1, 2**31 + 5], dtype=np.int64), counts[:2])[0]
+    assert big.dtype == np.int64 and int(big[-1]) == 2**31 + 5
+    assert list(fts_postings.contained(post.ids, np.array([9, 10, 40]))) == [1, 2]

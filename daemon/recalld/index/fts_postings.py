@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
+from typing import Any
 
 import apsw
 import numpy as np
@@ -22,6 +23,7 @@ __all__ = [
     "TOKENIZER",
     "Postings",
     "averages",
+    "compact",
     "contained",
     "doc_lengths",
     "query_tokens",
@@ -42,10 +44,22 @@ _COLUMN_OF_LENGTH = np.zeros(8, dtype=np.int64)
 _COLUMN_OF_LENGTH[_NAME_LENGTHS] = np.arange(len(COLUMNS))
 
 IdArray = npt.NDArray[np.int64]
-CountArray = npt.NDArray[np.uint16]
+RowIds = npt.NDArray[np.signedinteger[Any]]  # held: int32 while the ids fit
+CountArray = npt.NDArray[np.unsignedinteger[Any]]  # held: uint8 while the counts fit
+_INT32_MAX = np.iinfo(np.int32).max
 
 
-def contained(ids: IdArray, wanted: IdArray) -> IdArray:
+def compact(ids: RowIds, counts: CountArray) -> tuple[RowIds, CountArray]:
+    """The narrowest arrays that hold these values exactly: int32 ids and uint8 counts unless
+    one is too big (7 bytes a posting instead of 14, so a budget holds twice the words)."""
+    if len(ids) and ids.dtype != np.int32 and int(ids[-1]) <= _INT32_MAX and int(ids[0]) >= 0:
+        ids = ids.astype(np.int32)
+    if len(counts) and counts.dtype != np.uint8 and int(counts.max()) <= 255:
+        counts = counts.astype(np.uint8)
+    return ids, counts
+
+
+def contained(ids: RowIds, wanted: RowIds) -> IdArray:
     """Positions in ``ids`` (ascending) of the values of ``wanted`` that it holds.
 
     A binary search per wanted value: ``np.isin`` would hash all of ``ids`` every time.
@@ -64,7 +78,7 @@ class Postings:
 
     __slots__ = ("counts", "ids")
 
-    def __init__(self, ids: IdArray, counts: CountArray) -> None:
+    def __init__(self, ids: RowIds, counts: CountArray) -> None:
         self.ids = ids
         self.counts = counts
 
@@ -79,13 +93,13 @@ class Postings:
             return self
         return Postings(np.delete(self.ids, at), np.delete(self.counts, at, axis=0))
 
-    def plus(self, ids: IdArray, counts: CountArray) -> Postings:
+    def plus(self, ids: RowIds, counts: CountArray) -> Postings:
         """These postings with more rows (ids not already held)."""
         if not len(ids):
             return self
-        all_ids = np.concatenate([self.ids, ids])
+        all_ids = np.concatenate([self.ids, ids])  # the wider of the two types
         order = np.argsort(all_ids, kind="stable")
-        return Postings(all_ids[order], np.concatenate([self.counts, counts])[order])
+        return Postings(*compact(all_ids[order], np.concatenate([self.counts, counts])[order]))
 
 
 def _varints(data: bytes) -> list[int]:
@@ -208,7 +222,7 @@ def term_postings(conn: apsw.Connection, token: str) -> Postings:
     ids = rows[new_row]
     counts = np.zeros((len(ids), len(COLUMNS)), dtype=np.uint16)
     counts[np.cumsum(new_row) - 1, _COLUMN_OF_LENGTH[pair_keys & 7]] = np.minimum(per_pair, 65535)
-    return Postings(ids, counts)
+    return Postings(*compact(ids, counts))
 
 
 def _tokenizer(conn: apsw.Connection) -> apsw.FTS5Tokenizer:

@@ -55,7 +55,7 @@ class _Change:
 
     seq: int
     gone: npt.NDArray[np.int64]  # every changed row id, sorted
-    added: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.uint16]]]
+    added: dict[str, tuple[fts_postings.RowIds, fts_postings.CountArray]]
     rows: int
 
 
@@ -223,7 +223,7 @@ class PostingsCache:
             if self._lengths is None:
                 self._lengths = _load_lengths(conn)
 
-    def held_ids(self, token: str) -> npt.NDArray[np.int64] | None:
+    def held_ids(self, token: str) -> fts_postings.RowIds | None:
         """The rows holding ``token`` if its postings are held and current (None: ask FTS5)."""
         with self._lock:
             entry = self._terms.get(token)
@@ -268,7 +268,7 @@ class PostingsCache:
                 rows.append(rid)
                 counts.append([min(c[token], 65535) for c in cols])
         added = {
-            t: (
+            t: fts_postings.compact(
                 np.asarray(r, dtype=np.int64),
                 np.asarray(c, dtype=np.uint16).reshape(-1, len(COLUMNS)),
             )

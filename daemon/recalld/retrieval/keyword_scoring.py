@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import apsw
 import numpy as np
 
-from recalld.index.fts_postings import IdArray, contained, query_tokens
+from recalld.index.fts_postings import RowIds, contained, query_tokens
 from recalld.retrieval.keyword_postings import PostingsCache, Snapshot
 
 __all__ = ["Term", "held_count", "holder", "match_of", "search"]
@@ -53,10 +53,10 @@ def _word(conn: apsw.Connection, expr: str) -> str | None:
     return tokens[0] if len(tokens) == 1 else None
 
 
-def _held_rows(conn: apsw.Connection, cache: PostingsCache) -> Callable[[str], IdArray | None]:
+def _held_rows(conn: apsw.Connection, cache: PostingsCache) -> Callable[[str], RowIds | None]:
     """The rows holding a quoted word, from the held postings (None: not held and current)."""
 
-    def rows(term: str) -> IdArray | None:
+    def rows(term: str) -> RowIds | None:
         token = _word(conn, term)
         return cache.held_ids(token) if token is not None else None
 

@@ -290,10 +290,12 @@ class Daemon:
                     self._recover(str(exc))
                     self.submit(Job("full"))  # rebuild from the files, progress in status
             self._after_batch(kinds, report, error)
+            if self.engine.preloader and self.jobs.empty() and not self.engine.vector_backlog.more:
+                # idle: the common words' postings, read ahead (before the batch counts as
+                # done, so that a status saying "idle" already says "preloading")
+                self.engine.preloader.start()
             self.jobs.batch_done()
             self.backlog.after_batch(self.jobs.empty() and not self._dirty_count())
-            if self.engine.preloader and self.jobs.empty() and not self.engine.vector_backlog.more:
-                self.engine.preloader.start()  # idle: the common words' postings, read ahead
             for job in batch:
                 job.result, job.error = report, error
                 job.done.set()
