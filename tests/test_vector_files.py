@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -58,6 +59,9 @@ def test_clean_close_is_reused_with_its_changes_and_prefilter(tmp_path: Path) ->
     again = _load(store, path)
     assert again.loaded_from == "saved files" and again._proj is not None
     _same_as_index(again, store)
+    n = len(again)  # the projected rows came back transposed, as the prefilter scans them
+    want = (again._matrix[:n] @ again._proj).T
+    np.testing.assert_allclose(again._low[:, :n], want, rtol=1e-4, atol=1e-5)
     q = _unit(1, DIMS, 3)[0]
     assert again.search(q, 1)[0][0] == max(_row_by_row(store)) - 2  # the "new" file's first
     # In use now: a crash from here must not leave it vouched for.
@@ -146,6 +150,10 @@ def test_damaged_meta_or_short_files_read_the_index(tmp_path: Path) -> None:
     path = tmp_path / "index.sqlite"
     store = _store_with_vectors(path, files=4, per_file=10)
     folder = tmp_path / "index.sqlite.vectors"
+    _load(store, path).close(save=True)
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps({**meta, "format": 1}))  # low.f32 row by row
+    assert _load(store, path).loaded_from == "index"
     _load(store, path).close(save=True)
     (folder / "meta.json").write_text("{not json")
     assert _load(store, path).loaded_from == "index"

@@ -174,6 +174,11 @@ def test_apply_replaces_and_swap_removes(prefilter: bool) -> None:
     assert index.search(mat[0], 1)[0][0] == 5
     assert not index.vectors_of([1, 2, 3])
     np.testing.assert_array_equal(index.vectors_of([2500])[2500], mat[2499])
+    if prefilter:  # the projected rows (transposed) followed every add, swap-remove and growth
+        n = len(index)
+        assert index._proj is not None and index._low.shape[0] == index._proj.shape[1]
+        want = (index._matrix[:n] @ index._proj).T
+        np.testing.assert_allclose(index._low[:, :n], want, rtol=1e-4, atol=1e-5)
 
 
 @contextlib.contextmanager

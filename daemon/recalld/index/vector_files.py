@@ -3,7 +3,8 @@
 vec0 stays the source of truth; these files only spare the next start the bulk read, the file
 write and the PCA projection (1M vectors: tens of seconds on a busy machine, well under one to
 map). Files: ``rows.f32`` (the full float32 rows, the live matrix while the daemon runs),
-``low.f32`` (the prefilter's projected rows), ``ids.i64``, ``proj.f32`` and ``meta.json``.
+``low.f32`` (the prefilter's projected rows, transposed: one projected dimension after another),
+``ids.i64``, ``proj.f32`` and ``meta.json``.
 
 ``meta.json`` is the only thing that vouches for the rest, and only for one state of the index:
 its vectors epoch (new with each vec0 table: a rebuild, a new index) and generation (+1 in every
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
-FORMAT = 1
+FORMAT = 2  # 2: low.f32 transposed
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Saved:
     ids: I64
     count: int
     rows: Rows
-    low: F32 | None
+    low: F32 | None  # (rdims, capacity): the prefilter's layout (vector_index)
     proj: F32 | None
     fitted_rows: int
     generation: int
@@ -73,7 +74,7 @@ class VectorFiles:
             return None
         wanted = {"format": FORMAT, "epoch": state[0], "generation": state[1], "dims": dims}
         if any(meta.get(k) != v for k, v in wanted.items()):
-            log.info("saved vectors are of another index state; reading the index")
+            log.info("saved vectors are of another index state or format; reading the index")
             return None
         self._unvouch()
         try:
@@ -94,8 +95,8 @@ class VectorFiles:
         if rdims:
             proj = np.empty((dims, rdims), dtype=np.float32)
             _read_into(self.folder / "proj.f32", proj)
-            low = np.empty((capacity, rdims), dtype=np.float32)
-            _read_into(self.folder / "low.f32", low[:count])
+            low = np.empty((rdims, capacity), dtype=np.float32)
+            _read_rows_into(self.folder / "low.f32", low[:, :count])
         return Saved(ids, count, rows, low, proj, fitted, int(str(meta["generation"])))
 
     def new_rows(self, dims: int, capacity: int) -> Rows | None:
@@ -129,7 +130,7 @@ class VectorFiles:
             rdims = 0
             if low is not None and proj is not None:
                 rdims = int(proj.shape[1])
-                _write_array(self.folder / "low.f32", low[:count])
+                _write_array(self.folder / "low.f32", low[:, :count])
                 _write_array(self.folder / "proj.f32", proj)
             meta = {
                 "format": FORMAT,
@@ -182,10 +183,23 @@ def _read_into(path: Path, out: npt.NDArray[Any]) -> None:
             raise ValueError(f"{path.name} is not {len(view)} bytes long")
 
 
+def _read_rows_into(path: Path, out: npt.NDArray[Any]) -> None:
+    """Fill the 2-D ``out`` (each row contiguous, rows apart) from the file, row after row."""
+    with path.open("rb") as fh:
+        for row in out:
+            view = row.data.cast("B")
+            if fh.readinto(view) != len(view):
+                raise ValueError(f"{path.name} is shorter than {out.nbytes} bytes")
+        if fh.read(1):
+            raise ValueError(f"{path.name} is longer than {out.nbytes} bytes")
+
+
 def _write_array(path: Path, values: npt.NDArray[np.generic]) -> None:
+    """Write ``values`` in C order, row by row (no contiguous copy of a strided view)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with _private(tmp, "wb") as fh:
-        np.ascontiguousarray(values).tofile(fh)
+        for row in values if values.ndim > 1 else [values]:
+            np.ascontiguousarray(row).tofile(fh)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

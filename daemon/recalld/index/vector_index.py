@@ -9,7 +9,10 @@ The scan is memory-bound (4 bytes x 384 dims per row). From ``PREFILTER_MIN_ROWS
 PCA projection to ``PREFILTER_DIMS`` dims (fitted on a sample of the index itself) is scanned
 first, and the best ``PREFILTER_CANDIDATES`` are rescored exactly against the full vectors: a
 third of the memory traffic, and the final ranking is exact among the candidates (recall of the
-true top 10 >= 0.99 on real embeddings, measured by ``make bench``).
+true top 10 >= 0.99 on real embeddings, measured by ``make bench``). The projected rows are held
+transposed (one row per projected dimension, ``_rdims x capacity``): the scan is then one long
+product per dimension, which BLAS streams at memory speed; 1M rows x 128 scanned in 33 ms
+instead of 65 ms row by row (same process, one BLAS thread).
 
 Loading reads vec0's storage in bulk into one preallocated matrix (``vector_load``), file-backed
 by an unlinked scratch file. Searches scan under the shared side of a readers-writer lock (numpy
@@ -67,7 +70,7 @@ class VectorIndex:
         self.prefilter_min_rows = prefilter_min_rows
         self._rdims = min(PREFILTER_DIMS, max(dims // 3, 1))
         self._proj: F32 | None = None  # (dims, _rdims)
-        self._low = np.empty((0, self._rdims), dtype=np.float32)
+        self._low = np.empty((self._rdims, 0), dtype=np.float32)  # transposed: (_rdims, capacity)
         self._fitted_rows = 0
         if fitted is not None:  # a saved prefilter: (projection, projected rows, rows fitted on)
             self._proj, self._low, self._fitted_rows = fitted
@@ -145,7 +148,7 @@ class VectorIndex:
             self._files = self._state = None
             self._count = 0
             self._rows.close()
-            self._low = np.empty((0, self._rdims), dtype=np.float32)
+            self._low = np.empty((self._rdims, 0), dtype=np.float32)
 
     def _track(self, generation: int | None) -> None:
         """Follow the index's vectors generation through the changes applied (lock held)."""
@@ -196,12 +199,13 @@ class VectorIndex:
         # same axes but took 20 s instead of 0.2 s with OpenBLAS threads on a busy machine.
         _, vecs = np.linalg.eigh(centred.T @ centred)
         proj = np.ascontiguousarray(vecs[:, ::-1][:, : self._rdims], dtype=np.float32)
-        low = np.empty((self._rows.capacity, self._rdims), dtype=np.float32)
+        low = np.empty((self._rdims, self._rows.capacity), dtype=np.float32)
         matrix = self._matrix
+        proj_t = np.ascontiguousarray(proj.T)
 
         def project(start: int) -> None:
             stop = min(n, start + PROJECT_BLOCK)
-            np.matmul(matrix[start:stop], proj, out=low[start:stop])
+            np.matmul(proj_t, matrix[start:stop].T, out=low[:, start:stop])
 
         # The daemon runs BLAS on one thread (cli.py); blocks on every core (matmul releases
         # the GIL) make the projection of a 1M-row load take seconds, not tens of seconds.
@@ -218,8 +222,8 @@ class VectorIndex:
         ids[: self._count] = self._ids[: self._count]
         self._ids = ids
         if self._proj is not None:
-            low = np.empty((capacity, self._rdims), dtype=np.float32)
-            low[: self._count] = self._low[: self._count]
+            low = np.empty((self._rdims, capacity), dtype=np.float32)
+            low[:, : self._count] = self._low[:, : self._count]
             self._low = low
 
     def apply(
@@ -249,7 +253,7 @@ class VectorIndex:
                         self._ids[row] = cid
                     self._matrix[row] = vec
                     if self._proj is not None:
-                        self._low[row] = self._matrix[row] @ self._proj
+                        self._low[:, row] = self._matrix[row] @ self._proj
                 self._maybe_fit()
 
     def _remove_one(self, chunk_id: int) -> None:
@@ -263,7 +267,7 @@ class VectorIndex:
             moved = int(self._ids[last])
             self._matrix[row] = self._matrix[last]
             if self._proj is not None:
-                self._low[row] = self._low[last]
+                self._low[:, row] = self._low[:, last]
             self._ids[row] = moved
             self._row_of[moved] = row
         self._count -= 1
@@ -315,7 +319,7 @@ class VectorIndex:
         """Scan the projected matrix, rescore the best candidates exactly (shared lock held)."""
         assert self._proj is not None
         n = len(ids)
-        rough = self._low[:n] @ (q @ self._proj)
+        rough = (q @ self._proj) @ self._low[:, :n]
         if mask is not None:
             rough = np.where(mask, rough, -np.inf)
             n_ok = int(mask.sum())
