@@ -436,3 +436,45 @@ def test_front_matter_is_the_first_chunk_alone(open_: str, close: str) -> None:
     assert [(c.start_line, c.end_line) for c in chunks] == [(1, 4), (5, 6)]
     mixed = "+++\ntitle = 'T'\n---\nBody.\n"  # a TOML opener is not closed by ---
     assert chunk_markdown(mixed, count)[0].end_line == 4
+
+
+def test_additive_counter_gives_the_same_chunks_without_counting_them_again() -> None:
+    # WordPiece adds up over whitespace: additive=True emits on the sums of line and word counts
+    # (no second count of each chunk) and must cut exactly where the checked path cuts.
+    tokens = pytest.importorskip("recalld.tokens")
+    real = tokens.default_tokenizer().count
+    assert tokens.adds_up(real) and not tokens.adds_up(count)
+    r = random.Random(5)
+    minified = "var a=function(b){return b*2};" * 300
+    blob = base64.b64encode(r.randbytes(3000)).decode()
+    texts = [document(s, headings=s % 2 == 0) for s in range(4)] + [
+        "intro\n" + " ".join(f"w{i}" for i in range(3000)) + "\noutro",
+        f"x\n{minified}\n{minified.replace(' ', '')}\ny",
+        f"# Img\n\n![x](data:image/png;base64,{blob})\n\nafter",
+        "Alice: hi there\nBob: hello, how are you?\n" * 80,
+    ]
+    calls = Counter[bool]()
+
+    def counter(additive: bool) -> Callable[[str], int]:
+        def counted(s: str) -> int:
+            calls[additive] += 1
+            return int(real(s))
+
+        return counted
+
+    for text in texts:
+        for cap, target in ((256, 240), (64, 40), (12, 8)):
+            checked = chunk_markdown(
+                text, counter(False), max_tokens=cap, target_tokens=target, chat_overlap=0.67
+            )
+            fast = chunk_markdown(
+                text,
+                counter(True),
+                max_tokens=cap,
+                target_tokens=target,
+                chat_overlap=0.67,
+                additive=True,
+            )
+            assert fast == checked
+            check_invariants(text, fast, real, cap)
+    assert calls[True] < calls[False] * 0.8

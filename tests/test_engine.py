@@ -230,6 +230,42 @@ def test_bad_files_are_skipped_not_fatal(home: Path, local_embedder: Any) -> Non
         eng.close()
 
 
+def test_a_write_that_fails_mid_batch_loses_only_its_own_file(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The files of a batch share one transaction, each in a savepoint: the one whose write
+    # fails after some of its rows went in is rolled back alone and reported; the others land.
+    for name in ("a", "b", "c"):
+        write(home / "memory" / f"{name}.md", f"# {name}\n\nword{name} one\n\nword{name} two\n")
+    eng = Engine(make_config(home), choice=ProviderChoice(None, "no provider (test)"))
+    assert eng.writer is not None
+    real = eng.writer.replace_file
+    changes: list[Any] = []
+
+    def replace_file(row: Any, chunks: Any, vectors: Any, **kw: Any) -> Any:
+        if row.path.endswith("b.md"):
+            assert eng.writer is not None
+            with eng.writer.conn:  # as inside replace_file's own: rows written, then the failure
+                real(row, chunks[:1], vectors, **kw)
+                raise RuntimeError("disk hiccup")
+        return real(row, chunks, vectors, **kw)
+
+    monkeypatch.setattr(eng.writer, "replace_file", replace_file)
+    monkeypatch.setattr(eng, "_on_change", changes.append)
+    try:
+        report = eng.sync()
+        assert [s["reason"] for s in report.skipped] == ["indexing failed: disk hiccup"]
+        assert report.files_changed == 3 and report.chunks_written == 2
+        assert len(changes) == 2  # told of the two files that landed, after their commit
+        rows = eng.writer.conn.execute("SELECT path FROM chunks ORDER BY path").fetchall()
+        assert [Path(r[0]).name for r in rows] == ["a.md", "c.md"]
+        assert sorted(Path(p).name for p in eng.writer.files("memory")) == ["a.md", "c.md"]
+        assert not eng.search({"query": "wordb", "mode": "keyword"})["results"]
+        assert eng.search({"query": "wordc", "mode": "keyword"})["results"]
+    finally:
+        eng.close()
+
+
 def test_refuses_to_mix_vector_spaces(home: Path) -> None:
     store = Store(home / "index.sqlite")
     store.set_identity(Identity("local|x|m|384", "local/m", "m", 384, "{}"))

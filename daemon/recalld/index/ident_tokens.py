@@ -52,8 +52,7 @@ _ANSI = re.compile(r"\x1b\[[0-?]*+[ -/]*+[@-~]|\x1b\][^\x07\x1b]*+(?:\x07|\x1b\\
 _ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|([nrt])|([/\"\\]))")
 # Boundaries inside one token: lower->Upper, UPPER->Upper+lower (HTTPServer), letter<->digit.
 _CAMEL_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
-_CJK = re.compile(
-    "["
+_CJK_CHARS = (
     "\u3040-\u309f"  # hiragana
     "\u30a0-\u30ff"  # katakana
     "\u3400-\u4dbf"  # CJK extension A
@@ -61,7 +60,14 @@ _CJK = re.compile(
     "\uac00-\ud7af"  # hangul syllables
     "\uf900-\ufaff"  # CJK compatibility ideographs
     "\U00020000-\U0002fa1f"  # extensions B-F, compatibility supplement
-    "]+"
+)
+_CJK = re.compile(f"[{_CJK_CHARS}]+")
+# The tokens that _derive can get anything from: those with a CJK char, and those with a case or
+# letter/digit boundary that _CAMEL_PARTS cuts at (any ASCII token of more than one part has one
+# of these four pairs). The others, most words of prose, are not looked at one by one.
+_RICH_TOKEN = re.compile(
+    r"(?<![^\W_])(?=[^\W_]*?"
+    rf"(?:[{_CJK_CHARS}]|[a-z][A-Z]|[A-Z]{{2}}[a-z]|[A-Za-z][0-9]|[0-9][A-Za-z]))[^\W_]+"
 )
 
 
@@ -138,7 +144,7 @@ def _noise(parts: list[str]) -> bool:
 
 def _derive(text: str, out: _Budget) -> None:
     """Identifier parts and CJK bigrams of the tokens, then squashed ``_`` compounds."""
-    for m in _TOKEN.finditer(text):
+    for m in _RICH_TOKEN.finditer(text):
         if out.full:
             return
         tok = m.group()

@@ -28,8 +28,10 @@ Exception to the line contract: chunks cut from a single over-long line report t
 Lines are split on ``"\\n"`` only (a trailing ``"\\r"`` is dropped), as editors number them.
 
 Token counts are taken once per line (per word/segment for over-long lines) and added up, which
-is exact for WordPiece; every chunk is still counted once before it is emitted, and split further
-if a counter that is not additive says it is over the cap.
+is exact for WordPiece. With ``additive`` (a counter whose counts add up over whitespace, as
+WordPiece's do) a chunk of whole lines or whole words is emitted on that sum; any other chunk (one
+that joins pieces of a word, or any chunk of a counter that is not additive) is counted once before
+it is emitted, and split further if that count is over the cap.
 """
 
 from __future__ import annotations
@@ -237,8 +239,10 @@ class _Chunker:
         target_tokens: int,
         chat_overlap: float | None = None,
         chat_chars: int = 0,
+        additive: bool = False,
     ) -> None:
         self.count = count
+        self.additive = additive
         self.chat_overlap = chat_overlap
         self.chat_chars = chat_chars
         self.chat = False
@@ -383,7 +387,10 @@ class _Chunker:
         path = self.paths[head.block]
         if head.c0 >= 0:
             line = self.lines[head.line0]
-            self._emit_slice(head.line0, line, run[0].c0, run[-1].c1, path)
+            # Pieces that meet at whitespace: the slice counts what its pieces add up to.
+            whole = self.additive and all(line[a.c1 - 1].isspace() for a in run[:-1])
+            tok = sum(a.tok for a in run) if whole else None
+            self._emit_slice(head.line0, line, run[0].c0, run[-1].c1, path, tok)
             return
         lo, hi = head.line0, run[-1].line1
         while lo <= hi and _is_blank(self.lines[lo]):
@@ -395,7 +402,9 @@ class _Chunker:
 
     def _emit_lines(self, lo: int, hi: int, path: str) -> None:
         text = "\n".join(self.lines[lo : hi + 1])
-        if self.fits(text):
+        # Additive: lines that add up to the cap fit (each was counted exactly: a line counted
+        # as just over the cap never adds up to it). Anything else is counted.
+        if (self.additive and sum(self.ltok[lo : hi + 1]) <= self.cap) or self.fits(text):
             self.out.append(Chunk(lo + 1, hi + 1, text, path))
         elif lo == hi:
             self._emit_slice(lo, text, 0, len(text), path)
@@ -410,11 +419,15 @@ class _Chunker:
                 if a <= b:
                     self._emit_lines(a, b, path)
 
-    def _emit_slice(self, k: int, line: str, c0: int, c1: int, path: str) -> None:
+    def _emit_slice(
+        self, k: int, line: str, c0: int, c1: int, path: str, tok: int | None = None
+    ) -> None:
+        """Emit ``line[c0:c1]`` stripped, cut further if over the cap (``tok``: what its
+        pieces add up to, when they meet at whitespace; else it is counted)."""
         text = line[c0:c1].strip()
         if not text:
             return
-        if self.fits(text):
+        if (tok is not None and tok <= self.cap) or self.fits(text):
             self.out.append(Chunk(k + 1, k + 1, text, path))
             return
         off = c0 + (len(line[c0:c1]) - len(line[c0:c1].lstrip()))
@@ -463,6 +476,7 @@ def chunk_markdown(
     target_tokens: int = 160,
     chat_overlap: float | None = None,
     chat_chars: int = 0,
+    additive: bool = False,
 ) -> list[Chunk]:
     """Chunk Markdown ``text`` so that ``count_tokens(chunk.text) + 2 <= max_tokens`` always.
 
@@ -470,6 +484,10 @@ def chunk_markdown(
     module docstring). Whitespace-only chunks are skipped; an empty text gives no chunks. With
     ``chat_overlap`` set, a chat-shaped note is cut into overlapping windows of whole turns
     instead (:mod:`recalld.ingest.conversation_windows`), of at most ``chat_chars`` characters when
-    set.
+    set. ``additive``: ``count_tokens`` adds up over whitespace (the count of lines joined by
+    newlines, or of whole words, is the sum of theirs, as for WordPiece), so a chunk of whole lines
+    or words is not counted again (see the module docstring).
     """
-    return _Chunker(text, count_tokens, max_tokens, target_tokens, chat_overlap, chat_chars).run()
+    return _Chunker(
+        text, count_tokens, max_tokens, target_tokens, chat_overlap, chat_chars, additive
+    ).run()

@@ -1,9 +1,10 @@
 """Incremental sync of memory folders into the store.
 
 A file is skipped by size + mtime, then by content hash; a changed file is re-chunked and only
-chunks whose text is missing from the embedding cache are embedded. Each file is written in one
-transaction, so a crash leaves every file either fully old or fully new. Chunks of several files
-are embedded together, because the model is fastest on full batches.
+chunks whose text is missing from the embedding cache are embedded. Each file is written in a
+savepoint of its own (inside one transaction per batch of files), so a crash leaves every file
+either fully old or fully new. Chunks of several files are embedded together, because the model
+is fastest on full batches.
 """
 
 from __future__ import annotations
@@ -141,6 +142,9 @@ class Indexer:
         self.config = config
         self.embedder = embedder
         self.count_tokens = count_tokens
+        from recalld.tokens import adds_up  # here: importing the indexer loads no tokenizer
+
+        self.additive = adds_up(count_tokens)  # WordPiece's: chunks are not counted twice
         self.on_change = on_change
         self.on_progress = on_progress
         self.roots = config.memory_roots()
@@ -441,6 +445,7 @@ class Indexer:
                 target_tokens=self.target_tokens,
                 chat_overlap=self.chat_overlap,
                 chat_chars=self.chat_chars,
+                additive=self.additive,
             )
 
         if self.background is None or len(text) <= BIG_FILE_BYTES:
@@ -459,15 +464,22 @@ class Indexer:
         hashes = {c.hash: c.text for p in batch for c in p.chunks}
         # Keyword first: only cached vectors now, the rest are back-filled after the writes.
         vectors = self.vectors_for(hashes, report, embed=not self.keyword_first)
-        for prepared in batch:
-            try:
-                change = self.store.replace_file(prepared.row, prepared.chunks, vectors)
-            except Exception as exc:  # one bad file never stops the others
-                if is_index_failure(exc):
-                    raise  # the index, not the file: the whole sync fails (retried / rebuilt)
-                log.exception("writing %s to the index failed", shown(prepared.row.path))
-                self._skip(report, prepared.row.path, f"indexing failed: {exc}")
-                continue
+        written: list[tuple[Prepared, FileChange]] = []
+        # One transaction for the batch, each file in a savepoint of its own inside it: a file
+        # still lands whole or not at all and a bad one is rolled back alone, but the batch
+        # costs one commit (and FTS5 one new segment to merge) instead of one per file.
+        with self.store.transaction():
+            for prepared in batch:
+                try:
+                    change = self.store.replace_file(prepared.row, prepared.chunks, vectors)
+                except Exception as exc:  # one bad file never stops the others
+                    if is_index_failure(exc):
+                        raise  # the index, not the file: the whole sync fails (retried / rebuilt)
+                    log.exception("writing %s to the index failed", shown(prepared.row.path))
+                    self._skip(report, prepared.row.path, f"indexing failed: {exc}")
+                    continue
+                written.append((prepared, change))
+        for prepared, change in written:  # committed: the hooks may tell readers now
             self._apply(change)
             if self.backlog is not None and self.keyword_first:
                 self.backlog.wrote(sum(c.embed for c in prepared.chunks) - len(change.added))
