@@ -408,8 +408,8 @@ class Config:
         """The memory folders, resolved (default: ``memory/`` in the data dir)."""
         configured = self.list("memory.paths")
         if not configured:
-            return [paths.default_memory_dir(self.base_dir).resolve()]
-        return [Path(p).expanduser().resolve() for p in configured]
+            return [paths.resolve_folder(paths.default_memory_dir(self.base_dir))]
+        return [paths.resolve_folder(Path(p).expanduser()) for p in configured]
 
     def session_globs(self) -> _List[_Str]:
         """Transcript globs with ``~`` expanded."""

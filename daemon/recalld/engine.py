@@ -17,7 +17,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager, suppress
@@ -33,6 +33,7 @@ from recalld.embedding.registry import ProviderChoice, resolve_embedder
 from recalld.errors import BadRequest, IndexError_, NotFound, RecalldError
 from recalld.index import index_files, rebuild
 from recalld.index.rwlock import ReadWriteLock
+from recalld.index.status_facts import mount_roots, status_facts
 from recalld.index.store import FileChange, Identity, Store, prefix_bounds
 from recalld.index.vector_files import VectorFiles
 from recalld.index.vector_index import VectorIndex
@@ -245,18 +246,12 @@ class Engine:
 
     def root_problems(self, store: Store) -> dict[Path, str]:
         """Memory roots that cannot be read now (missing, unmounted, unreadable), with why."""
-        mounts = set(_mount_roots(store))
-        out: dict[Path, str] = {}
-        for root in self.config.memory_roots():
-            problem = index_files.root_problem(root, str(root) in mounts)
-            if problem:
-                out[root] = problem
-        return out
+        return _root_problems(self.config.memory_roots(), set(mount_roots(store)))
 
     def _remember_mounts(self, problems: Mapping[Path, str]) -> None:
         """Record which roots are mount points, so that an unmounted one is recognised later."""
         assert self.writer is not None
-        known = set(_mount_roots(self.writer))
+        known = set(mount_roots(self.writer))
         now = set(known)
         for root in self.config.memory_roots():
             if root in problems:
@@ -747,14 +742,15 @@ class Engine:
 
     def status(self) -> dict[str, Any]:
         """The ``status`` method."""
+        roots = self.config.memory_roots()  # resolved once: a path walk per root
         with self.reader() as store:
             counts = self.counts(store)
-            identity = store.identity()
+            facts = status_facts(store)
+            # A daemon knows its last sync; a CLI's engine reads it (a scan of ``files``).
             last_sync = self.last_sync or store.last_indexed()
-            transcripts = store.sessions_summary()
             missing_roots = [
                 {"path": str(root), "reason": why, "files_kept": _files_under(store, root)}
-                for root, why in self.root_problems(store).items()
+                for root, why in _root_problems(roots, facts.mount_roots).items()
             ]
         skipped = sorted(self.skipped.items())
         from recalld.ingest.sessions.redaction import counts as redaction_counts
@@ -765,16 +761,16 @@ class Engine:
             "provider": self.embedder.label if self.embedder else "none",
             "provider_reason": self.choice.reason,
             "degraded": self.degraded(),
-            "identity": _identity_dict(identity),
+            "identity": _identity_dict(facts.identity),
             "counts": counts,
             "progress": {**self.progress.as_dict(), **self.vector_backlog.as_dict()},
             "vectors": self.vector_backlog.as_dict(),
             "last_sync": last_sync,
-            "transcripts": transcripts,
+            "transcripts": dict(facts.transcripts),
             "last_report": self.last_report.as_dict() if self.last_report else None,
             "last_error": self.last_error,
             "index_path": str(self.index_path),
-            "memory_roots": [str(r) for r in self.config.memory_roots()],
+            "memory_roots": [str(r) for r in roots],
             "session_globs": self.config.session_globs(),
             "config_path": str(self.config.source) if self.config.source else None,
             "provider_health": self._guard.state() if self._guard else {"state": "ok"},
@@ -860,14 +856,14 @@ def _split_citation(raw: str, lines: Any) -> tuple[str, int, Any]:
     return cited.path, cited.first, lines if lines is not None else cited.lines
 
 
-def _mount_roots(store: Store) -> list[str]:
-    """Memory roots that were mount points when last seen (meta ``mount_roots``)."""
-    raw = store.meta("mount_roots")
-    try:
-        value = json.loads(raw) if raw else []
-    except ValueError:
-        return []
-    return [str(v) for v in value] if isinstance(value, list) else []
+def _root_problems(roots: Iterable[Path], mounts: Collection[str]) -> dict[Path, str]:
+    """Those of ``roots`` that cannot be read now, with why (``mounts``: were mount points)."""
+    out: dict[Path, str] = {}
+    for root in roots:
+        problem = index_files.root_problem(root, str(root) in mounts)
+        if problem:
+            out[root] = problem
+    return out
 
 
 def _has_sessions(store: Store) -> bool:

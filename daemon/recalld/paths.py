@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from recalld_client import locations
@@ -31,3 +32,32 @@ def log_dir(base: Path | None = None) -> Path:
 def user_home() -> Path:
     """The user's home folder (for the default transcript globs)."""
     return Path.home()
+
+
+# path -> ((st_dev, st_ino) it led to, its resolved form); a few memory roots per config.
+_resolved: dict[str, tuple[tuple[int, int], Path]] = {}
+_MAX_RESOLVED = 256
+
+
+def resolve_folder(path: Path) -> Path:
+    """``path.resolve()``, remembered while the path leads to the same folder.
+
+    ``status`` resolves the memory roots on every call, and resolving walks each component
+    (tens of microseconds); one ``stat`` tells whether the answer still holds, since a
+    re-pointed symlink anywhere on the way leads to another folder (another inode). A path
+    that does not exist is resolved every time.
+    """
+    key = str(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return path.resolve()
+    ident = (st.st_dev, st.st_ino)
+    known = _resolved.get(key)
+    if known is not None and known[0] == ident:
+        return known[1]
+    resolved = path.resolve()
+    if len(_resolved) >= _MAX_RESOLVED:
+        _resolved.clear()
+    _resolved[key] = (ident, resolved)
+    return resolved

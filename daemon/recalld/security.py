@@ -11,6 +11,7 @@ is reported: in the daemon's log at start-up, in ``status`` (``warnings``) and b
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import stat
@@ -38,11 +39,17 @@ MASK = "***"
 
 def secret_keys() -> list[str]:
     """Settings that hold a secret itself (not the name of a variable holding it)."""
-    return [
+    return list(_secret_keys())
+
+
+@functools.cache
+def _secret_keys() -> tuple[str, ...]:
+    # The settings table is fixed at import; every ``status`` asks (via config_warnings).
+    return tuple(
         s.key
         for s in SETTINGS
         if s.key.rsplit(".", 1)[-1].endswith(_SECRET_SUFFIXES) and isinstance(s.default, str)
-    ]
+    )
 
 
 def config_warnings(config: Config) -> list[str]:
@@ -56,7 +63,7 @@ def config_warnings(config: Config) -> list[str]:
         return []
     mode = stat.S_IMODE(st.st_mode)
     out: list[str] = []
-    secrets = [k for k in secret_keys() if _set(config, k)]
+    secrets = [k for k in _secret_keys() if _set(config, k)]
     if secrets and mode & 0o077:
         out.append(
             f"config file {path} holds {', '.join(secrets)} and is readable by other users "
