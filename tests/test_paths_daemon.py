@@ -87,3 +87,33 @@ def test_an_undecodable_name_created_while_running(daemon: DaemonProcess, home: 
         wait_for(lambda: f"{mem}/caf\\xe9.md" in skipped(c), timeout=10)
         write(mem / "later.md", "# Later\n\nplatypus later\n")  # the watcher still works
         wait_for(lambda: len(found(c, "platypus")) == 2, timeout=20)
+
+
+@pytest.mark.timeout(120)
+def test_a_memory_root_symlink_repointed_while_running(home: Path) -> None:
+    """The daemon watches the folder the root's symlink leads to; re-pointed, it follows."""
+    one, two = home / "vault-1", home / "vault-2"
+    write(one / "old.md", "# Old\n\nthe quartzite ledger\n")
+    write(two / "new.md", "# New\n\nthe obsidian lantern\n")
+    link = home / "notes"
+    link.symlink_to(one)
+    (home / "config.toml").write_text(
+        '[embedding]\nprovider = "none"\n[sessions]\npaths = []\n'
+        f'[memory]\npaths = ["{link}"]\n[sync]\ndebounce_s = 0.3\n'
+    )
+    d = DaemonProcess(home).start()
+    try:
+        d.wait_idle()
+        with d.client() as c:
+            assert found(c, "quartzite") == [str(one.resolve() / "old.md")]
+            link.unlink()
+            link.symlink_to(two)
+            wait_for(lambda: found(c, "lantern") == [str(two.resolve() / "new.md")], timeout=30)
+            assert c.status()["memory_roots"] == [str(two.resolve())]
+            wait_for(lambda: found(c, "quartzite") == [], timeout=30)  # not under a root now
+            # ... and the new folder is watched: an edit there is found without a sync
+            write(two / "later.md", "# Later\n\nthe basalt compass\n")
+            wait_for(lambda: found(c, "basalt") == [str(two.resolve() / "later.md")], timeout=30)
+            assert "memory folders now lead elsewhere" in d.log.read_text()
+    finally:
+        d.stop()

@@ -1,4 +1,5 @@
-"""The watcher reports changes, not reads: a grep over the memory folder costs nothing."""
+"""The watcher reports changes, not reads (a grep over the memory folder costs nothing), and a
+root that now leads to another folder."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import time
 from pathlib import Path
 
 from recalld.ingest.filters import PathFilter
-from recalld.ingest.watcher import Watcher
+from recalld.ingest.watcher import ROOT_CHECK_S, Watcher
 
 
 def test_reads_are_not_events_but_writes_are(tmp_path: Path) -> None:
@@ -34,5 +35,36 @@ def test_reads_are_not_events_but_writes_are(tmp_path: Path) -> None:
         while not batches and time.monotonic() < deadline:
             time.sleep(0.05)
         assert batches and batches[0] == [note]
+    finally:
+        watcher.stop()
+
+
+def test_a_root_whose_symlink_is_repointed_is_handed_over(tmp_path: Path) -> None:
+    """The watcher watches resolved folders: a re-pointed root symlink must be reported."""
+    one, two = tmp_path / "vault-1", tmp_path / "vault-2"
+    one.mkdir()
+    two.mkdir()
+    link = tmp_path / "notes"
+    link.symlink_to(one)
+    moved: list[list[Path]] = []
+    watcher = Watcher(
+        [link.resolve()],
+        PathFilter(),
+        0.2,
+        lambda batch: None,
+        roots_now=lambda: [link.resolve()],
+        on_roots_moved=moved.append,
+    )
+    watcher.start()
+    try:
+        time.sleep(ROOT_CHECK_S + 0.5)
+        assert moved == []  # nothing moved: nothing said
+        link.unlink()
+        link.symlink_to(two)
+        deadline = time.monotonic() + 3 * ROOT_CHECK_S + 2
+        while not moved and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(ROOT_CHECK_S + 0.5)
+        assert moved == [[two.resolve()]]  # once, with the new folder
     finally:
         watcher.stop()

@@ -149,8 +149,15 @@ class Watcher:
         on_batch: BatchHandler,
         on_roots_changed: RootsHandler | None = None,
         scan_interval_s: float = 30.0,
+        roots_now: Callable[[], Sequence[Path]] | None = None,
+        on_roots_moved: RootsHandler | None = None,
     ) -> None:
         self.roots = list(roots)
+        # The roots as the config resolves them now: a root configured through a symlink that
+        # is re-pointed leads elsewhere, while this watcher still watches the old folder.
+        self.roots_now = roots_now
+        self.on_roots_moved = on_roots_moved
+        self._moved = False
         self.scan_interval_s = max(scan_interval_s, 0.5)  # 0 would spin
         self.filter = filter_
         self.dirty = DirtySet(debounce_s)
@@ -304,6 +311,7 @@ class Watcher:
         and never starts again by itself, so the roots' identities are polled cheaply.
         """
         while not self._stop.wait(ROOT_CHECK_S):
+            self._check_moved()
             changed = []
             for root in self.roots:
                 sig = root_signature(root)
@@ -321,6 +329,28 @@ class Watcher:
                         self.on_roots_changed(changed)
                     except Exception:
                         log.exception("handling changed memory folders failed")
+
+    def _check_moved(self) -> None:
+        """Hand over the roots once they resolve to other folders (the owner re-watches)."""
+        if self.roots_now is None or self.on_roots_moved is None or self._moved:
+            return
+        try:
+            now = list(self.roots_now())
+        except Exception:  # a config that cannot be resolved now: keep watching
+            log.warning("cannot resolve the memory folders", exc_info=True)
+            return
+        if now == self.roots:
+            return
+        self._moved = True  # once: the owner replaces this watcher
+        log.info(
+            "memory folders now lead elsewhere: %s -> %s",
+            ", ".join(map(str, self.roots)),
+            ", ".join(map(str, now)),
+        )
+        try:
+            self.on_roots_moved(now)
+        except Exception:
+            log.exception("handling moved memory folders failed")
 
     def _run(self) -> None:
         while not self._stop.is_set():

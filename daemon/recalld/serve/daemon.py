@@ -73,6 +73,7 @@ class Daemon:
             target=self._writer_loop, name="recalld-writer", daemon=True
         )
         self.watcher: Watcher | None = None
+        self._watcher_lock = threading.Lock()
         self.paused = False
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
         self._listeners_lock = threading.Lock()
@@ -134,6 +135,8 @@ class Daemon:
             self._on_batch,
             self._on_roots_changed,
             scan_interval_s=self.config.float("sync.scan_interval_s"),
+            roots_now=self.config.memory_roots,
+            on_roots_moved=self._on_roots_moved,
         )
         watcher.paused = self.paused
         watcher.start()
@@ -141,11 +144,28 @@ class Daemon:
 
     def restart_watcher(self) -> None:
         """Watch the memory folders of the current config (after a config edit)."""
-        old, self.watcher = self.watcher, None
-        if old is not None:
-            old.stop()  # its dirty paths are covered by the full sync that follows an edit
-        self._create_default_root()
-        self.watcher = self._new_watcher()
+        with self._watcher_lock:  # a config edit and a moved root may ask at once
+            old, self.watcher = self.watcher, None
+            if old is not None:
+                old.stop()  # its dirty paths are covered by the full sync that follows
+            if self._stop.is_set():
+                return
+            self._create_default_root()
+            self.watcher = self._new_watcher()
+
+    def _on_roots_moved(self, roots: list[Path]) -> None:
+        """A memory root's symlink now leads to another folder: watch that one, then sync.
+
+        Called on the old watcher's own thread, which its stop() joins: the swap runs on a
+        thread of its own.
+        """
+
+        def swap() -> None:
+            self.restart_watcher()
+            with contextlib.suppress(Unavailable):
+                self.submit(Job("full"))
+
+        threading.Thread(target=swap, name="recalld-rewatch", daemon=True).start()
 
     def restart_sessions(self) -> None:
         """Poll the transcript globs of the current config (after a config edit)."""
@@ -193,8 +213,9 @@ class Daemon:
         with self._retry_lock:
             if self._retry_timer is not None:
                 self._retry_timer.cancel()
-        if self.watcher is not None:
-            self.watcher.stop()
+        with self._watcher_lock:  # not while a moved root swaps it (it sees _stop after)
+            if self.watcher is not None:
+                self.watcher.stop()
         if self.sessions is not None:
             self.sessions.stop()
         self.chunker.close()
