@@ -52,6 +52,16 @@ def make_engine(home: Path, emb: Any, **values: Value) -> Engine:
     return Engine(make_config(home, **values), choice=ProviderChoice(emb, "test: local model"))
 
 
+def linked_vaults(base: Path) -> tuple[Path, Path, Path]:
+    """Two folders and a symlink ``notes`` to the first: a memory root re-pointed later."""
+    one, two = base / "vault-1", base / "vault-2"
+    one.mkdir(exist_ok=True)
+    two.mkdir(exist_ok=True)
+    link = base / "notes"
+    link.symlink_to(one)
+    return one, two, link
+
+
 def write(path: Path, text: str) -> Path:
     """Write a file, creating folders."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write
+from conftest import linked_vaults, write
 from daemon_process import DaemonProcess, wait_for
 from recalld_client import Client
 
@@ -92,11 +92,9 @@ def test_an_undecodable_name_created_while_running(daemon: DaemonProcess, home: 
 @pytest.mark.timeout(120)
 def test_a_memory_root_symlink_repointed_while_running(home: Path) -> None:
     """The daemon watches the folder the root's symlink leads to; re-pointed, it follows."""
-    one, two = home / "vault-1", home / "vault-2"
+    one, two, link = linked_vaults(home)
     write(one / "old.md", "# Old\n\nthe quartzite ledger\n")
     write(two / "new.md", "# New\n\nthe obsidian lantern\n")
-    link = home / "notes"
-    link.symlink_to(one)
     (home / "config.toml").write_text(
         '[embedding]\nprovider = "none"\n[sessions]\npaths = []\n'
         f'[memory]\npaths = ["{link}"]\n[sync]\ndebounce_s = 0.3\n'

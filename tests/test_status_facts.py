@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import make_config, write
+from conftest import linked_vaults, make_config, write
 from recalld import paths
 from recalld.config import Config
 from recalld.embedding.registry import ProviderChoice
@@ -68,11 +68,7 @@ def test_status_sees_each_sync_of_a_transcript(home: Path, local_embedder: Any) 
 
 
 def test_a_root_is_resolved_again_when_its_symlink_moves(tmp_path: Path) -> None:
-    one, two = tmp_path / "vault-1", tmp_path / "vault-2"
-    one.mkdir()
-    two.mkdir()
-    link = tmp_path / "notes"
-    link.symlink_to(one)
+    one, two, link = linked_vaults(tmp_path)
     config = Config({"memory.paths": [str(link)]}, base_dir=tmp_path)
     assert config.memory_roots() == [one.resolve()]
     assert config.memory_roots() == [one.resolve()]  # the remembered answer

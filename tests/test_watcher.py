@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from conftest import linked_vaults
 from recalld.ingest.filters import PathFilter
 from recalld.ingest.watcher import ROOT_CHECK_S, Watcher
 
@@ -41,11 +42,7 @@ def test_reads_are_not_events_but_writes_are(tmp_path: Path) -> None:
 
 def test_a_root_whose_symlink_is_repointed_is_handed_over(tmp_path: Path) -> None:
     """The watcher watches resolved folders: a re-pointed root symlink must be reported."""
-    one, two = tmp_path / "vault-1", tmp_path / "vault-2"
-    one.mkdir()
-    two.mkdir()
-    link = tmp_path / "notes"
-    link.symlink_to(one)
+    _, two, link = linked_vaults(tmp_path)
     moved: list[list[Path]] = []
     watcher = Watcher(
         [link.resolve()],
