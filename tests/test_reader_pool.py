@@ -3,8 +3,13 @@ no pages of the index mapped in the daemon (idle RSS). Real index files, keyword
 
 from __future__ import annotations
 
+import hashlib
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
 
 from conftest import make_engine, write
 from recalld.engine import Engine
@@ -27,11 +32,30 @@ def _mapped_kb(path: Path) -> int:
     return total
 
 
-def _big_index(home: Path, notes: int = 1500) -> Engine:
+class HashEmbedder:
+    """Vectors from a hash of each text: no model, so a big index builds in a second."""
+
+    kind = "test"
+    model = "hash"
+    dims = 384
+    max_input_tokens = 256
+    key = "test||hash|384"
+    label = "test/hash"
+
+    def embed(self, texts: Sequence[str], *, query: bool = False) -> npt.NDArray[np.float32]:
+        out = np.empty((len(texts), self.dims), dtype=np.float32)
+        for i, text in enumerate(texts):
+            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+            out[i] = np.random.default_rng(seed).standard_normal(self.dims)
+        out /= np.linalg.norm(out, axis=1, keepdims=True)
+        return out
+
+
+def _big_index(home: Path, notes: int = 1500, embedder: object = None) -> Engine:
     for i in range(notes):
         body = " ".join(f"{WORDS[(i * 7 + j) % len(WORDS)]}{(i * j) % 997}" for j in range(60))
         write(home / "memory" / f"n{i:04d}.md", f"# note {i}\n\n{body} common words here\n")
-    engine = make_engine(home, None)
+    engine = make_engine(home, embedder)
     engine.sync()
     return engine
 
@@ -81,5 +105,19 @@ def test_counts_warm_and_read_ahead_leave_the_index_unmapped(home: Path) -> None
         assert _mapped_kb(engine.index_path) < size_kb // 10
         res = engine.search({"query": "charlie common", "mode": "keyword"})
         assert res["results"]  # the pooled readers still serve searches from their map
+    finally:
+        engine.close()
+
+
+def test_the_matrix_loaded_by_a_search_leaves_the_index_unmapped(home: Path) -> None:
+    engine = _big_index(home, embedder=HashEmbedder())
+    try:
+        size_kb = engine.index_path.stat().st_size // 1024
+        # No warm(): the first search loads the matrix from vec0 (as after an index swap),
+        # through a connection of its own, not the search's pooled reader.
+        res = engine.search({"query": "charlie common"})
+        assert res["mode"] == "hybrid" and res["results"]
+        assert engine.vectors_load_s is not None
+        assert _mapped_kb(engine.index_path) < size_kb // 4  # its own reads: ~1.5 of 13 MB
     finally:
         engine.close()

@@ -287,19 +287,27 @@ class Engine:
 
     @contextmanager
     def scan_reader(self) -> Iterator[Store]:
-        """A read-only connection of its own for one bulk read (closed after, not pooled).
+        """A read-only connection of its own for one bulk read (closed after, not pooled),
+        under the swap lock's shared side."""
+        with self.swap.shared(), self._own_connection() as store:
+            yield store
 
-        Start-up's loads and the keyword read-ahead read much of the file once. Through a pooled
-        reader's map of the index those pages would stay in the daemon's RSS for its lifetime
-        (and the kernel maps the cached pages around each one touched): 68 MB of a 72 MB index,
-        per such reader. Plain reads leave them to the page cache, shared and reclaimable.
+    @contextmanager
+    def _own_connection(self) -> Iterator[Store]:
+        """A read-only connection for one bulk read, closed after; the caller holds the swap
+        lock (a reader, or :meth:`scan_reader`).
+
+        Start-up's loads, counting rows and the keyword read-ahead read much of the file once.
+        Through a pooled reader's map of the index those pages would stay in the daemon's RSS
+        for its lifetime (and the kernel maps the cached pages around each one touched): 68 MB
+        of a 72 MB index, per such reader. Plain reads leave them to the page cache, shared and
+        reclaimable.
         """
-        with self.swap.shared():
-            store = Store(self.index_path, readonly=True)
-            try:
-                yield store
-            finally:
-                store.close()
+        store = Store(self.index_path, readonly=True)
+        try:
+            yield store
+        finally:
+            store.close()
 
     def _close_readers(self) -> None:
         with self._readers_lock:
@@ -308,17 +316,19 @@ class Engine:
             self._all_readers.clear()
             self._readers.clear()
 
-    def vectors(self, store: Store) -> VectorIndex | None:
-        """The in-memory vector matrix, loaded on first use."""
+    def vectors(self) -> VectorIndex | None:
+        """The in-memory vector matrix, loaded on first use (the caller holds the swap lock:
+        a reader, or :meth:`scan_reader`)."""
         emb = self.embedder
         if emb is None or self.needs_reindex:
             return None
         with self._vectors_lock:
             if self._vectors is None:
                 started = time.perf_counter()
-                self._vectors = VectorIndex.load(
-                    store, emb.dims, folder=self.index_path.parent, files=self._vector_files()
-                )
+                with self._own_connection() as store:
+                    self._vectors = VectorIndex.load(
+                        store, emb.dims, folder=self.index_path.parent, files=self._vector_files()
+                    )
                 self.vectors_load_s = round(time.perf_counter() - started, 3)
                 log.info(
                     "loaded %d vectors in %.2f s (from the %s, rows in a %s)",
@@ -343,16 +353,17 @@ class Engine:
         """
         failed: list[BaseException] = []
 
-        def load(what: Callable[[Store], None]) -> None:
+        def load(what: Callable[[], object]) -> None:
             try:
-                with self.scan_reader() as store:
-                    what(store)
+                with self.swap.shared():
+                    what()
             except BaseException as exc:  # noqa: BLE001 - raised below, on the caller's thread
                 failed.append(exc)
 
-        def row_lengths(store: Store) -> None:
+        def row_lengths() -> None:
             if self.postings is not None:  # the keyword channel's (1M rows: ~1 s)
-                self.postings.warm(store.conn)
+                with self._own_connection() as store:
+                    self.postings.warm(store.conn)
 
         loaders = [
             threading.Thread(target=load, args=(what,), name=name, daemon=True)
@@ -395,7 +406,7 @@ class Engine:
             probing = self._guard is None or self._guard.available()
             if not probing:
                 embedder = None
-            vectors = self.vectors(store) if embedder is not None else None
+            vectors = self.vectors() if embedder is not None else None
             ctx = SearchContext(
                 store=store,
                 config=self.config,
@@ -728,10 +739,8 @@ class Engine:
             if self._counts is not None:
                 return dict(self._counts)
             generation = self._counts_generation
-        # Counting FTS5 and vec0 rows reads most of the file: on a connection of its own, not
-        # through ``store``'s map of the index, where those pages would stay resident (the
-        # caller holds the swap lock, so the file is the one ``store`` reads).
-        with Store(self.index_path, readonly=True) as counter:
+        # Counting FTS5 and vec0 rows reads most of the file: not through ``store``'s map.
+        with self._own_connection() as counter:
             counts = counter.counts()  # outside the lock; a write meanwhile makes it stale:
         with self._counts_lock:
             if generation == self._counts_generation:  # ... then it is returned, not kept
