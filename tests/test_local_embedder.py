@@ -20,6 +20,7 @@ import pytest
 
 from recalld.embedding.base import Embedder, provider_key
 from recalld.embedding.local import MODEL_SHA256, LocalEmbedder
+from recalld.embedding.side_by_side import physical_cores
 from recalld.errors import ProviderError
 from recalld.tokens import MAX_LENGTH, Tokenizer, default_tokenizer
 
@@ -191,7 +192,7 @@ def test_rejects_a_plain_string(embedder: LocalEmbedder) -> None:
 
 
 def test_lazy_and_thread_safe(reference: dict[str, Any]) -> None:
-    embedder = LocalEmbedder(intra_op_num_threads=1)
+    embedder = LocalEmbedder(threads=1)
     assert not embedder.loaded
     texts = [s["text"] for s in reference["sentences"]]
     # Four callers race to load the session and then run concurrently.
@@ -204,14 +205,14 @@ def test_lazy_and_thread_safe(reference: dict[str, Any]) -> None:
 
 
 def test_constructor_arguments() -> None:
-    assert LocalEmbedder(threads=2).intra_op_num_threads == 2
-    assert LocalEmbedder().intra_op_num_threads == 0
+    assert LocalEmbedder(threads=2).threads == 2
+    assert LocalEmbedder().threads == physical_cores() >= 1
     with pytest.raises(ValueError):
         LocalEmbedder(batch_size=0)
     with pytest.raises(ValueError):
         LocalEmbedder(max_batch_tokens=0)
     with pytest.raises(ValueError):
-        LocalEmbedder(intra_op_num_threads=-1)
+        LocalEmbedder(threads=-1)
 
 
 def test_tampered_model_is_refused(tmp_path: Path, embedder: LocalEmbedder) -> None:

@@ -146,7 +146,12 @@ SETTINGS: tuple[Setting, ...] = (
         "embedding.max_retries", 4, "Retries on 429/5xx/timeouts (exponential backoff).", 0, 100
     ),
     Setting(
-        "embedding.threads", 0, "ONNX intra-op threads for the local model; 0 = all cores.", 0, 1024
+        "embedding.threads",
+        0,
+        "Threads of the local models (the embedder's batches run side by side, one each); "
+        "0 = one per physical core.",
+        0,
+        1024,
     ),
     Setting("search.max_results", 6, "Results returned by default.", 1, 50),
     Setting("search.min_score", 0.35, "Fused results under this score are dropped.", 0, 1),

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.embedding.base import Vectors, normalise, provider_key
+from recalld.embedding.side_by_side import Runner, physical_cores
 from recalld.errors import ProviderError
 from recalld.tokens import Tokenizer, default_tokenizer, pad_batch
 
@@ -60,10 +61,10 @@ class LocalEmbedder:
     """all-MiniLM-L6-v2 (int8 ONNX) on the CPU; 384 dims, 256-wordpiece window.
 
     Texts are sorted by length and run in batches of at most ``batch_size`` rows and
-    ``max_batch_tokens`` padded tokens (one over-long text still runs alone).
-    ``intra_op_num_threads`` (alias ``threads``, the config key's name) is onnxruntime's
-    intra-op pool size; 0 lets onnxruntime use one thread per physical core. Thread-safe:
-    loading is guarded by a lock and ``InferenceSession.run`` may be called concurrently.
+    ``max_batch_tokens`` padded tokens (one over-long text still runs alone). The session runs
+    each batch on one thread; the batches of a call run ``threads`` at a time
+    (:mod:`recalld.embedding.side_by_side`; 0: one per physical core). Thread-safe: loading is
+    guarded by a lock and ``InferenceSession.run`` may be called concurrently.
     """
 
     kind: str = "local"
@@ -77,19 +78,17 @@ class LocalEmbedder:
         model_path: str | Path | None = None,
         batch_size: int = 16,
         max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
-        intra_op_num_threads: int = 0,
-        threads: int | None = None,
+        threads: int = 0,
         tokenizer: Tokenizer | None = None,
     ) -> None:
         if batch_size < 1 or max_batch_tokens < 1:
             raise ValueError("batch_size and max_batch_tokens must be at least 1")
-        if threads is not None:
-            intra_op_num_threads = threads
-        if intra_op_num_threads < 0:
-            raise ValueError("intra_op_num_threads must be 0 (default) or positive")
+        if threads < 0:
+            raise ValueError("threads must be 0 (one per physical core) or positive")
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens
-        self.intra_op_num_threads = intra_op_num_threads
+        self.threads = threads or physical_cores()
+        self._runner = Runner(self.threads)
         self.model_path = Path(model_path) if model_path is not None else _packaged_model_path()
         # Fail at construction for a missing file so provider selection ("auto") can fall back;
         # the costlier checks (hash, session) wait for warm() / first use.
@@ -135,7 +134,8 @@ class LocalEmbedder:
         tok = self._get_tokenizer()
         ids = tok.encode_ids(texts, self.max_input_tokens)
         out = np.empty((len(ids), _DIMS), dtype=np.float32)
-        for rows in self._batches(ids):
+
+        def run(rows: list[int]) -> None:
             input_ids, attention_mask, token_type_ids = pad_batch(
                 [ids[i] for i in rows], tok.pad_id
             )
@@ -150,6 +150,8 @@ class LocalEmbedder:
             except Exception as exc:  # onnxruntime raises its own untyped exceptions
                 raise ProviderError(f"local embedding model failed: {exc}") from exc
             out[rows] = _pool(np.asarray(result), attention_mask, loaded.pooled)
+
+        self._runner.run(self._batches(ids), run)
         return normalise(out)
 
     def _batches(self, ids: list[list[int]]) -> list[list[int]]:
@@ -195,9 +197,10 @@ class LocalEmbedder:
             raise ProviderError(f"onnxruntime is not installed: {exc}") from exc
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = self.intra_op_num_threads
-        # By default intra-op workers busy-wait after every run, burning CPU between the sparse
-        # requests of an always-on daemon (on battery too); the latency cost of waking is small.
+        # One thread a run: the batches of a call run side by side instead (see side_by_side).
+        # That also leaves no intra-op worker to busy-wait between the sparse requests of an
+        # always-on daemon.
+        options.intra_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             session = ort.InferenceSession(

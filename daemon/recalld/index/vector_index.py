@@ -332,7 +332,9 @@ class VectorIndex:
         # selection took 1.9-4.5 ms with it, 1.5-2.2 ms without (three runs); same results.
         cand = np.argpartition(rough, n - c)[n - c :] if c < n else np.arange(n)
         cand = np.sort(cand[np.isfinite(rough[cand])])  # row order: sequential page reads
-        exact = self._matrix[cand] @ q
+        # np.take rather than fancy indexing: the same rows copied in 1.7-1.8 ms against 2.8-3.7
+        # (4,000 rows x 384, one thread, three runs).
+        exact = np.take(self._matrix, cand, axis=0) @ q
         k = min(k, len(cand))
         top = np.argpartition(-exact, k - 1)[:k] if k < len(cand) else np.arange(len(cand))
         top = top[np.argsort(-exact[top], kind="stable")]

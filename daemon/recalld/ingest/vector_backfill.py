@@ -50,11 +50,14 @@ log = logging.getLogger(__name__)
 #: Notes larger than this are chunked in the background (a 256 KiB note chunks in ~0.3 s).
 BIG_FILE_BYTES = 256 * 1024
 #: Most chunks per embedding call of a back-fill step (a small edit waits for at most one call).
-BACKFILL_SLICE = 64
-#: Text per embedding call of a back-fill step: about 8 chunks of the full 256-wordpiece window
-#: (~4 characters a wordpiece), so the longest call is what 8 chunks a call were; short chunks
-#: go up to BACKFILL_SLICE a call. 8 a call cost 5-10 % more CPU than 256 a call (measured).
-BACKFILL_CALL_CHARS = 8 * 1024
+BACKFILL_SLICE = 128
+#: Text per embedding call of a back-fill step: about 16 chunks of the full 256-wordpiece window
+#: (~4 characters a wordpiece); short chunks go up to BACKFILL_SLICE a call. The local model
+#: runs a call's batches on both cores (recalld.embedding.side_by_side), so a call takes what
+#: 8 such chunks took on one run of two threads, and the last batch of each call runs alone:
+#: 768 texts at 16 KiB a call embedded 5 % slower than at 256 a call, at 8 KiB 11 % (four
+#: alternating rounds).
+BACKFILL_CALL_CHARS = 16 * 1024
 #: While a sync writes files, the chunks waiting for vectors are counted at most this often.
 COUNT_EVERY_S = 1.0
 #: Chunks due a vector read per query, then embedded shortest first in slices: neighbours in
