@@ -44,6 +44,25 @@ def test_sync_search_get_status(home: Path) -> None:
     assert "provider:" in run(home, "status").stdout
 
 
+def test_search_prints_the_whole_snippet(home: Path) -> None:
+    """The printed result holds every line of its snippet, each whole (a long paragraph, and a
+    matching line after the fourth, were cut off without a mark)."""
+    (home / "config.toml").write_text("[sessions]\npaths = []\n")
+    paragraph = "Billing runs on PostgreSQL. " + "Row-level locks keep invoices consistent. " * 6
+    write(
+        home / "memory" / "ops.md",
+        f"# Ops\n\n{paragraph.strip()}\nThe ConnReset came from idle timeouts.\n"
+        "Deploys go out on Tuesdays via ArgoCD.\n",
+    )
+    run(home, "sync")
+    res = json.loads(run(home, "search", "ArgoCD", "deploys", "--json").stdout)
+    snippet = res["results"][0]["snippet"]
+    assert "ArgoCD" in snippet.splitlines()[-1] and len(snippet.splitlines()) == 5
+    human = run(home, "search", "ArgoCD", "deploys").stdout
+    assert "   Deploys go out on Tuesdays via ArgoCD." in human.splitlines()
+    assert f"   {paragraph.strip()}" in human.splitlines()
+
+
 def test_errors_have_exit_codes(home: Path) -> None:
     (home / "config.toml").write_text("[sessions]\npaths = []\n")
     run(home, "sync")

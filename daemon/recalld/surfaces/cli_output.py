@@ -66,7 +66,9 @@ def search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
         out.extend(f"   also at {p['citation']} [{p['source']}]" for p in r.get("also", []))
         if "explain" in r:
             out.append(f"   explain: {explain_line(r['explain'])}")
-        out.extend(f"   {line[:160]}" for line in r["snippet"].splitlines()[:4])
+        # The whole snippet (the daemon caps it at 700 characters; --max-tokens trims it): the
+        # first four lines of 160 characters hid the line that matched, or most of a paragraph.
+        out.extend(f"   {line}" for line in r["snippet"].splitlines())
     if "explain" in res:
         e = res["explain"]
         w = e.get("weights", {})
