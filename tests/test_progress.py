@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -258,11 +259,24 @@ def test_bar_lines_when_not_a_terminal() -> None:
     assert out.getvalue().count("\n") == 1 and "4/12 files (33 %), 2 waiting" in out.getvalue()
 
 
+def _ctrl_c_reaches(start: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    """``start()``'s child with Ctrl-C at its default, as in a terminal: a suite started in the
+    background by a non-interactive shell ignores SIGINT, and a child inherits an ignored
+    signal (a handled one is reset to the default at exec)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return start()
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_status_watch_follows_a_job_until_ctrl_c(busy_daemon: DaemonProcess) -> None:
     env = env_for(busy_daemon.home)
     cmd = [sys.executable, "-m", "recalld.surfaces.cli"]
-    watch = subprocess.Popen(
-        [*cmd, "status", "--watch"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    watch = _ctrl_c_reaches(
+        lambda: subprocess.Popen(
+            [*cmd, "status", "--watch"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
     )
     try:
         time.sleep(1.0)  # connected: its first line is the idle state before the job
