@@ -49,7 +49,9 @@ log = logging.getLogger(__name__)
 
 #: Notes larger than this are chunked in the background (a 256 KiB note chunks in ~0.3 s).
 BIG_FILE_BYTES = 256 * 1024
-#: Most chunks per embedding call of a back-fill step (a small edit waits for at most one call).
+#: Most chunks per embedding call of a back-fill step. An edit that arrives during a step waits
+#: for the rest of it: about BACKFILL_BUDGET_S, plus the call that ends past it (the step does
+#: not look at the queue between its calls).
 BACKFILL_SLICE = 128
 #: Text per embedding call of a back-fill step: about 16 chunks of the full 256-wordpiece window
 #: (~4 characters a wordpiece); short chunks go up to BACKFILL_SLICE a call. The local model
