@@ -155,22 +155,6 @@ def test_the_tray_ring_follows_the_vectors_once_every_file_is_in() -> None:
     assert view.progress == 0.25 and "vectors 10/40 (25 %)" in view.title
 
 
-def test_a_backfill_call_holds_many_short_chunks_or_about_sixteen_long_ones() -> None:
-    from recalld.ingest.vector_backfill import BACKFILL_CALL_CHARS, BACKFILL_SLICE, _slices
-
-    rows = sorted(
-        ((i, f"h{i}", "w" * n) for i, n in enumerate([40] * 300 + [1000] * 60)),
-        key=lambda r: len(r[2]),
-    )
-    calls = _slices(rows, BACKFILL_SLICE, True)
-    assert [r for call in calls for r in call] == rows  # every row once, in order
-    assert len(calls[0]) == BACKFILL_SLICE  # short chunks share a call
-    long_calls = [len(c) for c in calls if len(c[0][2]) == 1000]
-    assert max(long_calls) == 16 and sum(long_calls) > 40  # full-window ones 16 a call
-    assert all(sum(len(r[2]) for r in c) <= BACKFILL_CALL_CHARS for c in calls)
-    assert [len(c) for c in _slices(rows, 360, False)] == [360]  # unbounded: the window
-
-
 def test_kept_due_ids_give_what_a_fresh_scan_gives_until_a_write(home: Path) -> None:
     import numpy as np
 

@@ -37,6 +37,7 @@ from recalld.index.store import FileChange, Identity, Store, prefix_bounds
 from recalld.index.vector_files import VectorFiles
 from recalld.index.vector_index import VectorIndex
 from recalld.ingest.chunking import Chunk
+from recalld.ingest.embed_ahead import EmbedAhead
 from recalld.ingest.filters import PathFilter
 from recalld.ingest.indexer import Indexer, Progress, SyncReport, identity_for
 from recalld.ingest.path_rule import shown
@@ -102,9 +103,11 @@ class Engine:
         self._counts_generation = 0  # bumped by every write: a count begun before is not kept
         self._guard: ProviderGuard | None = None
         self.skipped: dict[str, str] = {}  # files the last syncs could not index, with why
-        # Set by the daemon: big notes chunked off the writer, vectors back-filled in slices.
+        # Set by the daemon: big notes chunked off the writer, files written keyword-first and
+        # their vectors embedded ahead of the writer on a thread of their own (embed_ahead).
         self.background: BackgroundChunker[list[Chunk]] | None = None
-        self.backfill_slice: int | None = None
+        self.keyword_first = False
+        self._ahead: EmbedAhead | None = None
         self.vector_backlog = VectorBacklog()  # chunks still waiting for a vector
         self.term_stats = TermStats()  # document frequencies of query terms, until a write
         # Postings of queried words (recalld.retrieval.keyword_postings): only the writer's
@@ -507,10 +510,21 @@ class Engine:
             on_change=on_change,
             on_progress=self._progress,
         )
-        indexer.background, indexer.backfill_slice = self.background, self.backfill_slice
+        indexer.background, indexer.ahead = self.background, self._embed_ahead(indexer.embedder)
         indexer.backlog = self.vector_backlog if store is self.writer else None
         indexer.job = self.job
         return indexer
+
+    def _embed_ahead(self, embedder: Embedder | None) -> EmbedAhead | None:
+        """The thread that embeds the due chunks for this embedder (the daemon's writer only;
+        a new provider gets a new one, and the old one's unwritten vectors are dropped)."""
+        wanted = embedder if self.keyword_first else None
+        if self._ahead is not None and self._ahead.embedder is not wanted:
+            self._ahead.close()
+            self._ahead = None
+        if self._ahead is None and wanted is not None:
+            self._ahead = EmbedAhead(wanted)
+        return self._ahead
 
     def _progress(self, progress: Progress) -> None:
         self.progress = progress
@@ -689,7 +703,7 @@ class Engine:
             indexer.job = None  # a rebuild counts every file afresh
             # Not keyword-first: the old index answers until the swap, so the new one is
             # swapped in with every vector it can get (status says if any are missing).
-            indexer.backfill_slice = None
+            indexer.ahead = None
             report = indexer.sync()
             if self.config.session_globs():
                 session_indexer = self._session_indexer(new, indexer, None)
@@ -835,6 +849,8 @@ class Engine:
     def close(self) -> None:
         """Close every connection."""
         self._executor.shutdown(wait=False)
+        if self._ahead is not None:
+            self._ahead.close()
         if self.preloader is not None:
             self.preloader.stop()  # it reads through the pooled readers closed below
         if self._guard is not None:

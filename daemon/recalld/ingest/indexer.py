@@ -26,6 +26,7 @@ from recalld.embedding.base import Embedder
 from recalld.index.index_health import is_index_failure
 from recalld.index.store import FileChange, FileRow, Identity, NewChunk, Store
 from recalld.ingest.chunking import Chunk, chunk_markdown
+from recalld.ingest.embed_ahead import EmbedAhead
 from recalld.ingest.filters import PathFilter, make_filter
 from recalld.ingest.front_matter import FrontMatter, card_context, read_front_matter
 from recalld.ingest.path_rule import (
@@ -172,10 +173,10 @@ class Indexer:
         # Roots whose files must not be removed now (missing, unmounted), set by the engine.
         self.unavailable_roots: dict[Path, str] = {}
         # Set by the daemon: files go in keyword-first (big notes chunked off the writer), their
-        # vectors back-filled in steps of about a second, at most backfill_slice chunks a call (see
+        # vectors embedded by ``ahead``'s thread and written in steps of about a second (see
         # recalld.ingest.vector_backfill). Unset (in-process syncs): vectors are embedded inline.
         self.background: BackgroundChunker[list[Chunk]] | None = None
-        self.backfill_slice: int | None = None
+        self.ahead: EmbedAhead | None = None
         self.backlog: VectorBacklog | None = None  # the engine's count of chunks due a vector
 
     # discovery --------------------------------------------------------------------------------
@@ -458,7 +459,7 @@ class Indexer:
     @property
     def keyword_first(self) -> bool:
         """Whether files are written before their vectors (the daemon), see vector_backfill."""
-        return self.backfill_slice is not None
+        return self.ahead is not None
 
     def _flush(self, batch: Sequence[Prepared], report: SyncReport) -> None:
         hashes = {c.hash: c.text for p in batch for c in p.chunks}

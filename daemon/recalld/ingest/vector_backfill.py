@@ -1,17 +1,17 @@
 """Keyword first, vectors behind: every changed file is searchable by keyword as soon as it is
-chunked and written; the embedder fills its vectors afterwards, in bounded steps between jobs.
+chunked and written; its vectors are filled in afterwards, in bounded steps between jobs.
 
-In the daemon (``Indexer.backfill_slice`` set) a sync writes each file's chunks with the vectors
-the embedding cache already has and no others, so FTS5 sees a fresh folder at its own speed
+In the daemon (``Indexer.ahead`` set) a sync writes each file's chunks with the vectors the
+embedding cache already has and no others, so FTS5 sees a fresh folder at its own speed
 (thousands of chunks per second) instead of the embedder's. Every sync then runs one back-fill
-step (:func:`fill`): the newest chunks due a vector first (a small edit's own chunks are embedded
-by the sync that wrote them), a window of them sorted by length so that each embedding call pads
-little, one call of at most ``backfill_slice`` chunks and :data:`BACKFILL_CALL_CHARS` of text
-at a time, until about :data:`BACKFILL_BUDGET_S` has passed; the daemon queues the next step
-behind whatever edits arrived meanwhile. A step that follows no write neither scans for the due
-chunks again (:attr:`VectorBacklog.due_ids`) nor recounts them (:meth:`VectorBacklog.filled`).
-Nothing is lost by a crash: a chunk with ``embed`` = 1 and no vector row is found again by the
-next step.
+step (:func:`fill`): it offers the chunks due a vector, newest first (an edit's chunks go to the
+front), to :class:`~recalld.ingest.embed_ahead.EmbedAhead`, whose thread embeds them back to
+back, and writes whatever that thread finished within about :data:`BACKFILL_BUDGET_S`; the
+daemon queues the next step behind whatever edits arrived meanwhile. A step that follows no
+write neither scans for the due chunks again (:attr:`VectorBacklog.due_ids`) nor recounts them
+(:meth:`VectorBacklog.filled`). Nothing is lost by a crash: a chunk with ``embed`` = 1 and no
+vector row is found again by the next step. In-process syncs and rebuilds embed inline, a window
+of :data:`BACKFILL_WINDOW` chunks a call, until none is left.
 
 A note over :data:`BIG_FILE_BYTES` is not even chunked on the writer: :class:`BackgroundChunker`
 chunks it on a thread of its own and then asks for that path to be synced again (``on_ready``);
@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from recalld.ingest.embed_ahead import AHEAD_CALL, EmbedAhead
+
 if TYPE_CHECKING:
     from recalld.index.store import Store
     from recalld.ingest.indexer import Indexer
@@ -35,8 +37,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKFILL_BUDGET_S",
-    "BACKFILL_CALL_CHARS",
-    "BACKFILL_SLICE",
     "BACKFILL_WINDOW",
     "BIG_FILE_BYTES",
     "BackgroundChunker",
@@ -49,24 +49,16 @@ log = logging.getLogger(__name__)
 
 #: Notes larger than this are chunked in the background (a 256 KiB note chunks in ~0.3 s).
 BIG_FILE_BYTES = 256 * 1024
-#: Most chunks per embedding call of a back-fill step. An edit that arrives during a step waits
-#: for the rest of it: about BACKFILL_BUDGET_S, plus the call that ends past it (the step does
-#: not look at the queue between its calls).
-BACKFILL_SLICE = 128
-#: Text per embedding call of a back-fill step: about 16 chunks of the full 256-wordpiece window
-#: (~4 characters a wordpiece); short chunks go up to BACKFILL_SLICE a call. The local model
-#: runs a call's batches on both cores (recalld.embedding.side_by_side), so a call takes what
-#: 8 such chunks took on one run of two threads, and the last batch of each call runs alone:
-#: 768 texts at 16 KiB a call embedded 5 % slower than at 256 a call, at 8 KiB 11 % (four
-#: alternating rounds).
-BACKFILL_CALL_CHARS = 16 * 1024
 #: While a sync writes files, the chunks waiting for vectors are counted at most this often.
 COUNT_EVERY_S = 1.0
-#: Chunks due a vector read per query, then embedded shortest first in slices: neighbours in
-#: length share a call, so little of each call is padding.
+#: Chunks due a vector embedded per call when a sync embeds inline (no daemon, a rebuild).
 BACKFILL_WINDOW = 256
-#: A back-fill step stops after its first call that ends past this many seconds.
+#: A daemon's back-fill step waits this long for the vectors embedded ahead, then writes them:
+#: an edit that arrives meanwhile waits about this long for the writer.
 BACKFILL_BUDGET_S = 1.0
+#: Due chunks a daemon's step offers to be embedded ahead (newest first): a few calls' worth,
+#: so that the embedding thread never runs dry between two steps.
+AHEAD_OFFER = 2 * AHEAD_CALL
 #: Ids without a vector kept between back-fill steps (newest first; the next write forgets them).
 DUE_HEAD = 4096
 
@@ -220,61 +212,71 @@ def vector_counts(store: Store) -> tuple[int, int]:
     return pending, chunks - keyword_only
 
 
-def _slices(
-    rows: list[tuple[int, str, str]], most: int, bounded: bool
-) -> list[list[tuple[int, str, str]]]:
-    """``rows`` (sorted by length) cut into embedding calls of at most ``most`` chunks and, when
-    ``bounded``, about :data:`BACKFILL_CALL_CHARS` of text: a call costs what its tokens cost, so
-    short chunks share a call (fewer, fuller model runs) while a call of long ones is no longer
-    than before."""
-    out: list[list[tuple[int, str, str]]] = []
-    part: list[tuple[int, str, str]] = []
-    chars = 0
-    for row in rows:
-        if part and (len(part) >= most or (bounded and chars + len(row[2]) > BACKFILL_CALL_CHARS)):
-            out.append(part)
-            part, chars = [], 0
-        part.append(row)
-        chars += len(row[2])
-    if part:
-        out.append(part)
-    return out
-
-
 def fill(indexer: Indexer, report: SyncReport | None, *, budget_s: float | None) -> int:
     """Embed chunks that have no vector yet (keyword-first writes, a provider that was down,
     a provider added later); returns how many got one.
 
-    ``budget_s`` None: until none is left (an in-process sync, a rebuild). Otherwise the step
-    stops after its first call that ends past the budget and sets ``report.vectors_pending``
-    so that the daemon queues the next step.
+    ``budget_s`` None: inline, until none is left (an in-process sync, a rebuild). Otherwise one
+    step with ``indexer.ahead``, setting ``report.vectors_pending`` when more are due so that the
+    daemon queues the next step.
     """
     if indexer.embedder is None:
         return 0
-    step = indexer.backfill_slice or BACKFILL_WINDOW
+    if budget_s is not None and indexer.ahead is not None:
+        return _step_ahead(indexer, indexer.ahead, report, budget_s)
     done = 0
-    started = time.monotonic()
     while True:
-        backlog = indexer.backlog
-        rows = _due(indexer.store, BACKFILL_WINDOW, backlog)
+        rows = _due(indexer.store, BACKFILL_WINDOW, indexer.backlog)
         if not rows:
             return done
-        rows.sort(key=lambda r: len(r[2]))
-        for part in _slices(rows, step, indexer.backfill_slice is not None):
-            if budget_s is not None and done and time.monotonic() - started >= budget_s:
-                if report is not None:  # the rest in a later step, after other jobs
-                    report.vectors_pending = True
-                return done
-            vectors = indexer.vectors_for({h: t for _, h, t in part}, report)
-            pairs = [(cid, vectors[h]) for cid, h, _ in part if h in vectors] if vectors else []
-            if pairs:
-                indexer.apply_vectors(pairs, indexer.store.put_vectors(pairs))
-                done += len(pairs)
-                if backlog is not None and backlog.due_ids:
-                    filled = {cid for cid, _ in pairs}
-                    backlog.due_ids = [i for i in backlog.due_ids if i not in filled]
-            if len(pairs) < len(part):
-                return done  # the provider failed (embed_error says why): retried later
+        vectors = indexer.vectors_for({h: t for _, h, t in rows}, report)
+        written = _write(indexer, rows, vectors or {})
+        done += written
+        if written < len(rows):
+            return done  # the provider failed (embed_error says why): retried later
+
+
+def _step_ahead(
+    indexer: Indexer, ahead: EmbedAhead, report: SyncReport | None, budget_s: float
+) -> int:
+    """One daemon step: offer the due chunks, wait up to ``budget_s`` for the vectors embedded
+    ahead, write them (and any the cache already had)."""
+    rows = _due(indexer.store, AHEAD_OFFER, indexer.backlog)
+    if not rows:
+        return 0
+    texts = {h: t for _, h, t in rows}
+    ahead.offer(list(texts.items()))
+    got = ahead.collect(budget_s)
+    emb = indexer.embedder
+    if got.vectors and emb is not None and ahead.embedder is emb:
+        indexer.store.put_cache(emb.key, emb.model, emb.dims, got.vectors)
+        indexer.embed_error = None
+        indexer.progress.chunks_embedded += len(got.vectors)
+        if report is not None:
+            report.chunks_embedded += len(got.vectors)
+    if got.error is not None:
+        indexer.embed_error = got.error
+    # Through the cache: vectors embedded for an earlier offer count too, and only chunks
+    # still due with that very text get one.
+    vectors = indexer.vectors_for(texts, report, embed=False) or {}
+    done = _write(indexer, rows, vectors)
+    more = done < len(rows) or len(rows) == AHEAD_OFFER or not ahead.idle()
+    if report is not None and got.error is None and more:
+        report.vectors_pending = True  # the rest in a later step, after other jobs
+    return done
+
+
+def _write(indexer: Indexer, rows: list[tuple[int, str, str]], vectors: dict[str, Any]) -> int:
+    """Write the vectors of ``rows`` found in ``vectors``; returns how many."""
+    pairs = [(cid, vectors[h]) for cid, h, _ in rows if h in vectors]
+    if not pairs:
+        return 0
+    indexer.apply_vectors(pairs, indexer.store.put_vectors(pairs))
+    backlog = indexer.backlog
+    if backlog is not None and backlog.due_ids:
+        filled = {cid for cid, _ in pairs}
+        backlog.due_ids = [i for i in backlog.due_ids if i not in filled]
+    return len(pairs)
 
 
 class VectorBacklog:

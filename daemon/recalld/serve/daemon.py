@@ -29,7 +29,7 @@ from recalld.index.index_files import describe_write_error
 from recalld.ingest.chunking import Chunk
 from recalld.ingest.filters import make_filter
 from recalld.ingest.indexer import Progress
-from recalld.ingest.vector_backfill import BACKFILL_SLICE, BackgroundChunker
+from recalld.ingest.vector_backfill import BackgroundChunker
 from recalld.ingest.watcher import Watcher
 from recalld.serve.backlog import Backlog, JobQueue
 from recalld.serve.config_watch import LiveConfig
@@ -91,7 +91,7 @@ class Daemon:
         self._damage_found: str | None = None
         # Big notes are chunked on a thread of their own; a sync writes them when ready.
         self.chunker: BackgroundChunker[list[Chunk]] = BackgroundChunker(self._on_chunked)
-        self.engine.background, self.engine.backfill_slice = self.chunker, BACKFILL_SLICE
+        self.engine.background, self.engine.keyword_first = self.chunker, True
         self.live: LiveConfig | None = None  # set by serve(): the config file's watcher
         # One job's progress across back-to-back syncs; progress lines in the log.
         self.backlog = Backlog(
