@@ -78,6 +78,7 @@ from bench import (  # noqa: E402
     quality,
     report,
     scale,
+    sheet_restore,
     speed,
     transcript_needles,
 )
@@ -115,7 +116,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--update",
         action="store_true",
         help="with --only: put the parts measured now into BENCHMARKS.md/json over the last full "
-        "run's figures (bench/out/full-sheet.json); the header names the parts and their commit",
+        "run's figures (bench/out/full-sheet.json, else read back from BENCHMARKS.json/md); the "
+        "header names the parts and their commit",
     )
     args = p.parse_args(argv)
     only = {x.strip() for x in args.only.split(",") if x.strip()}
@@ -124,8 +126,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"unknown part(s) {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
     if args.update and (not only or args.quick):
         p.error("--update takes --only (the parts to re-measure) and a full-size run")
-    if args.update and not FULL_SHEET.exists():
-        p.error(f"--update needs a full run's {FULL_SHEET}: run `make bench` first")
+    if args.update and not FULL_SHEET.exists() and not (ROOT / "BENCHMARKS.json").exists():
+        p.error(f"--update needs a full run's {FULL_SHEET} or BENCHMARKS.*: run `make bench`")
     args.only_set = only or None
     return args
 
@@ -221,7 +223,10 @@ def _update_full(
     sheet: Sheet, meta: dict[str, Any], only: set[str]
 ) -> tuple[Sheet, dict[str, Any]]:
     """The last full run's sheet with this run's parts put over it (``--update``)."""
-    full, full_meta = Sheet.load(FULL_SHEET)
+    if FULL_SHEET.exists():
+        full, full_meta = Sheet.load(FULL_SHEET)
+    else:  # a new machine: bench/out/ is not in git, the report files are
+        full, full_meta = sheet_restore.restore(ROOT / "BENCHMARKS.json", ROOT / "BENCHMARKS.md")
     full.update(sheet, only)
     update = {
         "parts": sorted(only),
