@@ -203,3 +203,30 @@ def test_inline_and_ahead_give_the_same_vectors(home: Path, keyword_first: bool)
         assert all(np.array_equal(v, vector_of(t)) for t, v in stored.items())
     finally:
         engine.close()
+
+
+def test_a_backlog_longer_than_the_kept_head_is_filled_to_the_end(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's steps keep going until no chunk is due: a step that used up the kept head
+    of due ids scans again instead of saying it is done (a 10k-file first sync stopped at
+    4,081 of 25,413 vectors that way until a later edit or retry)."""
+    from recalld.ingest import vector_backfill
+
+    monkeypatch.setattr(vector_backfill, "DUE_HEAD", 20)
+    monkeypatch.setattr(vector_backfill, "AHEAD_OFFER", 8)
+    emb = GatedEmbedder()
+    engine = make_engine(home, emb)
+    engine.keyword_first = True
+    try:
+        for i in range(40):
+            write(home / "memory" / f"n{i}.md", f"# {i}\n\nnote number {i}\n")
+        engine.sync()
+        steps = 0
+        while engine.vector_backlog.more and steps < 200:
+            engine.sync([])  # what the daemon queues while ``more`` is set
+            steps += 1
+        assert engine.vector_backlog.pending == 0, (steps, engine.vector_backlog.as_dict())
+        assert len(_stored(engine, home)) == engine.vector_backlog.total >= 40
+    finally:
+        engine.close()

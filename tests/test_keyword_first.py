@@ -10,6 +10,8 @@ import random
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import write
 from daemon_process import DaemonProcess, wait_for
 from recalld.index.store import Store
@@ -179,5 +181,30 @@ def test_kept_due_ids_give_what_a_fresh_scan_gives_until_a_write(home: Path) -> 
         assert _due(store, 10, backlog) == _due(store, 10)  # the kept head, no scan
         backlog.wrote(3)
         assert backlog.due_ids is None
+    finally:
+        store.close()
+
+
+def test_chunks_due_behind_more_keyword_only_ones_than_the_kept_head_are_reached(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transcript's tool output (keyword-only) outnumbers its messages: a head of the newest
+    ids taken before leaving those out held none due, and older chunks never got a vector."""
+    from recalld.index.store import FileRow, Identity, NewChunk
+    from recalld.ingest import vector_backfill
+    from recalld.ingest.vector_backfill import VectorBacklog, _due
+
+    monkeypatch.setattr(vector_backfill, "DUE_HEAD", 10)
+    store = Store(home / "index.sqlite")
+    try:
+        store.set_identity(Identity("k", "test", "m", 4, "{}"))
+        due = [NewChunk(i, i, f"message {i}", f"m{i}") for i in range(1, 6)]
+        store.replace_file(FileRow("/m/old.md", "memory", 1, 0, "", 5), due, None)
+        tools = [NewChunk(i, i, f"tool {i}", f"t{i}", embed=False) for i in range(1, 31)]
+        store.replace_file(FileRow("/m/new.md", "memory", 1, 0, "", 30), tools, None)
+        assert vector_counts(store) == (5, 5)
+        assert sorted(h for _, h, _ in _due(store, 8)) == [f"m{i}" for i in range(1, 6)]
+        backlog = VectorBacklog()
+        assert len(_due(store, 8, backlog)) == 5 and backlog.head_whole
     finally:
         store.close()

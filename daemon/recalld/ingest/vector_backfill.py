@@ -160,6 +160,24 @@ def _without_vector(store: Store) -> list[int]:
     return ids
 
 
+def _keyword_only(store: Store) -> set[int]:
+    """Ids of the chunks that get no vector by policy (``embed`` = 0: a transcript's tool
+    output, say), read from their partial index."""
+    return {int(r[0]) for r in store.conn.execute("SELECT id FROM chunks WHERE embed = 0")}
+
+
+def _due_ids(store: Store) -> list[int]:
+    """Ids of the chunks due a vector and without one, newest first.
+
+    Keyword-only chunks are left out here, not when the rows are read: a head of the newest
+    :data:`DUE_HEAD` ids taken before that filter could hold only keyword-only chunks (a
+    transcript's tool output outnumbers its messages), and the older chunks due a vector were
+    then never reached.
+    """
+    skip = _keyword_only(store)
+    return [i for i in _without_vector(store) if i not in skip]
+
+
 def _due(
     store: Store, limit: int, backlog: VectorBacklog | None = None
 ) -> list[tuple[int, str, str]]:
@@ -173,8 +191,12 @@ def _due(
     if not store.has_vec_table():
         return []
     ids = backlog.due_ids if backlog is not None else None
-    if not ids:
-        ids = _without_vector(store)[:DUE_HEAD]
+    if not ids or (backlog is not None and not backlog.head_whole and len(ids) < limit):
+        # Scan again: nothing kept, or the kept head ran short while more are due behind it.
+        every = _due_ids(store)
+        ids = every[:DUE_HEAD]
+        if backlog is not None:
+            backlog.head_whole = len(every) <= DUE_HEAD
     out: list[tuple[int, str, str]] = []
     seen = 0
     for at in range(0, len(ids), 500):
@@ -198,14 +220,8 @@ def vector_counts(store: Store) -> tuple[int, int]:
     if not store.has_vec_table():
         return 0, 0
     ids = _without_vector(store)
-    keyword_only = 0
-    for at in range(0, len(ids), 500):
-        part = ids[at : at + 500]
-        row = store.conn.execute(
-            f"SELECT count(*) FROM chunks WHERE embed = 0 AND id IN ({','.join('?' * len(part))})",
-            part,
-        ).fetchone()
-        keyword_only += int(row[0]) if row else 0
+    skip = _keyword_only(store)
+    keyword_only = sum(1 for i in ids if i in skip)
     row = store.conn.execute("SELECT count(*) FROM chunks").fetchone()
     chunks = int(row[0]) if row else 0
     pending = len(ids) - keyword_only
@@ -290,8 +306,9 @@ class VectorBacklog:
         self.more = False  # the last step stopped on its budget: the daemon queues the next
         self._counted_at = 0.0
         self._stale = False  # chunks written since the last count
-        # The newest ids without a vector as of the last write (see _due); None: scan again.
+        # The newest ids due a vector as of the last write (see _due); None: scan again.
         self.due_ids: list[int] | None = None
+        self.head_whole = False  # due_ids held every due id when it was scanned
 
     def refresh(self, store: Store, *, more: bool = False) -> None:
         """Count again after a write (one query; chunks and vectors are counted by index)."""
