@@ -37,11 +37,13 @@ class GatedEmbedder:
         self.calls: list[list[str]] = []
         self.entered = threading.Event()
         self.fail: str | None = None
+        self.gated_from = 0  # calls of fewer texts pass the gate
 
     def embed(self, texts: Sequence[str], *, query: bool = False) -> npt.NDArray[np.float32]:
         self.calls.append(list(texts))
-        self.entered.set()
-        assert self.gate.wait(30), "the test never opened the gate"
+        if len(texts) >= self.gated_from:
+            self.entered.set()
+            assert self.gate.wait(30), "the test never opened the gate"
         if self.fail:
             raise RuntimeError(self.fail)
         return np.stack([vector_of(t) for t in texts]) if texts else np.zeros((0, 8), np.float32)
@@ -228,5 +230,33 @@ def test_a_backlog_longer_than_the_kept_head_is_filled_to_the_end(
             steps += 1
         assert engine.vector_backlog.pending == 0, (steps, engine.vector_backlog.as_dict())
         assert len(_stored(engine, home)) == engine.vector_backlog.total >= 40
+    finally:
+        engine.close()
+
+
+def test_an_edit_during_a_big_backfill_gets_its_vectors_in_its_own_sync(home: Path) -> None:
+    emb = GatedEmbedder()
+    engine = make_engine(home, emb)
+    engine.keyword_first = True
+    try:
+        for i in range(40):
+            write(home / "memory" / f"n{i}.md", f"# {i}\n\nan older note, number {i}\n")
+        emb.gate.clear()  # the thread's call of the backlog stays in flight
+        emb.gated_from = 2  # the edit's own call of one text is not held
+        engine.sync()
+        assert emb.entered.is_set() and engine.vector_backlog.pending > 40 - 1
+        note = write(home / "memory" / "fresh.md", "# fresh\n\nwritten during the back-fill\n")
+        engine.sync([note])
+        stored = _stored(engine, home)
+        assert [t for t in stored] == [t for t in stored if "during the back-fill" in t]
+        assert stored, "the edit's chunk has its vector, the backlog's call is still held"
+        emb.gate.set()
+        for _ in range(50):
+            if not engine.vector_backlog.more:
+                break
+            engine.sync([])
+        stored = _stored(engine, home)
+        assert engine.vector_backlog.pending == 0 and len(stored) == engine.vector_backlog.total
+        assert all(np.array_equal(v, vector_of(t)) for t, v in stored.items())
     finally:
         engine.close()

@@ -69,6 +69,9 @@ class EmbedAhead:
         self._stop = False
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        # The newest chunk id the writer offered so far (the writer's own bookkeeping: a chunk
+        # above it was written since, by an edit, see vector_backfill's step).
+        self.offered_up_to = 0
 
     def offer(self, rows: Sequence[tuple[str, str]]) -> None:
         """The chunks due a vector, as ``(hash, text)`` newest first: they replace the earlier

@@ -59,6 +59,9 @@ BACKFILL_BUDGET_S = 1.0
 #: Due chunks a daemon's step offers to be embedded ahead (newest first): a few calls' worth,
 #: so that the embedding thread never runs dry between two steps.
 AHEAD_OFFER = 2 * AHEAD_CALL
+#: At most this many chunks newer than any offered (an edit's) are embedded by the step itself
+#: while the thread is busy with an older backlog: their vectors come with their keyword rows.
+FRESH_INLINE = 32
 #: Ids without a vector kept between back-fill steps (newest first; the next write forgets them).
 DUE_HEAD = 4096
 
@@ -261,7 +264,15 @@ def _step_ahead(
     if not rows:
         return 0
     texts = {h: t for _, h, t in rows}
-    ahead.offer(list(texts.items()))
+    # An edit written during a big back-fill: its few chunks (newer than any offered so far)
+    # are embedded here, beside the call in flight, instead of waiting for it to end.
+    fresh = {h: t for cid, h, t in rows if cid > ahead.offered_up_to}
+    ahead.offered_up_to = max(ahead.offered_up_to, rows[0][0])
+    if 0 < len(fresh) <= FRESH_INLINE and not ahead.idle():
+        indexer.vectors_for(fresh, report)
+    else:
+        fresh = {}
+    ahead.offer([(h, t) for h, t in texts.items() if h not in fresh])
     got = ahead.collect(budget_s)
     emb = indexer.embedder
     if got.vectors and emb is not None and ahead.embedder is emb:
