@@ -264,15 +264,20 @@ def _step_ahead(
     if not rows:
         return 0
     texts = {h: t for _, h, t in rows}
+    maybe_more = len(rows) == AHEAD_OFFER  # more may be due behind these
     # An edit written during a big back-fill: its few chunks (newer than any offered so far)
     # are embedded here, beside the call in flight, instead of waiting for it to end.
+    # Written before the wait below, so they are searchable by vector at once.
     fresh = {h: t for cid, h, t in rows if cid > ahead.offered_up_to}
     ahead.offered_up_to = max(ahead.offered_up_to, rows[0][0])
+    done = 0
     if 0 < len(fresh) <= FRESH_INLINE and not ahead.idle():
-        indexer.vectors_for(fresh, report)
-    else:
-        fresh = {}
-    ahead.offer([(h, t) for h, t in texts.items() if h not in fresh])
+        mine = [r for r in rows if r[1] in fresh]
+        done = _write(indexer, mine, indexer.vectors_for(fresh, report) or {})
+        maybe_more = maybe_more or done < len(mine)  # the provider failed: the thread retries
+        rows = [r for r in rows if r[1] not in fresh]
+        texts = {h: t for _, h, t in rows}
+    ahead.offer(list(texts.items()))
     got = ahead.collect(budget_s)
     emb = indexer.embedder
     if got.vectors and emb is not None and ahead.embedder is emb:
@@ -286,8 +291,9 @@ def _step_ahead(
     # Through the cache: vectors embedded for an earlier offer count too, and only chunks
     # still due with that very text get one.
     vectors = indexer.vectors_for(texts, report, embed=False) or {}
-    done = _write(indexer, rows, vectors)
-    more = done < len(rows) or len(rows) == AHEAD_OFFER or not ahead.idle()
+    written = _write(indexer, rows, vectors)
+    more = maybe_more or written < len(rows) or not ahead.idle()
+    done += written
     if report is not None and got.error is None and more:
         report.vectors_pending = True  # the rest in a later step, after other jobs
     return done
