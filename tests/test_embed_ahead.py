@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -132,10 +133,27 @@ def _stored(engine: object, home: Path) -> dict[str, npt.NDArray[np.float32]]:
     }
 
 
+def _daemon_engine(home: Path, emb: GatedEmbedder, notes: int = 0) -> Any:
+    """An in-process engine run as the daemon runs it (keyword first, vectors ahead)."""
+    for i in range(notes):
+        write(home / "memory" / f"n{i}.md", f"# {i}\n\nan older note, number {i} " + "w " * i)
+    engine = make_engine(home, emb)
+    engine.keyword_first = True
+    return engine
+
+
+def _steps(engine: Any, most: int = 200) -> int:
+    """The back-fill steps the daemon queues while ``more`` is set; returns how many ran."""
+    steps = 0
+    while engine.vector_backlog.more and steps < most:
+        engine.sync([])
+        steps += 1
+    return steps
+
+
 def test_an_edit_during_a_call_never_gets_the_vector_of_its_old_text(home: Path) -> None:
     emb = GatedEmbedder()
-    engine = make_engine(home, emb)
-    engine.keyword_first = True  # as the daemon runs it
+    engine = _daemon_engine(home, emb)
     try:
         note = write(home / "memory" / "a.md", "# a\n\nthe first version of the note\n")
         write(home / "memory" / "b.md", "# b\n\nanother note that stays\n")
@@ -148,10 +166,7 @@ def test_an_edit_during_a_call_never_gets_the_vector_of_its_old_text(home: Path)
         hits = engine.search({"query": "edited while", "mode": "keyword"})["results"]
         assert hits and hits[0]["path"].endswith("a.md")
         emb.gate.set()
-        for _ in range(50):
-            if engine.vector_backlog.pending == 0 and not engine.vector_backlog.more:
-                break
-            engine.sync([])  # the daemon's next steps
+        _steps(engine)
         assert engine.vector_backlog.pending == 0
         stored = _stored(engine, home)
         assert stored and all(np.array_equal(v, vector_of(t)) for t, v in stored.items())
@@ -167,8 +182,7 @@ def test_an_edit_during_a_call_never_gets_the_vector_of_its_old_text(home: Path)
 def test_a_provider_that_fails_ahead_is_reported_and_nothing_is_written(home: Path) -> None:
     emb = GatedEmbedder()
     emb.fail = "503 from the provider"
-    engine = make_engine(home, emb)
-    engine.keyword_first = True
+    engine = _daemon_engine(home, emb)
     try:
         write(home / "memory" / "a.md", "# a\n\nsome text to embed\n")
         report = engine.sync()
@@ -189,17 +203,11 @@ def test_a_provider_that_fails_ahead_is_reported_and_nothing_is_written(home: Pa
 
 @pytest.mark.parametrize("keyword_first", [False, True])
 def test_inline_and_ahead_give_the_same_vectors(home: Path, keyword_first: bool) -> None:
-    emb = GatedEmbedder()
-    engine = make_engine(home, emb)
+    engine = _daemon_engine(home, GatedEmbedder(), notes=30)
     engine.keyword_first = keyword_first
     try:
-        for i in range(30):
-            write(home / "memory" / f"n{i}.md", f"# {i}\n\nnote number {i} " + "word " * i + "\n")
         engine.sync()
-        for _ in range(50):
-            if engine.vector_backlog.pending == 0:
-                break
-            engine.sync([])
+        _steps(engine)
         stored = _stored(engine, home)
         assert len(stored) >= 30
         assert all(np.array_equal(v, vector_of(t)) for t, v in stored.items())
@@ -217,17 +225,10 @@ def test_a_backlog_longer_than_the_kept_head_is_filled_to_the_end(
 
     monkeypatch.setattr(vector_backfill, "DUE_HEAD", 20)
     monkeypatch.setattr(vector_backfill, "AHEAD_OFFER", 8)
-    emb = GatedEmbedder()
-    engine = make_engine(home, emb)
-    engine.keyword_first = True
+    engine = _daemon_engine(home, GatedEmbedder(), notes=40)
     try:
-        for i in range(40):
-            write(home / "memory" / f"n{i}.md", f"# {i}\n\nnote number {i}\n")
         engine.sync()
-        steps = 0
-        while engine.vector_backlog.more and steps < 200:
-            engine.sync([])  # what the daemon queues while ``more`` is set
-            steps += 1
+        steps = _steps(engine)
         assert engine.vector_backlog.pending == 0, (steps, engine.vector_backlog.as_dict())
         assert len(_stored(engine, home)) == engine.vector_backlog.total >= 40
     finally:
@@ -236,11 +237,8 @@ def test_a_backlog_longer_than_the_kept_head_is_filled_to_the_end(
 
 def test_an_edit_during_a_big_backfill_gets_its_vectors_in_its_own_sync(home: Path) -> None:
     emb = GatedEmbedder()
-    engine = make_engine(home, emb)
-    engine.keyword_first = True
+    engine = _daemon_engine(home, emb, notes=40)
     try:
-        for i in range(40):
-            write(home / "memory" / f"n{i}.md", f"# {i}\n\nan older note, number {i}\n")
         emb.gate.clear()  # the thread's call of the backlog stays in flight
         emb.gated_from = 2  # the edit's own call of one text is not held
         engine.sync()
@@ -251,10 +249,7 @@ def test_an_edit_during_a_big_backfill_gets_its_vectors_in_its_own_sync(home: Pa
         assert [t for t in stored] == [t for t in stored if "during the back-fill" in t]
         assert stored, "the edit's chunk has its vector, the backlog's call is still held"
         emb.gate.set()
-        for _ in range(50):
-            if not engine.vector_backlog.more:
-                break
-            engine.sync([])
+        _steps(engine)
         stored = _stored(engine, home)
         assert engine.vector_backlog.pending == 0 and len(stored) == engine.vector_backlog.total
         assert all(np.array_equal(v, vector_of(t)) for t, v in stored.items())
