@@ -280,7 +280,9 @@ def _step_ahead(
     ahead.offer(list(texts.items()))
     got = ahead.collect(budget_s)
     emb = indexer.embedder
-    if got.vectors and emb is not None and ahead.embedder is emb:
+    ours = got.vectors if emb is not None and ahead.embedder is emb else {}
+    if ours:
+        assert emb is not None
         indexer.store.put_cache(emb.key, emb.model, emb.dims, got.vectors)
         indexer.embed_error = None
         indexer.progress.chunks_embedded += len(got.vectors)
@@ -288,9 +290,12 @@ def _step_ahead(
             report.chunks_embedded += len(got.vectors)
     if got.error is not None:
         indexer.embed_error = got.error
-    # Through the cache: vectors embedded for an earlier offer count too, and only chunks
-    # still due with that very text get one.
-    vectors = indexer.vectors_for(texts, report, embed=False) or {}
+    # The rest through the cache: vectors embedded for an earlier offer count too. Either way
+    # only chunks still due with that very text get one.
+    vectors = dict(ours)
+    vectors.update(
+        indexer.vectors_for({h: t for h, t in texts.items() if h not in ours}, embed=False) or {}
+    )
     written = _write(indexer, rows, vectors)
     more = maybe_more or written < len(rows) or not ahead.idle()
     done += written
