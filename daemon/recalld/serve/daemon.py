@@ -31,6 +31,7 @@ from recalld.ingest.filters import make_filter
 from recalld.ingest.indexer import Progress
 from recalld.ingest.vector_backfill import BackgroundChunker
 from recalld.ingest.watcher import Watcher
+from recalld.serve.allocator import note_activity
 from recalld.serve.backlog import Backlog, JobQueue
 from recalld.serve.config_watch import LiveConfig
 
@@ -319,6 +320,7 @@ class Daemon:
                 # done, so that a status saying "idle" already says "preloading")
                 self.engine.preloader.start()
             self.jobs.batch_done()
+            note_activity()  # the batch's freed memory goes back to the system once quiet
             self.backlog.after_batch(self.jobs.empty() and not self._dirty_count())
             for job in batch:
                 job.result, job.error = report, error
@@ -605,7 +607,7 @@ def serve(config: Config, config_path: Path | None = None) -> int:
     from recalld.surfaces.overview import describe_config
 
     config_path = config_path or config.source or paths.config_path()
-    tune_allocator()  # before the model loads: large blocks go back to the system when freed
+    tune_allocator()  # before the model loads; freed memory goes back to the system when idle
     security.protect_logs(config)  # no API key in the log, whatever prints it
     socket_path: Path = paths.socket_path()
     # The index holds every note and transcript: private files, whatever the login umask.

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from recalld import __version__
 from recalld.errors import ConfigError, RecalldError, Unavailable
+from recalld.serve.allocator import note_activity
 from recalld.serve.connection import MAX_INFLIGHT, MAX_UNSENT, Connection
 from recalld.serve.instance import LOCK_NAME, AlreadyRunning, answers, private_dir, take_lock
 from recalld_client.errors import FrameTooLarge, ProtocolError
@@ -526,15 +527,20 @@ class Server:
 
     def _call(self, handler: Handler, req_id: int, method: str, params: dict[str, Any]) -> bytes:
         """Run a handler and encode its answer, both in a worker thread."""
-        result = handler(params)
-        if not isinstance(result, dict):
-            raise TypeError(f"the {method!r} handler returned {type(result).__name__}, not a dict")
         try:
-            return encode_frame({"id": req_id, "result": result}, self.max_frame)
-        except FrameTooLarge as exc:
-            raise _WireError(
-                "too_large", f"the answer is over the frame cap ({exc}): ask for less"
-            ) from exc
+            result = handler(params)
+            if not isinstance(result, dict):
+                raise TypeError(
+                    f"the {method!r} handler returned {type(result).__name__}, not a dict"
+                )
+            try:
+                return encode_frame({"id": req_id, "result": result}, self.max_frame)
+            except FrameTooLarge as exc:
+                raise _WireError(
+                    "too_large", f"the answer is over the frame cap ({exc}): ask for less"
+                ) from exc
+        finally:
+            note_activity()  # its temporaries go back to the system once the daemon is quiet
 
     async def _stream(
         self, conn: Connection, req_id: int, handler: StreamHandler, params: dict[str, Any]
