@@ -250,6 +250,15 @@ def _speed_rows(m: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         ),
         ("vector-only search p50, socket", fmt(m.get("vector_search_p50_ms_100k"), "ms"), "", ""),
         (
+            "hybrid searches per second, 1 / 4 / 16 clients, 100k scale home (median round)",
+            f"{fmt(m.get('throughput_1_clients_100k'), '', 1)} / "
+            f"{fmt(m.get('throughput_4_clients_100k'), '', 1)} / "
+            f"{fmt(m.get('throughput_16_clients_100k'), '/s', 1)}",
+            "4 vs 1 client in each round: "
+            + ", ".join(f"{x:.2f}" for x in m.get("throughput_4_vs_1_clients_100k_rounds") or []),
+            ratio("throughput_4_clients_100k", "throughput_1_clients_100k"),
+        ),
+        (
             "indexing throughput (fresh, every chunk embedded)",
             fmt(m.get("index_chunks_per_s"), "chunks/s"),
             f"raw embedder {fmt(m.get('embed_chunks_per_s'), 'chunks/s')} (median of the "
