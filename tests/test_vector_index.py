@@ -18,7 +18,7 @@ import pytest
 from recalld.index import vector_load
 from recalld.index.rwlock import ReadWriteLock
 from recalld.index.store import FileRow, Identity, NewChunk, Store
-from recalld.index.vector_index import VectorIndex
+from recalld.index.vector_index import SAMPLE_STRIDE, VectorIndex, largest
 
 F32 = npt.NDArray[np.float32]
 DIMS = 32
@@ -215,3 +215,38 @@ def test_full_disk_keeps_every_vector_in_memory(tmp_path: Path) -> None:
         index.vectors_of([first])[first], np.frombuffer(truth[first], dtype="<f4")
     )
     store.close()
+
+
+def _same_top(values: npt.NDArray[np.float32], c: int) -> None:
+    got = largest(values, c)
+    assert len(got) == min(c, len(values))
+    assert len(set(got.tolist())) == len(got)  # no position twice
+    want = np.sort(values)[::-1][: len(got)]
+    # The same multiset of scores as a full sort's c best (ties may pick other positions).
+    np.testing.assert_array_equal(np.sort(values[got])[::-1], want)
+
+
+@pytest.mark.parametrize("n", [1, 15, 100, 4_000, 100_003])
+def test_largest_is_the_exact_top_c(n: int) -> None:
+    rng = np.random.default_rng(n)
+    values = rng.standard_normal(n).astype(np.float32)
+    for c in (1, 7, 2_000, n - 1, n, n + 5):
+        if c >= 1:
+            _same_top(values, c)
+
+
+def test_largest_with_ties_masks_and_orders_that_defeat_the_sample() -> None:
+    rng = np.random.default_rng(3)
+    n, c = 50_000, 2_000
+    ties = rng.integers(0, 5, n).astype(np.float32)  # five distinct scores
+    _same_top(ties, c)
+    masked = rng.standard_normal(n).astype(np.float32)
+    masked[rng.random(n) < 0.97] = -np.inf  # a filter leaving ~1,500 rows, fewer than c
+    _same_top(masked, c)
+    # The sampled positions hold the best scores: the cut is reached by fewer than c, so the
+    # whole array is partitioned.
+    spiky = rng.random(n).astype(np.float32)
+    spiky[::SAMPLE_STRIDE] = 10 + np.arange(len(spiky[::SAMPLE_STRIDE]), dtype=np.float32)
+    assert np.count_nonzero(spiky >= 10) > c // 2  # the cut falls among them
+    _same_top(spiky, c)
+    _same_top(np.sort(rng.standard_normal(n).astype(np.float32)), c)

@@ -26,6 +26,7 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -328,9 +329,7 @@ class VectorIndex:
         # More candidates as the index grows: at 1M derived vectors (many near-ties), recall@10
         # was 0.983 with 2,000, 0.993 with 4,000 and 1.000 with 8,000, at no measurable cost.
         c = min(max(PREFILTER_CANDIDATES, 40 * k, n // CANDIDATE_SHARE), n_ok)
-        # The c largest without negating ``rough`` first (a copy of n floats): at 1M rows the
-        # selection took 1.9-4.5 ms with it, 1.5-2.2 ms without (three runs); same results.
-        cand = np.argpartition(rough, n - c)[n - c :] if c < n else np.arange(n)
+        cand = largest(rough, c)
         cand = np.sort(cand[np.isfinite(rough[cand])])  # row order: sequential page reads
         # np.take rather than fancy indexing: the same rows copied in 1.7-1.8 ms against 2.8-3.7
         # (4,000 rows x 384, one thread, three runs).
@@ -339,3 +338,31 @@ class VectorIndex:
         top = np.argpartition(-exact, k - 1)[:k] if k < len(cand) else np.arange(len(cand))
         top = top[np.argsort(-exact[top], kind="stable")]
         return [(int(ids[cand[r]]), float(exact[r])) for r in top]
+
+
+SAMPLE_STRIDE = 16  # every 16th score estimates the cut
+
+
+def largest(values: npt.NDArray[np.floating[Any]], c: int) -> I64:
+    """Positions of the ``c`` largest ``values``, in no order (all of them when c >= len).
+
+    ``argpartition`` over all n scores cost 13-14 ms at 1M rows (1 ms at 100k), a third of the
+    scan. Every ``SAMPLE_STRIDE``-th score gives a cut that about 2c scores reach; one
+    vectorised comparison keeps those, and ``argpartition`` runs on them only: 1.7 ms at 1M,
+    0.2 ms at 100k, the same set. When fewer than c reach the cut (scores in an unlucky order),
+    the whole array is partitioned, as before.
+    """
+    n = len(values)
+    if c >= n:
+        return np.arange(n)
+    sample = values[::SAMPLE_STRIDE]
+    k = 2 * c // SAMPLE_STRIDE
+    if k >= 1 and len(sample) > k:
+        cut = np.partition(sample, len(sample) - k)[len(sample) - k]
+        kept = np.flatnonzero(values >= cut)
+        if len(kept) >= c:
+            top = np.argpartition(values[kept], len(kept) - c)[len(kept) - c :]
+            return kept[top]
+    # The c largest without negating ``values`` first (a copy of n floats): at 1M rows the
+    # selection took 1.9-4.5 ms with it, 1.5-2.2 ms without (three runs); same results.
+    return np.argpartition(values, n - c)[n - c :]
