@@ -54,14 +54,19 @@ def test_clean_close_is_reused_with_its_changes_and_prefilter(tmp_path: Path) ->
     assert index.loaded_from == "index" and index._proj is not None
     for change in (_write(store, "new", 3), store.remove_file("/m/f2.md")):
         index.apply(change.removed, change.added, change.generation)
+    low, scale = index._low[:, : len(index)].copy(), index._scale.copy()
     index.close(save=True)
     assert (tmp_path / "index.sqlite.vectors" / "meta.json").exists()
     again = _load(store, path)
     assert again.loaded_from == "saved files" and again._proj is not None
     _same_as_index(again, store)
     n = len(again)  # the projected rows came back transposed, as the prefilter scans them
-    want = (again._matrix[:n] @ again._proj).T
-    np.testing.assert_allclose(again._low[:, :n], want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(again._low[:, :n], low)
+    np.testing.assert_array_equal(again._scale, scale)
+    want = (again._matrix[:n] @ again._proj).T  # int8 steps, clipped past the fitted range
+    got = again._low[:, :n].astype(np.float32) * again._scale[:, None]
+    inside = np.abs(want) <= 127 * again._scale[:, None]
+    assert np.all((np.abs(got - want) <= again._scale[:, None] * 0.5 + 1e-6) | ~inside)
     q = _unit(1, DIMS, 3)[0]
     assert again.search(q, 1)[0][0] == max(_row_by_row(store)) - 2  # the "new" file's first
     # In use now: a crash from here must not leave it vouched for.
@@ -176,7 +181,7 @@ def test_files_are_private_and_a_dead_writers_leftovers_go(tmp_path: Path) -> No
         capture_output=True,
         text=True,
     )
-    leftover = folder / f".low.f32.{int(dead.stdout)}.tmp"  # a save killed half-way
+    leftover = folder / f".low.i8.{int(dead.stdout)}.tmp"  # a save killed half-way
     leftover.write_bytes(b"\0" * 4096)
     mine = folder / f".other.{os.getpid()}.tmp"  # a live process's own: not touched
     mine.write_bytes(b"")

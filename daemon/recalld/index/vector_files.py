@@ -3,8 +3,8 @@
 vec0 stays the source of truth; these files only spare the next start the bulk read, the file
 write and the PCA projection (1M vectors: tens of seconds on a busy machine, well under one to
 map). Files: ``rows.f32`` (the full float32 rows, the live matrix while the daemon runs),
-``low.f32`` (the prefilter's projected rows, transposed: one projected dimension after another),
-``ids.i64``, ``proj.f32`` and ``meta.json``.
+``low.i8`` (the prefilter's projected rows in int8, transposed: one projected dimension after
+another), ``scale.f32`` (their scale per dimension), ``ids.i64``, ``proj.f32`` and ``meta.json``.
 
 ``meta.json`` is the only thing that vouches for the rest, and only for one state of the index:
 its vectors epoch (new with each vec0 table: a rebuild, a new index) and generation (+1 in every
@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
-FORMAT = 2  # 2: low.f32 transposed
+FORMAT = 3  # 2: low.f32 transposed; 3: low.i8 and scale.f32 (older files: vec0 is read again)
+I8 = npt.NDArray[np.int8]
 
 
 @dataclass
@@ -48,7 +49,8 @@ class Saved:
     ids: I64
     count: int
     rows: Rows
-    low: F32 | None  # (rdims, capacity): the prefilter's layout (vector_index)
+    low: I8 | None  # (rdims, capacity): the prefilter's layout (vector_index)
+    scale: F32 | None  # (rdims,)
     proj: F32 | None
     fitted_rows: int
     generation: int
@@ -91,13 +93,15 @@ class VectorFiles:
         rows = Rows.reopen(self.folder / "rows.f32", dims, capacity, int(str(meta["rows_inode"])))
         ids = np.empty(capacity, dtype=np.int64)
         _read_into(self.folder / "ids.i64", ids[:count])
-        low = proj = None
+        low = scale = proj = None
         if rdims:
             proj = np.empty((dims, rdims), dtype=np.float32)
             _read_into(self.folder / "proj.f32", proj)
-            low = np.empty((rdims, capacity), dtype=np.float32)
-            _read_rows_into(self.folder / "low.f32", low[:, :count])
-        return Saved(ids, count, rows, low, proj, fitted, int(str(meta["generation"])))
+            scale = np.empty(rdims, dtype=np.float32)
+            _read_into(self.folder / "scale.f32", scale)
+            low = np.empty((rdims, capacity), dtype=np.int8)
+            _read_rows_into(self.folder / "low.i8", low[:, :count])
+        return Saved(ids, count, rows, low, scale, proj, fitted, int(str(meta["generation"])))
 
     def new_rows(self, dims: int, capacity: int) -> Rows | None:
         """A fresh ``rows.f32`` for a matrix read from vec0 (None: no room, use a scratch file)."""
@@ -115,7 +119,8 @@ class VectorFiles:
         rows: Rows,
         ids: I64,
         count: int,
-        low: F32 | None,
+        low: I8 | None,
+        scale: F32,
         proj: F32 | None,
         fitted_rows: int,
         state: tuple[str, int],
@@ -130,7 +135,8 @@ class VectorFiles:
             rdims = 0
             if low is not None and proj is not None:
                 rdims = int(proj.shape[1])
-                _write_array(self.folder / "low.f32", low[:, :count])
+                _write_array(self.folder / "low.i8", low[:, :count])
+                _write_array(self.folder / "scale.f32", scale)
                 _write_array(self.folder / "proj.f32", proj)
             meta = {
                 "format": FORMAT,

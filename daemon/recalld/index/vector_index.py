@@ -31,13 +31,24 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from recalld.index.int8_scan import (
+    Int8Scan,
+    column_sums,
+    quantize_query,
+    quantize_rows,
+    scales_for,
+)
 from recalld.index.rwlock import ReadWriteLock
 from recalld.index.store import Store
 from recalld.index.vector_files import VectorFiles
 from recalld.index.vector_load import Rows, load_rows, read_scan
 
 F32 = npt.NDArray[np.float32]
+I8 = npt.NDArray[np.int8]
 I64 = npt.NDArray[np.int64]
+#: A fitted prefilter: (projection, projected rows in int8, their scales, rows fitted on).
+Fitted = tuple[F32, I8, F32, int]
+_SCAN = Int8Scan()  # one session for every index of the process (thread-safe)
 
 
 PREFILTER_MIN_ROWS = 20_000
@@ -59,7 +70,7 @@ class VectorIndex:
         rows: Rows | None = None,
         ids: I64 | None = None,
         count: int = 0,
-        fitted: tuple[F32, F32, int] | None = None,
+        fitted: Fitted | None = None,
     ) -> None:
         self.dims = dims
         self._lock = ReadWriteLock()
@@ -71,10 +82,13 @@ class VectorIndex:
         self.prefilter_min_rows = prefilter_min_rows
         self._rdims = min(PREFILTER_DIMS, max(dims // 3, 1))
         self._proj: F32 | None = None  # (dims, _rdims)
-        self._low = np.empty((self._rdims, 0), dtype=np.float32)  # transposed: (_rdims, capacity)
+        # transposed: (_rdims, capacity), int8 with one scale per projected dimension
+        self._low: I8 = np.empty((self._rdims, 0), dtype=np.int8)
+        self._scale: F32 = np.ones(self._rdims, dtype=np.float32)
         self._fitted_rows = 0
-        if fitted is not None:  # a saved prefilter: (projection, projected rows, rows fitted on)
-            self._proj, self._low, self._fitted_rows = fitted
+        if fitted is not None:  # a saved prefilter
+            self._proj, self._low, self._scale, self._fitted_rows = fitted
+        self._sums = column_sums(self._low)  # each projected row's sum (Int8Scan.scores)
         self._maybe_fit()
         self.loaded_from = "index"  # or "saved files"
         # The saved copy (vector_files): which index state this matrix mirrors, None: unknown.
@@ -108,8 +122,8 @@ class VectorIndex:
             saved = files.open_saved(scan.state, dims) if files is not None else None
             if saved is not None:
                 fitted = None
-                if saved.proj is not None and saved.low is not None:
-                    fitted = (saved.proj, saved.low, saved.fitted_rows)
+                if saved.proj is not None and saved.low is not None and saved.scale is not None:
+                    fitted = (saved.proj, saved.low, saved.scale, saved.fitted_rows)
                 index = cls(
                     dims,
                     rows=saved.rows,
@@ -142,6 +156,7 @@ class VectorIndex:
                     self._ids,
                     self._count,
                     low,
+                    self._scale,
                     self._proj,
                     self._fitted_rows,
                     self._state,
@@ -149,7 +164,8 @@ class VectorIndex:
             self._files = self._state = None
             self._count = 0
             self._rows.close()
-            self._low = np.empty((self._rdims, 0), dtype=np.float32)
+            self._low = np.empty((self._rdims, 0), dtype=np.int8)
+            self._sums = column_sums(self._low)
 
     def _track(self, generation: int | None) -> None:
         """Follow the index's vectors generation through the changes applied (lock held)."""
@@ -200,19 +216,32 @@ class VectorIndex:
         # same axes but took 20 s instead of 0.2 s with OpenBLAS threads on a busy machine.
         _, vecs = np.linalg.eigh(centred.T @ centred)
         proj = np.ascontiguousarray(vecs[:, ::-1][:, : self._rdims], dtype=np.float32)
-        low = np.empty((self._rdims, self._rows.capacity), dtype=np.float32)
+        low = np.empty((self._rdims, self._rows.capacity), dtype=np.int8)
         matrix = self._matrix
         proj_t = np.ascontiguousarray(proj.T)
+        starts = range(0, n, PROJECT_BLOCK)
 
-        def project(start: int) -> None:
+        def project(start: int) -> F32:
+            block: F32 = proj_t @ matrix[start : min(n, start + PROJECT_BLOCK)].T
+            return block
+
+        def largest_abs(start: int) -> F32:
+            top: F32 = np.abs(project(start)).max(axis=1)
+            return top
+
+        def store(start: int) -> None:
             stop = min(n, start + PROJECT_BLOCK)
-            np.matmul(proj_t, matrix[start:stop].T, out=low[:, start:stop])
+            quantize_rows(project(start), scale, low[:, start:stop])
 
-        # The daemon runs BLAS on one thread (cli.py); blocks on every core (matmul releases
-        # the GIL) make the projection of a 1M-row load take seconds, not tens of seconds.
+        # Two passes, so that no row is clipped: the scales need every row's projection, and
+        # keeping them all in float32 is the memory the int8 rows save (512 MB at 1M). The
+        # daemon runs BLAS on one thread (cli.py); blocks on every core (matmul releases the
+        # GIL) make the projection of a 1M-row load take seconds, not tens of seconds.
         with ThreadPoolExecutor(max_workers=min(os.cpu_count() or 1, 4)) as pool:
-            list(pool.map(project, range(0, n, PROJECT_BLOCK)))
-        self._proj, self._low, self._fitted_rows = proj, low, n
+            scale = scales_for(np.max(np.stack(list(pool.map(largest_abs, starts))), axis=0))
+            list(pool.map(store, starts))
+        self._proj, self._low, self._scale, self._fitted_rows = proj, low, scale, n
+        self._sums = column_sums(low)
 
     def _grow(self, need: int) -> None:
         if need <= self._rows.capacity:
@@ -223,9 +252,11 @@ class VectorIndex:
         ids[: self._count] = self._ids[: self._count]
         self._ids = ids
         if self._proj is not None:
-            low = np.empty((self._rdims, capacity), dtype=np.float32)
+            low = np.empty((self._rdims, capacity), dtype=np.int8)
             low[:, : self._count] = self._low[:, : self._count]
-            self._low = low
+            sums = np.zeros(capacity, dtype=np.int32)
+            sums[: self._count] = self._sums[: self._count]
+            self._low, self._sums = low, sums
 
     def apply(
         self,
@@ -253,8 +284,10 @@ class VectorIndex:
                         self._row_of[cid] = row
                         self._ids[row] = cid
                     self._matrix[row] = vec
-                    if self._proj is not None:
-                        self._low[:, row] = self._matrix[row] @ self._proj
+                    if self._proj is not None:  # clipped to the fitted scales until a refit
+                        projected = (self._matrix[row] @ self._proj)[:, None]
+                        quantize_rows(projected, self._scale, self._low[:, row : row + 1])
+                        self._sums[row] = self._low[:, row].sum(dtype=np.int32)
                 self._maybe_fit()
 
     def _remove_one(self, chunk_id: int) -> None:
@@ -269,6 +302,7 @@ class VectorIndex:
             self._matrix[row] = self._matrix[last]
             if self._proj is not None:
                 self._low[:, row] = self._low[:, last]
+                self._sums[row] = self._sums[last]
             self._ids[row] = moved
             self._row_of[moved] = row
         self._count -= 1
@@ -320,7 +354,9 @@ class VectorIndex:
         """Scan the projected matrix, rescore the best candidates exactly (shared lock held)."""
         assert self._proj is not None
         n = len(ids)
-        rough = (q @ self._proj) @ self._low[:, :n]
+        # The whole (contiguous) array goes to the scan; the columns past n are ignored.
+        query = quantize_query(q @ self._proj, self._scale)
+        rough = _SCAN.scores(query, self._low, self._sums)[:n].astype(np.float32)
         if mask is not None:
             rough = np.where(mask, rough, -np.inf)
             n_ok = int(mask.sum())

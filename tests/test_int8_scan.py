@@ -1,0 +1,80 @@
+"""The prefilter's int8 scan: the packaged graph, exact integer products, the float ranking kept."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from recalld.index import int8_scan
+from recalld.index.int8_scan import (
+    SCAN_MODEL,
+    Int8Scan,
+    column_sums,
+    quantize_query,
+    quantize_rows,
+    scales_for,
+)
+
+
+def test_packaged_graph_is_the_one_onnx_builds() -> None:
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    a = helper.make_tensor_value_info("a", TensorProto.UINT8, [1, None])
+    b = helper.make_tensor_value_info("b", TensorProto.INT8, [None, None])
+    y = helper.make_tensor_value_info("y", TensorProto.INT32, [1, None])
+    node = helper.make_node("MatMulInteger", ["a", "b"], ["y"])
+    graph = helper.make_graph([node], "prefilter_scan", [a, b], [y])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="recalld"
+    )
+    model.ir_version = 8
+    assert model.SerializeToString() == SCAN_MODEL
+    onnx.checker.check_model(onnx.load_from_string(SCAN_MODEL))
+
+
+def _quantized(k: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    low = rng.standard_normal((k, n)).astype(np.float32) * rng.random(k)[:, None].astype(np.float32)
+    scale = scales_for(np.abs(low).max(axis=1))
+    rows = np.empty(low.shape, dtype=np.int8)
+    quantize_rows(low, scale, rows)
+    return low, rows, scale
+
+
+@pytest.mark.parametrize("engine", ["onnxruntime", "numpy"])
+def test_scores_are_the_exact_integer_products(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if engine == "numpy":
+        monkeypatch.setattr(int8_scan, "_build_session", lambda: None)
+    scan = Int8Scan()
+    _, rows, scale = _quantized(128, 70_001, 1)  # more than one fallback block
+    query = quantize_query(np.random.default_rng(2).standard_normal(128).astype(np.float32), scale)
+    got = scan.scores(query, rows, column_sums(rows))
+    assert scan.engine == engine
+    want = (query[0].astype(np.int64) - int8_scan.ZERO_POINT) @ rows.astype(np.int64)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_int8_ranking_keeps_the_float_ranking_s_best() -> None:
+    low, rows, scale = _quantized(64, 20_000, 3)
+    scan = Int8Scan()
+    for seed in range(5):
+        q = np.random.default_rng(10 + seed).standard_normal(64).astype(np.float32)
+        exact = q @ low
+        approx = scan.scores(quantize_query(q, scale), rows, column_sums(rows)).astype(np.float64)
+        best = set(np.argsort(-exact)[:10].tolist())
+        # The prefilter keeps its best 2,000 for exact rescoring: the true 10 are all in it.
+        assert best <= set(np.argsort(-approx)[:2000].tolist())
+        assert np.corrcoef(exact, approx)[0, 1] > 0.999
+
+
+def test_quantizing_clips_and_handles_empty_dimensions() -> None:
+    scale = scales_for(np.array([2.0, 0.0, np.nan], dtype=np.float32))
+    assert scale[1] == 1.0 and scale[2] == 1.0  # no division by zero or NaN
+    out = np.empty((3, 2), dtype=np.int8)
+    quantize_rows(np.array([[4.0, -1.0], [0.0, 0.0], [0.0, 0.0]], dtype=np.float32), scale, out)
+    assert out[0].tolist() == [127, -64]  # past the fitted range: clipped, not wrapped
+    q = quantize_query(np.zeros(3, dtype=np.float32), scale)
+    assert q.tolist() == [[int8_scan.ZERO_POINT] * 3]
