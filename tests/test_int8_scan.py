@@ -9,10 +9,10 @@ from recalld.index import int8_scan
 from recalld.index.int8_scan import (
     SCAN_MODEL,
     Int8Scan,
-    column_sums,
     quantize_query,
     quantize_rows,
     scales_for,
+    zero_point_offsets,
 )
 
 
@@ -51,7 +51,7 @@ def test_scores_are_the_exact_integer_products(
     scan = Int8Scan()
     _, rows, scale = _quantized(128, 70_001, 1)  # more than one fallback block
     query = quantize_query(np.random.default_rng(2).standard_normal(128).astype(np.float32), scale)
-    got = scan.scores(query, rows, column_sums(rows))
+    got = scan.scores(query, rows, zero_point_offsets(rows))
     assert scan.engine == engine
     want = (query[0].astype(np.int64) - int8_scan.ZERO_POINT) @ rows.astype(np.int64)
     np.testing.assert_array_equal(got, want)
@@ -63,7 +63,8 @@ def test_int8_ranking_keeps_the_float_ranking_s_best() -> None:
     for seed in range(5):
         q = np.random.default_rng(10 + seed).standard_normal(64).astype(np.float32)
         exact = q @ low
-        approx = scan.scores(quantize_query(q, scale), rows, column_sums(rows)).astype(np.float64)
+        query = quantize_query(q, scale)
+        approx = scan.scores(query, rows, zero_point_offsets(rows)).astype(np.float64)
         best = set(np.argsort(-exact)[:10].tolist())
         # The prefilter keeps its best 2,000 for exact rescoring: the true 10 are all in it.
         assert best <= set(np.argsort(-approx)[:2000].tolist())

@@ -33,11 +33,12 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.index.int8_scan import (
+    ZERO_POINT,
     Int8Scan,
-    column_sums,
     quantize_query,
     quantize_rows,
     scales_for,
+    zero_point_offsets,
 )
 from recalld.index.rwlock import ReadWriteLock
 from recalld.index.store import Store
@@ -89,7 +90,7 @@ class VectorIndex:
         self._fitted_rows = 0
         if fitted is not None:  # a saved prefilter
             self._proj, self._low, self._scale, self._fitted_rows = fitted
-        self._sums = column_sums(self._low)  # each projected row's sum (Int8Scan.scores)
+        self._offsets = zero_point_offsets(self._low)  # per projected row (Int8Scan.scores)
         self._maybe_fit()
         self.loaded_from = "index"  # or "saved files"
         # The saved copy (vector_files): which index state this matrix mirrors, None: unknown.
@@ -166,7 +167,7 @@ class VectorIndex:
             self._count = 0
             self._rows.close()
             self._low = np.empty((self._rdims, 0), dtype=np.int8)
-            self._sums = column_sums(self._low)
+            self._offsets = zero_point_offsets(self._low)
 
     def _track(self, generation: int | None) -> None:
         """Follow the index's vectors generation through the changes applied (lock held)."""
@@ -242,7 +243,7 @@ class VectorIndex:
             scale = scales_for(np.max(np.stack(list(pool.map(largest_abs, starts))), axis=0))
             list(pool.map(store, starts))
         self._proj, self._low, self._scale, self._fitted_rows = proj, low, scale, n
-        self._sums = column_sums(low)
+        self._offsets = zero_point_offsets(low)
 
     def _grow(self, need: int) -> None:
         if need <= self._rows.capacity:
@@ -255,9 +256,9 @@ class VectorIndex:
         if self._proj is not None:
             low = np.empty((self._rdims, capacity), dtype=np.int8)
             low[:, : self._count] = self._low[:, : self._count]
-            sums = np.zeros(capacity, dtype=np.int32)
-            sums[: self._count] = self._sums[: self._count]
-            self._low, self._sums = low, sums
+            offsets = np.zeros(capacity, dtype=np.int32)
+            offsets[: self._count] = self._offsets[: self._count]
+            self._low, self._offsets = low, offsets
 
     def apply(
         self,
@@ -288,7 +289,7 @@ class VectorIndex:
                     if self._proj is not None:  # clipped to the fitted scales until a refit
                         projected = (self._matrix[row] @ self._proj)[:, None]
                         quantize_rows(projected, self._scale, self._low[:, row : row + 1])
-                        self._sums[row] = self._low[:, row].sum(dtype=np.int32)
+                        self._offsets[row] = ZERO_POINT * self._low[:, row].sum(dtype=np.int32)
                 self._maybe_fit()
 
     def _remove_one(self, chunk_id: int) -> None:
@@ -303,7 +304,7 @@ class VectorIndex:
             self._matrix[row] = self._matrix[last]
             if self._proj is not None:
                 self._low[:, row] = self._low[:, last]
-                self._sums[row] = self._sums[last]
+                self._offsets[row] = self._offsets[last]
             self._ids[row] = moved
             self._row_of[moved] = row
         self._count -= 1
@@ -357,7 +358,7 @@ class VectorIndex:
         n = len(ids)
         # The whole (contiguous) array goes to the scan; the columns past n are ignored.
         query = quantize_query(q @ self._proj, self._scale)
-        rough = _SCAN.scores(query, self._low, self._sums)[:n].astype(np.float32)
+        rough = _SCAN.scores(query, self._low, self._offsets)[:n].astype(np.float32)
         if mask is not None:
             rough = np.where(mask, rough, -np.inf)
             n_ok = int(mask.sum())
