@@ -44,6 +44,7 @@ from recalld.ingest.path_rule import shown
 from recalld.ingest.session_sync import SessionIndexer
 from recalld.ingest.vector_backfill import BackgroundChunker, VectorBacklog
 from recalld.retrieval import access, keyword_scoring
+from recalld.retrieval.channel_overlap import InFlight
 from recalld.retrieval.common_terms import tune_reader
 from recalld.retrieval.keyword_postings import PostingsCache
 from recalld.retrieval.keyword_preload import Preloader
@@ -110,6 +111,7 @@ class Engine:
         self._ahead: EmbedAhead | None = None
         self.vector_backlog = VectorBacklog()  # chunks still waiting for a vector
         self.term_stats = TermStats()  # document frequencies of query terms, until a write
+        self.in_flight = InFlight()  # a lone search overlaps its channels (channel_overlap)
         # Postings of queried words (recalld.retrieval.keyword_postings): only the writer's
         # engine hears of every write, which keeps them fresh.
         budget = self.config.int("search.keyword_cache_mb") * 1024 * 1024
@@ -399,7 +401,7 @@ class Engine:
     def search(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The ``search`` method."""
         request = parse_request(params, self.config)
-        with self.reader() as store:
+        with self.in_flight.search() as alone, self.reader() as store:
             if request.path_prefix:
                 request = _absolute_prefix(request, self.config.memory_roots())
             wants_vectors = request.mode != "keyword"
@@ -416,7 +418,8 @@ class Engine:
                 embedder=embedder,
                 vectors=vectors,
                 degraded=self.degraded(provider=not probing) if wants_vectors else None,
-                executor=self._executor,
+                # Side by side only when alone: a busy daemon runs more searches instead.
+                executor=self._executor if alone else None,
                 postings=self.postings,
                 reranker=self.reranker(),
                 index_info=self.index_info,
