@@ -275,3 +275,27 @@ def test_dotted_name_beats_prose_with_its_words() -> None:
     assert match is not None
     found = [int(r[0]) for r in conn.execute(SEARCH, (match,))]
     assert found[:1] == [2], (match, found)
+
+
+def test_elided_words_are_prose_not_identifiers(ident_db: apsw.Connection) -> None:
+    # A possessive or contraction is one phrase of its tokens, without the identifier variants
+    # (NEAR of prefixes, the ident column) that a compound like ``foo_bar`` gets.
+    assert build_match("James's job", partial=True) == '"James s" OR "job"'
+    assert build_match("James\u2019s job", partial=True) == '"James\u2019s" OR "job"'
+    assert build_match("rock'n'roll", partial=True) == '"rock n roll"'
+    assert "NEAR(" in (build_match("foo_bar's", partial=True) or "")  # an identifier still
+    for query in ["James's", "don't", "that's"]:
+        match = build_match(query, partial=True)
+        assert match is not None
+        list(ident_db.execute(SEARCH, (match,)))  # valid FTS5
+
+
+def test_elided_stopwords_are_stopwords() -> None:
+    # ``that's``, ``I'm``, ``don't`` are stopwords with a clitic: dropped like "that" and "do".
+    assert build_match("that's what I'm saying, don't wait") == '"saying" OR "wait"'
+    assert build_match("we've can't it'll won't deploy") == '"deploy"'
+    # A name with a clitic is no stopword, whatever its letters: "Don" is not "don't".
+    assert build_match("Don's car") == '"Don s" OR "car"'
+    assert build_match("Won's fix") == '"Won s" OR "fix"'
+    # Only stopwords: kept, as a query of stopwords is.
+    assert build_match("that's") == '"that s"'
