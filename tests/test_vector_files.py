@@ -190,3 +190,45 @@ def test_files_are_private_and_a_dead_writers_leftovers_go(tmp_path: Path) -> No
     for name in ("rows.f32", "ids.i64", "meta.json"):
         assert (folder / name).stat().st_mode & 0o077 == 0, name
     store.close()
+
+
+@pytest.mark.usefixtures("prefilter")
+def test_files_the_saved_matrix_does_not_use_are_removed(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = _store_with_vectors(path, files=20, per_file=50)
+    store.ensure_vectors_epoch()
+    folder = tmp_path / "index.sqlite.vectors"
+    folder.mkdir()
+    old = folder / "low.f32"  # format 2's prefilter rows, left by an older recalld
+    old.write_bytes(b"\0" * 4096)
+    index = _load(store, path)
+    assert index._proj is not None
+    index.close(save=True)
+    assert not old.exists()
+    for name in ("low.i8", "scale.f32", "proj.f32", "meta.json", "rows.f32", "ids.i64"):
+        assert (folder / name).exists(), name
+    again = _load(store, path)
+    assert again.loaded_from == "saved files"
+    _same_as_index(again, store)
+    again.close()
+    store.close()
+
+
+def test_a_save_without_prefilter_removes_an_earlier_ones_files(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = _store_with_vectors(path, files=2, per_file=5)  # far under the prefilter's rows
+    store.ensure_vectors_epoch()
+    folder = tmp_path / "index.sqlite.vectors"
+    folder.mkdir()
+    stale = [folder / name for name in ("low.i8", "scale.f32", "proj.f32")]
+    for f in stale:
+        f.write_bytes(b"\0" * 1024)
+    index = _load(store, path)
+    assert index._proj is None
+    index.close(save=True)
+    assert not any(f.exists() for f in stale)
+    again = _load(store, path)
+    assert again.loaded_from == "saved files"  # without the files it never needed
+    _same_as_index(again, store)
+    again.close()
+    store.close()

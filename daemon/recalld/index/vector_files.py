@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 FORMAT = 3  # 2: low.f32 transposed; 3: low.i8 and scale.f32 (older files: vec0 is read again)
+_OBSOLETE = ("low.f32",)  # format 2's prefilter rows
+_PREFILTER_FILES = ("low.i8", "scale.f32", "proj.f32")
 I8 = npt.NDArray[np.int8]
 
 
@@ -159,7 +161,19 @@ class VectorFiles:
         except OSError as exc:
             log.warning("could not save the vectors for the next start (%s)", exc)
             return False
+        self._remove_unused(prefilter=rdims > 0)
         return True
+
+    def _remove_unused(self, *, prefilter: bool) -> None:
+        """Files the saved matrix does not use: an older format's (``low.f32``: 512 MB at 1M
+        vectors) and, without a prefilter, the prefilter's of an earlier save. Only once
+        meta.json vouches for the files that are used."""
+        unused = list(_OBSOLETE) + ([] if prefilter else list(_PREFILTER_FILES))
+        for name in unused:
+            try:
+                (self.folder / name).unlink(missing_ok=True)
+            except OSError as exc:  # space that stays taken; the matrix itself is saved
+                log.warning("could not remove the unused %s (%s)", self.folder / name, exc)
 
     def _remove_leftovers(self) -> None:
         """Temporary files of a process that died while writing them (``.<name>.<pid>.tmp``)."""
