@@ -5,8 +5,8 @@ keyword channel runs in the handler. That buys a lone search little and costs ev
 both channels are partly Python, and two threads of one search hand the GIL back and forth.
 Measured on the 100k scale home (2 cores, alternating daemons, 4 s per rate):
 
-- channels side by side: 14.7-15.1 ms of daemon CPU a search, 73.7-75.3 searches/s from one
-  client, 105-108 from four;
+- channels side by side (the vector channel, or only the query embedding, on the executor):
+  14.7-15.1 ms of daemon CPU a search, 73.7-75.3 searches/s from one client, 105-108 from four;
 - one after the other: 12.8-13.6 ms a search, 72.3-72.9 from one client, 120-129 from four.
 
 So a search overlaps its channels only when no other search is in flight: an idle daemon answers
