@@ -4,7 +4,6 @@ thread each query embedding ran on."""
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,17 +13,13 @@ import numpy.typing as npt
 
 from conftest import make_engine, write
 from recalld.retrieval.channel_overlap import InFlight
+from test_reader_pool import HashEmbedder
 
 
-class ThreadNotingEmbedder:
-    """Vectors from a hash of each text; remembers on which thread each query was embedded."""
+class ThreadNotingEmbedder(HashEmbedder):
+    """Hash vectors (test_reader_pool); remembers on which thread each query was embedded."""
 
     kind = "local"  # embedded in-process like the packaged model (no provider-guard thread)
-    model = "hash"
-    dims = 384
-    max_input_tokens = 256
-    key = "test||hash|384"
-    label = "test/hash"
 
     def __init__(self) -> None:
         self.query_threads: list[str] = []
@@ -32,12 +27,7 @@ class ThreadNotingEmbedder:
     def embed(self, texts: Sequence[str], *, query: bool = False) -> npt.NDArray[np.float32]:
         if query:
             self.query_threads.append(threading.current_thread().name)
-        out = np.empty((len(texts), self.dims), dtype=np.float32)
-        for i, text in enumerate(texts):
-            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-            out[i] = np.random.default_rng(seed).standard_normal(self.dims)
-        out /= np.linalg.norm(out, axis=1, keepdims=True)
-        return out
+        return super().embed(texts, query=query)
 
 
 def test_in_flight_says_alone_only_to_the_only_search() -> None:
