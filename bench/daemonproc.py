@@ -78,8 +78,17 @@ class Daemon:
         return rss_mb(self.pid)
 
     def rss_parts(self) -> dict[str, float]:
-        """VmRSS, VmHWM, RssAnon, RssFile, RssShmem in MiB."""
-        return rss_parts_mb(self.pid)
+        """VmRSS, VmHWM, RssAnon, RssFile, RssShmem in MiB: the daemon's plus its child
+        processes' (the search helper, while one runs), summed; peaks summed too."""
+        total = rss_parts_mb(self.pid)
+        for child in _children(self.pid):
+            try:
+                parts = rss_parts_mb(child)
+            except OSError:
+                continue  # it exited meanwhile
+            for key, value in parts.items():
+                total[key] = total.get(key, 0.0) + value
+        return total
 
     def tail(self, chars: int = 3000) -> str:
         """The end of the daemon's log."""
@@ -109,3 +118,14 @@ class Daemon:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (all its threads' children)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(x) for x in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found

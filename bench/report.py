@@ -255,7 +255,10 @@ def _speed_rows(m: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             f"{fmt(m.get('throughput_4_clients_100k'), '', 1)} / "
             f"{fmt(m.get('throughput_16_clients_100k'), '/s', 1)}",
             "4 vs 1 client in each round: "
-            + ", ".join(f"{x:.2f}" for x in m.get("throughput_4_vs_1_clients_100k_rounds") or []),
+            + ", ".join(f"{x:.2f}" for x in m.get("throughput_4_vs_1_clients_100k_rounds") or [])
+            + f"; the search helper answered {m.get('search_helper_searches_100k')} searches "
+            f"(ready {fmt(m.get('search_helper_load_s_100k'), 's', 1)} after it was started; "
+            "RSS rows count it)",
             ratio("throughput_4_clients_100k", "throughput_1_clients_100k"),
         ),
         (

@@ -371,6 +371,11 @@ def _throughput(sheet: Any, d: Daemon, queries: list[str], tag: str) -> None:
         sheet.put(
             f"throughput_{clients}_clients_{tag}", float(np.median([r[clients] for r in rounds])), 1
         )
+    with d.client() as c:
+        helper = dict(c.status()["daemon"].get("search_helper") or {})
+    sheet.put(f"search_helper_searches_{tag}", helper.get("searches"))
+    sheet.put(f"search_helper_load_s_{tag}", helper.get("load_s"))
+    sheet.put(f"search_helper_fallbacks_{tag}", helper.get("fallbacks"))
     for clients in (4, 16):
         ratios = [r[clients] / r[1] for r in rounds]
         sheet.put(f"throughput_{clients}_vs_1_clients_{tag}", float(np.median(ratios)), 3)

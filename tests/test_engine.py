@@ -251,7 +251,7 @@ def test_a_write_that_fails_mid_batch_loses_only_its_own_file(
         return real(row, chunks, vectors, **kw)
 
     monkeypatch.setattr(eng.writer, "replace_file", replace_file)
-    monkeypatch.setattr(eng, "_on_change", changes.append)
+    monkeypatch.setattr(eng, "apply_change", changes.append)
     try:
         report = eng.sync()
         assert [s["reason"] for s in report.skipped] == ["indexing failed: disk hiccup"]

@@ -308,6 +308,11 @@ SETTINGS: tuple[Setting, ...] = (
         65_536,
     ),
     Setting(
+        "search.helper_process",
+        True,
+        "While searches overlap, hand some to a second process (local model, POSIX only).",
+    ),
+    Setting(
         "index.reader_mmap_mb",
         65_536,
         "Memory-map up to this much of the index for searches (file-backed pages shared by the "
@@ -422,6 +427,10 @@ class Config:
             str(Path(g).expanduser()) if g.startswith("~") else g
             for g in self.list("sessions.paths")
         ]
+
+    def values(self) -> dict[_Str, Value]:
+        """All values, secrets included (for a process of our own, never for display)."""
+        return dict(self._values)
 
     def as_dict(self) -> dict[_Str, Value]:
         """All values, keys flattened (secrets masked)."""

@@ -71,10 +71,14 @@ class Engine:
         writable: bool = True,
         choice: ProviderChoice | None = None,
         index_path: Path | None = None,
+        follows_writes: bool | None = None,
     ) -> None:
         self.config = config
         self.index_path = index_path or paths.index_path(config.base_dir)
         self.writable = writable
+        # Hears of every write (default: the writer's engine; a search helper is fed the
+        # writer's changes, recalld.serve.search_helper): it may hold postings and counts.
+        self.follows_writes = writable if follows_writes is None else follows_writes
         self._choice = choice
         self._choice_lock = threading.Lock()
         self.swap = SwapLock()
@@ -112,10 +116,15 @@ class Engine:
         self.vector_backlog = VectorBacklog()  # chunks still waiting for a vector
         self.term_stats = TermStats()  # document frequencies of query terms, until a write
         self.in_flight = InFlight()  # a lone search overlaps its channels (channel_overlap)
-        # Postings of queried words (recalld.retrieval.keyword_postings): only the writer's
-        # engine hears of every write, which keeps them fresh.
+        self.overlap_channels = True  # off in the search helper: it only serves a busy daemon
+        # Postings of queried words (recalld.retrieval.keyword_postings): only an engine that
+        # hears of every write keeps them fresh.
         budget = self.config.int("search.keyword_cache_mb") * 1024 * 1024
-        self.postings = PostingsCache(budget) if writable and budget > 0 else None
+        self.postings = PostingsCache(budget) if self.follows_writes and budget > 0 else None
+        # Told of every committed change and of every switch to another index or provider
+        # (the daemon's search helper follows them).
+        self.change_listener: Callable[[FileChange], None] | None = None
+        self.epoch_listener: Callable[[], None] | None = None
         # The index's most common words read ahead, when the daemon is idle (keyword_preload).
         self.preloader = Preloader(self.postings, self.scan_reader) if self.postings else None
         if writable:
@@ -204,11 +213,13 @@ class Engine:
         self.config = config
         if reranker:
             self._reranker, self._reranker_loaded = None, False
+        self._new_epoch()
 
     def check_config(self, *, provider_changed: bool) -> str | None:
         """After a config edit, on the writer thread: resolve the embedder again when its
         settings changed and compare the index with the new settings; why a rebuild is due."""
         if provider_changed:
+            self._new_epoch()
             with self._choice_lock:
                 guard, self._choice, self._guard = self._guard, None, None
             if guard is not None:
@@ -344,6 +355,11 @@ class Engine:
                 )
             return self._vectors
 
+    def vector_count(self) -> int:
+        """Vectors in the loaded matrix (0 before it is loaded)."""
+        with self._vectors_lock:
+            return len(self._vectors) if self._vectors is not None else 0
+
     def _vector_files(self) -> VectorFiles | None:
         """The saved matrix beside the index (the writer's engine only: it sees every change)."""
         return VectorFiles(self.index_path) if self.writable else None
@@ -388,13 +404,23 @@ class Engine:
         if failed:
             raise failed[0]
 
-    def _on_change(self, change: FileChange) -> None:
+    def apply_change(self, change: FileChange) -> None:
+        """Mirror a committed change in what this engine holds (vectors, postings, counts)."""
         self._invalidate_counts()
         if self.postings is not None:
             self.postings.changed(change.removed + change.inserted)
         with self._vectors_lock:
             if self._vectors is not None:
                 self._vectors.apply(change.removed, change.added, change.generation)
+        listener = self.change_listener
+        if listener is not None:
+            listener(change)
+
+    def _new_epoch(self) -> None:
+        """Another index file, provider or config is about to be (or was just) put in place."""
+        listener = self.epoch_listener
+        if listener is not None:
+            listener()
 
     # search / get -----------------------------------------------------------------------------
 
@@ -419,14 +445,14 @@ class Engine:
                 vectors=vectors,
                 degraded=self.degraded(provider=not probing) if wants_vectors else None,
                 # Side by side only when alone: a busy daemon runs more searches instead.
-                executor=self._executor if alone else None,
+                executor=self._executor if alone and self.overlap_channels else None,
                 postings=self.postings,
                 reranker=self.reranker(),
                 index_info=self.index_info,
-                # Only the writer's engine hears of every write; another process's engine
-                # (a one-shot CLI search) counts afresh rather than keep counts it cannot clear.
+                # Only an engine that hears of every write keeps counts; another process's
+                # engine (a one-shot CLI search) counts afresh rather than keep stale ones.
                 counts=self.term_stats.on(store.conn, self._held_counts(store))
-                if self.writable
+                if self.follows_writes
                 else None,
             )
             if not self.vector_backlog.known:  # read-only engines count once
@@ -560,13 +586,13 @@ class Engine:
         dirty = None if paths_ is None else list(paths_)
         try:
             index_files.check_free_space(self.index_path)
-            indexer = self._indexer(self.writer, self._on_change)
+            indexer = self._indexer(self.writer, self.apply_change)
             problems = self.root_problems(self.writer)
             indexer.unavailable_roots = problems  # their indexed files are kept, not removed
             report = indexer.sync(dirty)
             # Also with no globs left: transcripts of globs removed from the config then go.
             if dirty is None and (self.config.session_globs() or _has_sessions(self.writer)):
-                session_indexer = self._session_indexer(self.writer, indexer, self._on_change)
+                session_indexer = self._session_indexer(self.writer, indexer, self.apply_change)
                 sessions = session_indexer.sync()
                 report.skipped += [
                     {"path": p, "reason": r} for p, r in session_indexer.skipped.items()
@@ -608,8 +634,8 @@ class Engine:
             raise IndexError_("this engine is read-only")
         if self.needs_reindex:
             return self.reindex().as_dict()
-        indexer = self._indexer(self.writer, self._on_change)
-        session_indexer = self._session_indexer(self.writer, indexer, self._on_change)
+        indexer = self._indexer(self.writer, self.apply_change)
+        session_indexer = self._session_indexer(self.writer, indexer, self.apply_change)
         report = session_indexer.sync(paths_)
         step = SyncReport()
         indexer.backfill_vectors(step)
@@ -628,6 +654,7 @@ class Engine:
         caller then syncs from the files. Searches wait for the swap, then see the new index."""
         if self.writer is None:
             raise IndexError_("this engine is read-only")
+        self._new_epoch()
         with self.swap.exclusive():
             self._close_readers()
             with contextlib.suppress(Exception):  # a damaged file may fail even to close
@@ -641,6 +668,7 @@ class Engine:
             self.vector_backlog.refresh(self.writer)
             self._forget_postings()
         self._invalidate_counts()
+        self._new_epoch()
         return moved
 
     def _after_write(self, report: SyncReport) -> None:
@@ -730,6 +758,7 @@ class Engine:
         When the rename fails, the writer reopens the old file (it stays live) and the error
         is raised.
         """
+        self._new_epoch()
         with self.swap.exclusive():
             index_files.test_phase("swap-locked")
             self._close_readers()
@@ -744,6 +773,7 @@ class Engine:
             self._forget_postings()
             with self._vectors_lock:
                 self._vectors = vectors
+        self._new_epoch()
 
     # status -----------------------------------------------------------------------------------
 

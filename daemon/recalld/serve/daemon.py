@@ -31,9 +31,11 @@ from recalld.ingest.filters import make_filter
 from recalld.ingest.indexer import Progress
 from recalld.ingest.vector_backfill import BackgroundChunker
 from recalld.ingest.watcher import Watcher
+from recalld.retrieval.search import parse_request
 from recalld.serve.allocator import note_activity
 from recalld.serve.backlog import Backlog, JobQueue
 from recalld.serve.config_watch import LiveConfig
+from recalld.serve.search_helper import MAX_VECTORS, SearchHelper
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,15 @@ class Daemon:
         self.backlog = Backlog(
             self.engine, self._waiting_paths, config.float("sync.progress_log_s")
         )
+        # A second process for searches while several run at once (search_helper); it follows
+        # every committed change and retires when the index, provider or settings change.
+        self.helper = SearchHelper(
+            self._helper_hello,
+            eligible=self._helper_blocked,
+            enabled=config.bool("search.helper_process"),
+        )
+        self.engine.change_listener = self.helper.changed
+        self.engine.epoch_listener = self.helper.retire
 
     # lifecycle ----------------------------------------------------------------------------------
 
@@ -211,6 +222,7 @@ class Daemon:
         it under the running batch would only raise there) and the process should exit now.
         """
         self._stop.set()
+        self.helper.close()
         with self._retry_lock:
             if self._retry_timer is not None:
                 self._retry_timer.cancel()
@@ -491,13 +503,54 @@ class Daemon:
     def handlers(self) -> dict[str, Handler]:
         """The dispatch table of plain methods."""
         return {
-            "search": self._index_guard(self.engine.search),
+            "search": self._index_guard(self.h_search),
             "get": self._index_guard(self.engine.get),
             "status": self._index_guard(self.h_status),
             "sync": self.h_sync,
             "reindex": self.h_reindex,
             "pause": self.h_pause,
         }
+
+    def h_search(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """A search: here, or by the search helper while others run here."""
+        in_flight = self.engine.in_flight
+        running = in_flight.running  # here and handed over: a search alone overlaps channels
+        if running and self.helper.enabled:
+            request = parse_request(params, self.engine.config)  # a bad one fails here
+            with in_flight.search():
+                result = self.helper.search(params, running)
+            if result is not None:
+                # The writer's count: the helper's engine does not follow the back-fill.
+                wants_vectors = request.mode != "keyword"
+                result["vectors_pending"] = (
+                    self.engine.vector_backlog.pending if wants_vectors else 0
+                )
+                return result
+        return self.engine.search(params)
+
+    def _helper_hello(self) -> dict[str, Any]:
+        """What a new search helper opens: these settings, this index."""
+        config = self.engine.config
+        return {
+            "op": "hello",
+            "config": config.values(),
+            "base_dir": str(config.base_dir),
+            "index": str(self.engine.index_path),
+        }
+
+    def _helper_blocked(self) -> str | None:
+        """Why no search helper may start now (None: it may)."""
+        engine = self.engine
+        emb = engine.embedder
+        if self._stop.is_set():
+            return "the daemon is stopping"
+        if emb is None or emb.kind != "local" or engine.degraded() is not None:
+            return "searches do not use the local model now"
+        if engine.state == "reindexing":
+            return "a rebuild is running"
+        if engine.vector_count() > MAX_VECTORS:
+            return f"over {MAX_VECTORS:,} vectors: a second copy would cost too much memory"
+        return None
 
     def h_status(self, params: Mapping[str, Any]) -> dict[str, Any]:
         status = self.engine.status()
@@ -511,6 +564,7 @@ class Daemon:
             "paused": self.paused,
             "pending": pending + self.chunker.pending(),
             "retry_in_s": self.retry_in(),
+            "search_helper": self.helper.status(),
         }
         sessions = self.sessions
         if sessions is not None:

@@ -178,9 +178,23 @@ def daemon_line(daemon: Any) -> str:
         paused = ", watching paused" if daemon.get("paused") else ""
         return (
             f"daemon pid {daemon.get('pid')}, up {daemon.get('uptime_s')} s, "
-            f"{daemon.get('pending', 0)} pending{paused}"
+            f"{daemon.get('pending', 0)} pending{paused}{_helper_part(daemon.get('search_helper'))}"
         )
     return "daemon not running; answered in-process"
+
+
+def _helper_part(helper: Any) -> str:
+    """The search helper, when it runs or failed (nothing while idle or off)."""
+    if not isinstance(helper, dict):
+        return ""
+    state = helper.get("state")
+    if state == "ready":
+        return f"; search helper pid {helper.get('pid')}, {helper.get('searches', 0)} searches"
+    if state == "starting":
+        return "; search helper starting"
+    if state == "failed":
+        return f"; search helper off after failures ({helper.get('last_error')})"
+    return ""
 
 
 def when(ts: float | None) -> str:

@@ -1,0 +1,350 @@
+"""A second process for searches while several run at once (the daemon's side).
+
+Searches are partly Python, and one interpreter runs Python on one core at a time: with four
+clients on two cores, a daemon alone left a quarter of a core idle while its threads waited for
+one another. So when a search arrives while another is running, the daemon starts a helper
+(:mod:`recalld.serve.helper_process`): a read-only engine in its own interpreter, with its own
+model and vectors. From then on, a search that finds more searches running here than in the
+helper is handed to the helper; a lone search always runs here (no hand-off on its way).
+
+The helper mirrors every change the writer commits: the daemon sends each one on the same
+ordered stream as the searches, from before the helper opens the index, so nothing committed
+is missed and a search handed over after a write sees it. A new index file, provider or config
+retires the helper (a new one starts when searches overlap again), as do ``IDLE_S`` seconds
+without a search handed over: its memory goes back.
+
+Anything wrong with the helper (it failed to start, died, answered an error or too late) costs
+nothing but time: the search runs here, and ``status`` says what happened. After
+``MAX_FAILURES`` failures in a row it is not started again until the daemon restarts.
+Only with the local model on a POSIX system: remote providers wait on the network, not on the
+interpreter, and Windows has no descriptors to hand a child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from recalld.index.store import FileChange
+from recalld.serve.helper_wire import Channel, change_to_wire
+
+log = logging.getLogger(__name__)
+
+IDLE_S = 300.0  # a helper without a search handed over for this long is stopped
+ANSWER_S = 30.0  # a handed-over search not answered by then runs here (and the helper goes)
+MAX_FAILURES = 3
+# The helper loads its own copy of the vectors: not past this many (at 384 floats a vector,
+# ~1.5 GB at 1M). A big index's searches are mostly native scanning, which threads share well.
+MAX_VECTORS = 400_000
+
+
+class HelperGone(Exception):
+    """The helper cannot answer (stopped, died, failed, or too slow)."""
+
+
+class _Link:
+    """One helper process and the socket to it: a sender thread (sends never block the
+    writer), a reader thread (answers complete the waiting searches)."""
+
+    def __init__(self, on_ready: Callable[[_Link, dict[str, Any]], None]) -> None:
+        self._on_ready = on_ready
+        ours, theirs = socket.socketpair()
+        self._channel = Channel(ours)
+        self._theirs = theirs
+        self._outbox: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
+        self._waiting: dict[int, Future[dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._closed = False
+        self.process: subprocess.Popen[bytes] | None = None
+        self.error: str | None = None
+
+    def start(self, hello: dict[str, Any]) -> None:
+        """Start the process (the changes sent before are queued for it, in order)."""
+        self._outbox.put(hello)
+        fd = self._theirs.fileno()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "recalld.serve.helper_process", str(fd)],
+            pass_fds=(fd,),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            close_fds=True,
+        )
+        self._theirs.close()
+        threading.Thread(target=self._send_loop, name="recalld-helper-send", daemon=True).start()
+        threading.Thread(target=self._read_loop, name="recalld-helper-read", daemon=True).start()
+
+    def send(self, msg: dict[str, Any]) -> None:
+        """Queue a message (after everything queued before)."""
+        if not self._closed:
+            self._outbox.put(msg)
+
+    def search(self, params: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+        """The helper's answer to a search; :class:`HelperGone` when it has none in time."""
+        future: Future[dict[str, Any]] = Future()
+        with self._lock:
+            if self._closed:
+                raise HelperGone(self.error or "the helper is stopped")
+            req_id = next(self._ids)
+            self._waiting[req_id] = future
+        self.send({"op": "search", "id": req_id, "params": dict(params)})
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            raise HelperGone(f"no answer within {timeout:g} s") from None
+        finally:
+            with self._lock:
+                self._waiting.pop(req_id, None)
+
+    def close(self, why: str | None = None) -> None:
+        """Stop the process (politely, then not) and fail the searches it still owes."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.error = self.error or why
+            waiting = list(self._waiting.values())
+        for future in waiting:
+            if not future.done():
+                future.set_exception(HelperGone(why or "the helper was stopped"))
+        self._outbox.put({"op": "bye"})
+        self._outbox.put(None)
+        threading.Thread(target=self._reap, name="recalld-helper-reap", daemon=True).start()
+
+    def _reap(self, grace_s: float = 5.0) -> None:
+        proc = self.process
+        if proc is None:
+            return
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        finally:
+            self._channel.sock.close()
+
+    def _send_loop(self) -> None:
+        while True:
+            msg = self._outbox.get()
+            if msg is None:
+                return
+            try:
+                self._channel.send(msg)
+            except OSError as exc:
+                self.close(f"the helper's socket failed: {exc}")
+                return
+
+    def _read_loop(self) -> None:
+        why = "the helper exited"
+        try:
+            while True:
+                msg = self._channel.receive()
+                if msg is None:
+                    break
+                if "id" in msg:
+                    self._settle(msg)
+                else:
+                    self._on_ready(self, msg)
+        except Exception as exc:  # noqa: BLE001 - a broken stream ends the helper
+            why = f"the helper's answers could not be read: {exc}"
+        proc = self.process
+        if proc is not None and not self._closed:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(1.0)  # its socket closes as it dies: its status follows at once
+            if proc.returncode:
+                why = f"the helper exited with status {proc.returncode}"
+        self.close(why)
+
+    def _settle(self, msg: dict[str, Any]) -> None:
+        with self._lock:
+            future = self._waiting.get(msg["id"])
+        if future is None or future.done():
+            return  # answered too late: the search ran in the daemon
+        if "result" in msg and isinstance(msg["result"], dict):
+            future.set_result(msg["result"])
+        else:
+            future.set_exception(HelperGone(f"the helper failed a search: {msg.get('error')}"))
+
+
+class SearchHelper:
+    """Starts, feeds, uses and retires the daemon's search helper."""
+
+    def __init__(
+        self,
+        hello: Callable[[], dict[str, Any]],
+        *,
+        eligible: Callable[[], str | None],
+        enabled: bool = True,
+        idle_s: float = IDLE_S,
+        answer_s: float = ANSWER_S,
+    ) -> None:
+        """``hello``: the settings message for a new helper; ``eligible``: why no helper may
+        run now (None: it may)."""
+        self._hello = hello
+        self._eligible = eligible
+        self.enabled = enabled and os.name == "posix"
+        self.idle_s = idle_s
+        self.answer_s = answer_s
+        self._lock = threading.Lock()
+        self._link: _Link | None = None
+        self._ready = False
+        self._running = 0  # searches handed over and not answered yet
+        self._last_used = time.monotonic()
+        self._failures = 0
+        self.started = 0
+        self.searches = 0
+        self.fallbacks = 0
+        self.load_s: float | None = None
+        self.last_error: str | None = None
+        self._stopped = False
+        self._wake = threading.Event()
+        self._watchdog: threading.Thread | None = None
+
+    # routing ------------------------------------------------------------------------------
+
+    def search(self, params: Mapping[str, Any], running: int) -> dict[str, Any] | None:
+        """The helper's answer, or None: run the search here. ``running``: searches in flight
+        now, here and in the helper (this one not counted)."""
+        if running < 1 or not self.enabled:
+            return None
+        with self._lock:
+            link = self._link
+            if link is None:
+                self._maybe_start()
+                return None
+            if not self._ready or self._running >= running - self._running:
+                return None
+            self._running += 1
+            self._last_used = time.monotonic()
+        try:
+            result = link.search(params, self.answer_s)
+        except HelperGone as exc:
+            self._failed(link, str(exc))
+            return None
+        finally:
+            with self._lock:
+                self._running -= 1
+        with self._lock:
+            self.searches += 1
+            self._failures = 0
+        return result
+
+    # feeding ------------------------------------------------------------------------------
+
+    def changed(self, change: FileChange) -> None:
+        """A committed change: the helper (starting or ready) applies it in order."""
+        link = self._link
+        if link is not None:
+            link.send(change_to_wire(change))
+
+    def retire(self, why: str = "the index, provider or settings changed") -> None:
+        """Stop the current helper; a new one starts when searches overlap again."""
+        with self._lock:
+            link, self._link, self._ready = self._link, None, False
+        if link is not None:
+            link.close(why)
+
+    def close(self) -> None:
+        """Stop for good (the daemon is stopping)."""
+        with self._lock:
+            self._stopped = True
+        self._wake.set()
+        self.retire("the daemon is stopping")
+
+    def _watch_idle(self) -> None:
+        """Retire an idle helper, until the daemon stops."""
+        while not self._wake.wait(min(self.idle_s / 4, 30.0)):
+            self.check_idle()
+
+    def check_idle(self) -> None:
+        """Retire a helper that has not been used for ``idle_s``."""
+        with self._lock:
+            idle = self._link is not None and time.monotonic() - self._last_used > self.idle_s
+        if idle:
+            self.retire(f"no search handed over for {self.idle_s:g} s")
+
+    def status(self) -> dict[str, Any]:
+        """For ``status.daemon.search_helper``."""
+        with self._lock:
+            link = self._link
+            state = (
+                "off"
+                if not self.enabled
+                else "ready"
+                if self._ready
+                else "starting"
+                if link is not None
+                else "failed"
+                if self._failures >= MAX_FAILURES
+                else "idle"
+            )
+            return {
+                "state": state,
+                "pid": link.process.pid if link and link.process and self._ready else None,
+                "started": self.started,
+                "searches": self.searches,
+                "fallbacks": self.fallbacks,
+                "load_s": self.load_s,
+                "last_error": self.last_error,
+            }
+
+    # internals ----------------------------------------------------------------------------
+
+    def _maybe_start(self) -> None:
+        """Start a helper when one may run (lock held)."""
+        if self._stopped or self._failures >= MAX_FAILURES or self._eligible() is not None:
+            return
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(
+                target=self._watch_idle, name="recalld-helper-idle", daemon=True
+            )
+            self._watchdog.start()
+        link = _Link(self._on_ready)
+        self._link, self._ready = link, False
+        self._last_used = time.monotonic()
+        self.started += 1
+        try:
+            link.start(self._hello())
+        except Exception as exc:  # noqa: BLE001 - no helper: searches run here
+            self._link = None
+            self._note_failure(f"the helper did not start: {exc}")
+            link.close(str(exc))
+
+    def _on_ready(self, link: _Link, msg: dict[str, Any]) -> None:
+        with self._lock:
+            current = link is self._link
+            if current and msg.get("op") == "ready":
+                self._ready = True
+                self.load_s = msg.get("load_s")
+                log.info("search helper %s ready in %s s", msg.get("pid"), self.load_s)
+                return
+        why = str(msg.get("error") or msg)
+        if current:
+            self._failed(link, f"the helper did not start: {why}")
+        else:
+            link.close(why)
+
+    def _failed(self, link: _Link, why: str) -> None:
+        with self._lock:
+            self.fallbacks += 1
+            if link is self._link:
+                self._link, self._ready = None, False
+                self._note_failure(why)
+        link.close(why)
+
+    def _note_failure(self, why: str) -> None:
+        """(lock held)"""
+        self._failures += 1
+        self.last_error = why
+        log.warning("search helper: %s (searches run in the daemon)", why)

@@ -1,0 +1,310 @@
+"""The search helper process: started when searches overlap, fed every write, never a loss.
+
+A real daemon with the real local model; concurrency from client threads. Every answer given
+while the helper runs is compared with the answer a lone search gives (the helper's and the
+daemon's engines must agree exactly), and writes made while it runs must show in every answer.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import write
+from daemon_process import DaemonProcess, wait_for
+from recalld.index.store import FileChange
+from recalld.serve.helper_wire import change_from_wire, change_to_wire
+from recalld_client.types import Mode
+
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+]
+QUERIES = [
+    "how do we deploy the service",
+    "what did Sam say about the budget",
+    "kilo lima notes",
+    "rollback procedure for the database",
+]
+
+
+def _notes(root: Path, n: int = 40) -> None:
+    for i in range(n):
+        a, b = WORDS[i % len(WORDS)], WORDS[(i * 5 + 3) % len(WORDS)]
+        write(
+            root / f"note-{i:02d}.md",
+            f"# Note {i}\n\nThe {a} team wrote about {b} on day {i}.\n\n"
+            f"Deploy steps for service {i}: build, test, ship. Sam said the budget is {i * 10}.\n"
+            f"Rollback: restore the database snapshot {i}.\n",
+        )
+
+
+def _config(home: Path, extra: str = "") -> None:
+    (home / "config.toml").write_text("[sessions]\npaths = []\n[sync]\ndebounce_s = 0.3\n" + extra)
+
+
+@pytest.fixture
+def daemon(home: Path) -> Iterator[DaemonProcess]:
+    _config(home)
+    _notes(home / "memory")
+    d = DaemonProcess(home).start()
+    d.wait_idle()
+    yield d
+    d.stop()
+
+
+def _shape(result: Any) -> list[tuple[Any, ...]]:
+    """What must be identical between two engines: every result's place, lines and score."""
+    return [
+        (r["path"], r["start_line"], r["end_line"], round(r["score"], 6)) for r in result["results"]
+    ]
+
+
+def _helper(d: DaemonProcess) -> dict[str, Any]:
+    with d.client() as c:
+        return dict(c.status()["daemon"]["search_helper"])
+
+
+def _hammer(
+    d: DaemonProcess, queries: list[str], seconds: float, check: Callable[[str, Any], None]
+) -> int:
+    """Four clients searching back to back; ``check(query, result)`` on every answer."""
+    stop = time.monotonic() + seconds
+    errors: list[BaseException] = []
+    done = [0]
+
+    def loop(i: int) -> None:
+        try:
+            with d.client(timeout=60) as c:
+                j = i
+                while time.monotonic() < stop:
+                    q = queries[j % len(queries)]
+                    check(q, c.search(q))
+                    done[0] += 1
+                    j += 1
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return done[0]
+
+
+def _until_ready(d: DaemonProcess, queries: list[str]) -> dict[str, Any]:
+    """Overlapping searches until the helper is ready and has answered some."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        _hammer(d, queries, 1.0, lambda q, r: None)
+        state = _helper(d)
+        if state["state"] == "ready" and state["searches"] > 0:
+            return state
+    raise AssertionError(f"the helper never answered: {_helper(d)}\n{d.log_tail()}")
+
+
+def test_wire_round_trip_of_a_change() -> None:
+    vec = (np.arange(384) / 384).astype(np.float32)
+    change = FileChange([3, 4], [(7, vec), (9, -vec)], 12, [7, 9, 11])
+    back = change_from_wire(change_to_wire(change))
+    assert back.removed == [3, 4] and back.generation == 12 and back.inserted == [7, 9, 11]
+    assert [i for i, _ in back.added] == [7, 9]
+    assert np.array_equal(back.added[0][1], vec) and np.array_equal(back.added[1][1], -vec)
+    assert change_from_wire(change_to_wire(FileChange([1], []))).generation is None
+
+
+def test_a_lone_search_starts_no_helper(daemon: DaemonProcess) -> None:
+    with daemon.client() as c:
+        for q in QUERIES * 3:
+            c.search(q)
+    assert _helper(daemon)["state"] == "idle" and _helper(daemon)["started"] == 0
+
+
+def test_helper_answers_exactly_as_the_daemon(daemon: DaemonProcess) -> None:
+    with daemon.client() as c:
+        alone = {q: _shape(c.search(q)) for q in QUERIES}
+    assert all(alone.values())
+    state = _until_ready(daemon, QUERIES)
+    pid = state["pid"]
+    assert pid and pid != daemon.proc.pid  # type: ignore[union-attr]
+    before = state["searches"]
+
+    def same(q: str, result: Any) -> None:
+        assert _shape(result) == alone[q], q
+        assert result["vectors_pending"] == 0 and not result.get("degraded")
+
+    answered = _hammer(daemon, QUERIES, 3.0, same)
+    after = _helper(daemon)
+    assert after["searches"] - before > answered // 5  # a real share went through the helper
+    assert after["fallbacks"] == 0 and after["last_error"] is None
+
+
+def test_writes_reach_the_helper_in_order(daemon: DaemonProcess, home: Path) -> None:
+    _until_ready(daemon, QUERIES)
+    note = write(home / "memory" / "zebra.md", "# Zebra\n\nThe quokkaflux zebra crossing plan.\n")
+    wait_for(lambda: _found(daemon, "quokkaflux"), timeout=30)
+    with daemon.client() as c:
+        # The vector channel alone: the helper's matrix must hold the new vector too.
+        vec_alone = _shape(c.search("zebra crossing plan", mode="vector"))
+    assert any(p.endswith("zebra.md") for p, *_ in vec_alone)
+
+    def has_zebra(q: str, result: Any) -> None:
+        paths = [r["path"] for r in result["results"]]
+        assert any(p.endswith("zebra.md") for p in paths), (q, paths)
+
+    before = _helper(daemon)["searches"]
+    _hammer(daemon, ["quokkaflux", "quokkaflux zebra"], 2.0, has_zebra)
+    assert _helper(daemon)["searches"] > before
+    with daemon.client() as c:
+        got: list[Any] = []
+        lock = threading.Lock()
+
+        def vector(q: str, result: Any) -> None:
+            with lock:
+                got.append(_shape(result))
+
+        # mode=vector through the hammer's clients: compare every answer with the lone one
+        _hammer_mode(daemon, "zebra crossing plan", "vector", 2.0, vector)
+        assert got and all(g == vec_alone for g in got)
+
+        note.unlink()
+        wait_for(lambda: not _found(daemon, "quokkaflux"), timeout=30)
+        daemon.wait_idle()
+
+    def no_zebra(q: str, result: Any) -> None:
+        assert not any(r["path"].endswith("zebra.md") for r in result["results"]), q
+
+    before = _helper(daemon)["searches"]
+    _hammer(daemon, ["quokkaflux", "zebra crossing plan"], 2.0, no_zebra)
+    _hammer_mode(daemon, "zebra crossing plan", "vector", 2.0, no_zebra)
+    assert _helper(daemon)["searches"] > before
+
+
+def _hammer_mode(
+    d: DaemonProcess, query: str, mode: Mode, seconds: float, check: Callable[[str, Any], None]
+) -> None:
+    stop = time.monotonic() + seconds
+    errors: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            with d.client(timeout=60) as c:
+                while time.monotonic() < stop:
+                    check(query, c.search(query, mode=mode))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=loop) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def _found(d: DaemonProcess, word: str) -> bool:
+    with d.client() as c:
+        return bool(c.search(word, mode="keyword")["results"])
+
+
+def test_a_killed_helper_costs_no_search(daemon: DaemonProcess) -> None:
+    pid = _until_ready(daemon, QUERIES)["pid"]
+    os.kill(pid, signal.SIGKILL)
+    with daemon.client() as c:
+        alone = {q: _shape(c.search(q)) for q in QUERIES}
+    # Every answer right, none an error, from the kill on; a new helper starts meanwhile.
+    _hammer(daemon, QUERIES, 2.0, lambda q, r: _check_same(alone, q, r))
+    state = _until_ready(daemon, QUERIES)
+    assert state["pid"] != pid and state["started"] == 2
+    assert "status -9" in (state["last_error"] or ""), state
+
+
+def test_the_helper_goes_with_the_daemon(daemon: DaemonProcess) -> None:
+    pid = _until_ready(daemon, QUERIES)["pid"]
+    daemon.stop()
+    wait_for(lambda: not _alive(pid), timeout=15)
+
+
+def test_the_helper_goes_when_the_daemon_is_killed(daemon: DaemonProcess) -> None:
+    pid = _until_ready(daemon, QUERIES)["pid"]
+    daemon.kill9()
+    wait_for(lambda: not _alive(pid), timeout=15)
+
+
+def test_a_rebuild_retires_the_helper(daemon: DaemonProcess) -> None:
+    pid = _until_ready(daemon, QUERIES)["pid"]
+    with daemon.client(timeout=120) as c:
+        c.reindex(wait=True)
+    wait_for(lambda: not _alive(pid), timeout=15)
+    with daemon.client() as c:
+        alone = {q: _shape(c.search(q)) for q in QUERIES}
+    state = _until_ready(daemon, QUERIES)
+    assert state["pid"] != pid and state["started"] == 2
+    _hammer(daemon, QUERIES, 1.5, lambda q, r: _check_same(alone, q, r))
+
+
+def _check_same(alone: dict[str, Any], q: str, result: Any) -> None:
+    assert _shape(result) == alone[q], q
+
+
+def test_switched_off_in_the_config(home: Path) -> None:
+    _config(home, "[search]\nhelper_process = false\n")
+    _notes(home / "memory", 10)
+    d = DaemonProcess(home).start()
+    try:
+        d.wait_idle()
+        _hammer(d, QUERIES, 1.5, lambda q, r: None)
+        assert _helper(d) == {**_helper(d), "state": "off", "started": 0, "searches": 0}
+    finally:
+        d.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purposes (its parent, the daemon, may not have reaped it yet).
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_status_line_names_a_running_or_failed_helper() -> None:
+    from recalld.surfaces.cli_output import daemon_line
+
+    base = {"pid": 10, "uptime_s": 3.0, "pending": 0}
+    ready = {"state": "ready", "pid": 11, "searches": 42}
+    assert daemon_line({**base, "search_helper": ready}).endswith(
+        "; search helper pid 11, 42 searches"
+    )
+    failed = {"state": "failed", "last_error": "the helper exited with status -9"}
+    assert "off after failures (the helper exited with status -9)" in daemon_line(
+        {**base, "search_helper": failed}
+    )
+    assert "helper" not in daemon_line({**base, "search_helper": {"state": "idle"}})
+    assert "helper" not in daemon_line(base)
