@@ -308,3 +308,30 @@ def test_status_line_names_a_running_or_failed_helper() -> None:
     )
     assert "helper" not in daemon_line({**base, "search_helper": {"state": "idle"}})
     assert "helper" not in daemon_line(base)
+
+
+def test_only_lasting_overlap_starts_a_helper_and_a_failed_start_is_said(tmp_path: Path) -> None:
+    from recalld.serve.search_helper import START_AFTER, SearchHelper
+
+    hello = {
+        "op": "hello",
+        "config": {"sessions.paths": []},
+        "base_dir": str(tmp_path),
+        "index": str(tmp_path / "no-such-dir" / "index.sqlite"),
+    }
+    helper = SearchHelper(lambda: hello, eligible=lambda: None)
+    try:
+        for _ in range(START_AFTER - 1):  # now and then two searches at once: no helper
+            assert helper.search({"query": "x"}, running=1) is None
+        assert helper.status()["started"] == 0
+        assert helper.search({"query": "x"}, running=0) is None  # a lone search counts nothing
+        assert helper.status()["started"] == 0
+        assert helper.search({"query": "x"}, running=1) is None  # the overlap lasts: one starts
+        assert helper.status()["started"] == 1
+        # It cannot open that index: it says so, and the searches run in the daemon meanwhile.
+        wait_for(lambda: helper.status()["last_error"] is not None, timeout=60)
+        status = helper.status()
+        assert status["last_error"].startswith("the helper did not start:"), status
+        assert status["state"] == "idle" and status["pid"] is None
+    finally:
+        helper.close()

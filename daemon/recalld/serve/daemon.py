@@ -531,9 +531,11 @@ class Daemon:
     def _helper_hello(self) -> dict[str, Any]:
         """What a new search helper opens: these settings, this index."""
         config = self.engine.config
+        # The local model, as here (a helper starts only then); no secret it has no use for.
+        values = {**config.values(), "embedding.provider": "local", "embedding.api_key": ""}
         return {
             "op": "hello",
-            "config": config.values(),
+            "config": values,
             "base_dir": str(config.base_dir),
             "index": str(self.engine.index_path),
         }

@@ -4,7 +4,8 @@ Searches are partly Python, and one interpreter runs Python on one core at a tim
 clients on two cores, a daemon alone left a quarter of a core idle while its threads waited for
 one another. So when a search arrives while another is running, the daemon starts a helper
 (:mod:`recalld.serve.helper_process`): a read-only engine in its own interpreter, with its own
-model and vectors. From then on, a search that finds more searches running here than in the
+model and vectors (only once overlap lasts: ``START_AFTER`` overlapping searches within
+``OVERLAP_WINDOW_S``). From then on, a search that finds more searches running here than in the
 helper is handed to the helper; a lone search always runs here (no hand-off on its way).
 
 The helper mirrors every change the writer commits: the daemon sends each one on the same
@@ -22,6 +23,7 @@ interpreter, and Windows has no descriptors to hand a child.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import logging
@@ -42,6 +44,11 @@ from recalld.serve.helper_wire import Channel, change_to_wire
 log = logging.getLogger(__name__)
 
 IDLE_S = 300.0  # a helper without a search handed over for this long is stopped
+# Searches overlap now and then with two agents at work; a helper costs ~2 s of CPU to start.
+# It starts only when overlap lasts: this many searches arriving while others ran, within
+# OVERLAP_WINDOW_S (four clients searching back to back reach it in ~0.1 s).
+START_AFTER = 8
+OVERLAP_WINDOW_S = 5.0
 ANSWER_S = 30.0  # a handed-over search not answered by then runs here (and the helper goes)
 MAX_FAILURES = 3
 # The helper loads its own copy of the vectors: not past this many (at 384 floats a vector,
@@ -210,6 +217,7 @@ class SearchHelper:
         self._stopped = False
         self._wake = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self._overlaps: collections.deque[float] = collections.deque(maxlen=START_AFTER)
 
     # routing ------------------------------------------------------------------------------
 
@@ -221,7 +229,8 @@ class SearchHelper:
         with self._lock:
             link = self._link
             if link is None:
-                self._maybe_start()
+                if self._overlap_lasts():
+                    self._maybe_start()
                 return None
             if not self._ready or self._running >= running - self._running:
                 return None
@@ -300,6 +309,12 @@ class SearchHelper:
             }
 
     # internals ----------------------------------------------------------------------------
+
+    def _overlap_lasts(self) -> bool:
+        """Count one search that arrived while others ran; whether overlap lasts (lock held)."""
+        now = time.monotonic()
+        self._overlaps.append(now)
+        return len(self._overlaps) == START_AFTER and now - self._overlaps[0] <= OVERLAP_WINDOW_S
 
     def _maybe_start(self) -> None:
         """Start a helper when one may run (lock held)."""
