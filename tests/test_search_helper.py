@@ -7,6 +7,7 @@ daemon's engines must agree exactly), and writes made while it runs must show in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -239,6 +240,57 @@ def test_a_killed_helper_costs_no_search(daemon: DaemonProcess) -> None:
     state = _until_ready(daemon, QUERIES)
     assert state["pid"] != pid and state["started"] == 2
     assert "status -9" in (state["last_error"] or ""), state
+
+
+def test_a_stuck_helper_costs_one_wait_then_is_replaced(daemon: DaemonProcess) -> None:
+    from recalld.serve.search_helper import ANSWER_S
+
+    pid = _until_ready(daemon, QUERIES)["pid"]
+    with daemon.client() as c:
+        alone = {q: _shape(c.search(q)) for q in QUERIES}
+    os.kill(pid, signal.SIGSTOP)  # alive, holding its socket, answering nothing
+    try:
+        # Every answer right: the one handed to the stuck helper too, after ANSWER_S.
+        _hammer(daemon, QUERIES, ANSWER_S + 2.0, lambda q, r: _check_same(alone, q, r))
+        state = _helper(daemon)
+        assert state["last_error"] == f"no answer within {ANSWER_S:g} s", state
+        assert state["fallbacks"] >= 1
+        wait_for(lambda: not _alive(pid), timeout=15)  # stopped, then killed
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    state = _until_ready(daemon, QUERIES)
+    assert state["pid"] != pid and state["started"] == 2
+
+
+def test_an_idle_helper_is_stopped(home: Path, local_embedder: Any) -> None:
+    from conftest import make_config, make_engine
+    from recalld.serve.search_helper import START_AFTER, SearchHelper
+
+    _notes(home / "memory", 10)
+    engine = make_engine(home, local_embedder)
+    engine.sync()
+    engine.close()
+    values = {**make_config(home).values(), "embedding.provider": "local"}
+    hello = {
+        "op": "hello",
+        "config": values,
+        "base_dir": str(home),
+        "index": str(engine.index_path),
+    }
+    helper = SearchHelper(lambda: hello, eligible=lambda: None, idle_s=1.5)
+    try:
+        for _ in range(START_AFTER):
+            helper.search({"query": "deploy"}, running=1)
+        wait_for(lambda: helper.status()["state"] == "ready", timeout=60)
+        pid = helper.status()["pid"]
+        answer = helper.search({"query": "rollback database snapshot"}, running=1)
+        assert answer is not None and answer["results"], answer
+        wait_for(lambda: helper.status()["state"] == "idle", timeout=30)
+        wait_for(lambda: not _alive(pid), timeout=15)
+        assert helper.status()["last_error"] is None  # a planned stop is no failure
+    finally:
+        helper.close()
 
 
 def test_the_helper_goes_with_the_daemon(daemon: DaemonProcess) -> None:

@@ -548,6 +548,8 @@ class Daemon:
             return "the daemon is stopping"
         if emb is None or emb.kind != "local" or engine.degraded() is not None:
             return "searches do not use the local model now"
+        if engine.config.str("rerank.provider") not in ("", "none"):
+            return "a reranker is on (its searches wait on it, not on the interpreter)"
         if engine.state == "reindexing":
             return "a rebuild is running"
         if engine.vector_count() > MAX_VECTORS:

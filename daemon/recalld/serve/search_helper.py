@@ -49,7 +49,9 @@ IDLE_S = 300.0  # a helper without a search handed over for this long is stopped
 # OVERLAP_WINDOW_S (four clients searching back to back reach it in ~0.1 s).
 START_AFTER = 8
 OVERLAP_WINDOW_S = 5.0
-ANSWER_S = 30.0  # a handed-over search not answered by then runs here (and the helper goes)
+# A handed-over search not answered by then runs here, and the helper is replaced. Searches it
+# takes are local and ~10-100 ms (no reranker, at most MAX_VECTORS): seconds mean it is stuck.
+ANSWER_S = 5.0
 MAX_FAILURES = 3
 # The helper loads its own copy of the vectors: not past this many (at 384 floats a vector,
 # ~1.5 GB at 1M). A big index's searches are mostly native scanning, which threads share well.
