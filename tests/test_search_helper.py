@@ -387,3 +387,13 @@ def test_only_lasting_overlap_starts_a_helper_and_a_failed_start_is_said(tmp_pat
         assert status["state"] == "idle" and status["pid"] is None
     finally:
         helper.close()
+
+
+def test_switching_it_off_in_a_live_config_edit(daemon: DaemonProcess, home: Path) -> None:
+    pid = _until_ready(daemon, QUERIES)["pid"]
+    _config(home, "[search]\nhelper_process = false\n")
+    wait_for(lambda: _helper(daemon)["state"] == "off", timeout=30)
+    wait_for(lambda: not _alive(pid), timeout=15)
+    started = _helper(daemon)["started"]
+    _hammer(daemon, QUERIES, 1.5, lambda q, r: None)
+    assert _helper(daemon)["started"] == started and _helper(daemon)["state"] == "off"

@@ -105,7 +105,7 @@ class Daemon:
         self.helper = SearchHelper(
             self._helper_hello,
             eligible=self._helper_blocked,
-            enabled=config.bool("search.helper_process"),
+            enabled=lambda: self.engine.config.bool("search.helper_process"),
         )
         self.engine.change_listener = self.helper.changed
         self.engine.epoch_listener = self.helper.retire

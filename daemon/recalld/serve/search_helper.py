@@ -194,15 +194,16 @@ class SearchHelper:
         hello: Callable[[], dict[str, Any]],
         *,
         eligible: Callable[[], str | None],
-        enabled: bool = True,
+        enabled: Callable[[], bool] = lambda: True,
         idle_s: float = IDLE_S,
         answer_s: float = ANSWER_S,
     ) -> None:
         """``hello``: the settings message for a new helper; ``eligible``: why no helper may
-        run now (None: it may)."""
+        run now (None: it may); ``enabled``: whether the settings allow one (read each time; a
+        config edit also retires a running helper, see ``Engine.reconfigure``)."""
         self._hello = hello
         self._eligible = eligible
-        self.enabled = enabled and os.name == "posix"
+        self._enabled = enabled
         self.idle_s = idle_s
         self.answer_s = answer_s
         self._lock = threading.Lock()
@@ -220,6 +221,11 @@ class SearchHelper:
         self._wake = threading.Event()
         self._watchdog: threading.Thread | None = None
         self._overlaps: collections.deque[float] = collections.deque(maxlen=START_AFTER)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether a helper may be used at all (the settings, and POSIX)."""
+        return os.name == "posix" and self._enabled()
 
     # routing ------------------------------------------------------------------------------
 
