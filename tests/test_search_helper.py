@@ -397,3 +397,23 @@ def test_switching_it_off_in_a_live_config_edit(daemon: DaemonProcess, home: Pat
     started = _helper(daemon)["started"]
     _hammer(daemon, QUERIES, 1.5, lambda q, r: None)
     assert _helper(daemon)["started"] == started and _helper(daemon)["state"] == "off"
+
+
+def test_a_helper_whose_process_cannot_be_started_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from recalld.serve.search_helper import START_AFTER, SearchHelper
+
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    helper = SearchHelper(lambda: {"op": "hello"}, eligible=lambda: None)
+    try:
+        for _ in range(START_AFTER):
+            assert helper.search({"query": "x"}, running=1) is None
+        status = helper.status()
+        assert status["started"] == 1 and status["state"] == "idle"
+        assert "did not start" in (status["last_error"] or ""), status
+        assert helper.search({"query": "x"}, running=1) is None  # searches go on here
+    finally:
+        helper.close()

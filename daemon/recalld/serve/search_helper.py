@@ -132,16 +132,18 @@ class _Link:
         threading.Thread(target=self._reap, name="recalld-helper-reap", daemon=True).start()
 
     def _reap(self, grace_s: float = 5.0) -> None:
+        """Wait for the process to go (kill it after ``grace_s``), then close both ends."""
         proc = self.process
-        if proc is None:
-            return
         try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            if proc is not None:
+                try:
+                    proc.wait(grace_s)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
         finally:
             self._channel.sock.close()
+            self._theirs.close()  # closed already once the process started
 
     def _send_loop(self) -> None:
         while True:
