@@ -417,3 +417,37 @@ def test_a_helper_whose_process_cannot_be_started_is_said(
         assert helper.search({"query": "x"}, running=1) is None  # searches go on here
     finally:
         helper.close()
+
+
+def test_the_hello_goes_ahead_of_changes_sent_before_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change the writer sends while the helper is being started follows the hello."""
+    import sys
+
+    from recalld.serve.helper_link import Link
+
+    seen = tmp_path / "seen.txt"
+    child = tmp_path / "fake-python"
+    child.write_text(
+        f"#!{sys.executable}\n"
+        "import socket, sys\n"
+        "from recalld.serve.helper_wire import Channel\n"
+        "ch = Channel(socket.socket(fileno=int(sys.argv[-1])))\n"
+        f"with open({str(seen)!r}, 'w') as out:\n"
+        "    for _ in range(3):\n"
+        "        msg = ch.receive()\n"
+        "        out.write((msg or {}).get('op', 'eof') + '\\n')\n"
+    )
+    child.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(child))
+    link = Link({"op": "hello"}, lambda link, msg: None)
+    try:
+        link.send(change_to_wire(FileChange([1], [])))  # before the process exists
+        link.start()
+        link.send(change_to_wire(FileChange([2], [])))
+        assert link.process is not None
+        link.process.wait(30)
+        assert seen.read_text().split() == ["hello", "change", "change"]
+    finally:
+        link.close()

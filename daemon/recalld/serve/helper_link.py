@@ -32,7 +32,10 @@ class Link:
     """One helper process and the socket to it: a sender thread (sends never block the
     writer), a reader thread (answers complete the waiting searches)."""
 
-    def __init__(self, on_ready: Callable[[Link, dict[str, Any]], None]) -> None:
+    def __init__(
+        self, hello: dict[str, Any], on_ready: Callable[[Link, dict[str, Any]], None]
+    ) -> None:
+        """``hello`` goes first, ahead of any change sent from now on."""
         self._on_ready = on_ready
         ours, theirs = socket.socketpair()
         self._channel = Channel(ours)
@@ -44,10 +47,10 @@ class Link:
         self._closed = False
         self.process: subprocess.Popen[bytes] | None = None
         self.error: str | None = None
-
-    def start(self, hello: dict[str, Any]) -> None:
-        """Start the process (the changes sent before are queued for it, in order)."""
         self._outbox.put(hello)
+
+    def start(self) -> None:
+        """Start the process (the changes sent before are queued for it, in order)."""
         fd = self._theirs.fileno()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "recalld.serve.helper_process", str(fd)],

@@ -199,12 +199,14 @@ class SearchHelper:
                 target=self._watch_idle, name="recalld-helper-idle", daemon=True
             )
             self._watchdog.start()
-        link = Link(self._on_ready)
+        # The hello is queued before the link is published: a change the writer sends from
+        # then on follows it.
+        link = Link(self._hello(), self._on_ready)
         self._link, self._ready = link, False
         self._last_used = time.monotonic()
         self.started += 1
         try:
-            link.start(self._hello())
+            link.start()
         except Exception as exc:  # noqa: BLE001 - no helper: searches run here
             self._link = None
             self._note_failure(f"the helper did not start: {exc}")
@@ -220,13 +222,14 @@ class SearchHelper:
                 return
         why = str(msg.get("error") or msg)
         if current:
-            self._failed(link, f"the helper did not start: {why}")
+            self._failed(link, f"the helper did not start: {why}", fallback=False)
         else:
             link.close(why)
 
-    def _failed(self, link: Link, why: str) -> None:
+    def _failed(self, link: Link, why: str, *, fallback: bool = True) -> None:
+        """``link`` failed (``fallback``: a search it was handed runs here instead)."""
         with self._lock:
-            self.fallbacks += 1
+            self.fallbacks += fallback
             if link is self._link:
                 self._link, self._ready = None, False
                 self._note_failure(why)
