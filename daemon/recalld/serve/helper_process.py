@@ -25,9 +25,9 @@ from recalld.config import Config
 from recalld.errors import RecalldError
 from recalld.serve.helper_wire import Channel, change_from_wire
 
-log = logging.getLogger("recalld.helper")
-
-SEARCH_THREADS = 2  # the daemon hands over at most as many searches as it runs itself
+# Two keep a core busy beside the daemon's searches; more handed over (the daemon gives it up to
+# half of what is in flight) wait in the pool's queue.
+SEARCH_THREADS = 2
 
 
 def main(argv: list[str] | None = None) -> int:
