@@ -53,6 +53,7 @@ run: install
 test: install
 	$(BIN)/ruff check daemon client tests $(wildcard bench)
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q tests
 
 lint: install

@@ -22,13 +22,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.loo import LAST, METRICS, score_table  # noqa: E402
+from bench.loo import markdown as loo_markdown  # noqa: E402
 from bench.partial_ids import transcript_overrides  # noqa: E402
 from recalld.config import Config, Value  # noqa: E402
 from recalld.surfaces.evaluation import parse_overrides, run_eval  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "bench"
 OUT = ROOT / "bench" / "out"
-METRICS = ("recall@10", "recall@4kc", "hit@1", "mrr@10", "ndcg@10")
 
 #: Every addition off: the session-1 pipeline (min-max 0.2/0.8, title column 1.5).
 OFF: dict[str, Value] = {
@@ -100,7 +101,6 @@ SETS = (
 #: Sets whose per-tag rows the Markdown shows.
 TAGGED = ("locomo", "locomo-transcripts", "vault-known-item")
 STANDARD = tuple(VARIANTS)  # what `make bench` runs: every variant, the levers last
-LAST = OUT / "ablation.json"
 
 
 def set_files(name: str) -> tuple[Path, Path, Path, dict[str, Value]]:
@@ -210,8 +210,6 @@ def load_last() -> dict[str, Any] | None:
 
 def decisions_markdown(results: dict[str, Any]) -> str:
     """The leave-one-set-out rule (``bench/loo.py``) for each lever of ``DECISIONS``."""
-    from bench.loo import markdown as loo_markdown
-    from bench.loo import score_table
 
     out: list[str] = []
     for label, variants in DECISIONS.items():

@@ -25,7 +25,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.ablation import LAST, METRICS  # noqa: E402
+#: The five metrics of every set, as `recalld eval --json` names them.
+METRICS = ("recall@10", "recall@4kc", "hit@1", "mrr@10", "ndcg@10")
+#: What bench/ablation.py writes and this analysis reads by default.
+LAST = ROOT / "bench" / "out" / "ablation.json"
 
 TOLERANCE = 0.005
 Table = Mapping[str, Mapping[str, float]]  # set -> variant -> score

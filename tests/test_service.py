@@ -372,7 +372,7 @@ def test_launchd_install_and_uninstall(home: Path, tmp_path: Path) -> None:
 
 
 def test_print_and_unsupported_platform(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["service", "print"]) == 0
+    assert cli.full_main(["service", "print"]) == 0
     printed = capsys.readouterr().out
     if sys.platform.startswith("linux"):
         assert printed.rstrip("\n") == service.render(SYSTEMD).rstrip("\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 from pathlib import Path
 
@@ -61,3 +62,13 @@ def resolve_folder(path: Path) -> Path:
         _resolved.clear()
     _resolved[key] = (ident, resolved)
     return resolved
+
+
+def glob_base(pattern: str) -> Path:
+    """The folder part of a glob before its first magic part (``~/.claude/projects/**``)."""
+    fixed: list[str] = []
+    for part in Path(pattern).parts:
+        if glob.has_magic(part):
+            break
+        fixed.append(part)
+    return Path(*fixed) if fixed else Path()

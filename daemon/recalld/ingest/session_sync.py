@@ -32,7 +32,7 @@ from recalld.ingest.sessions import (
     read_delta,
 )
 from recalld.ingest.sessions.chunking import carried, checked_kinds, to_carry
-from recalld.retrieval.access import glob_base
+from recalld.paths import glob_base
 
 log = logging.getLogger(__name__)
 

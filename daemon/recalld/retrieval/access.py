@@ -30,6 +30,7 @@ from typing import Any, BinaryIO
 
 from recalld.errors import BadRequest, Forbidden, NotFound
 from recalld.ingest.filters import PathFilter
+from recalld.paths import glob_base
 
 MAX_GET_LINES = 5_000
 MAX_GET_BYTES = 4_000_000
@@ -46,16 +47,6 @@ class Target:
 
     path: Path  # the real path (symlinks resolved)
     source: str  # "memory" | "sessions" (transcript lines are redacted when served)
-
-
-def glob_base(pattern: str) -> Path:
-    """The folder part of a glob before its first magic part (``~/.claude/projects/**``)."""
-    fixed: list[str] = []
-    for part in Path(pattern).parts:
-        if glob.has_magic(part):
-            break
-        fixed.append(part)
-    return Path(*fixed) if fixed else Path()
 
 
 def allowed_roots(memory_roots: Sequence[Path], session_globs: Sequence[str]) -> list[Path]:

@@ -16,8 +16,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from recalld.errors import BadRequest
+
 __all__ = [
     "MIN_BUDGET_TOKENS",
+    "check_budget",
     "count_tokens",
     "estimate_tokens",
     "fit_rendered",
@@ -26,6 +29,16 @@ __all__ = [
 
 #: Smallest budget accepted: one result with a short snippet.
 MIN_BUDGET_TOKENS = 100
+
+
+def check_budget(max_tokens: int) -> None:
+    """Refuse a ``max_tokens`` (the CLI's ``--max-tokens``) the answer budget cannot fit."""
+    if not MIN_BUDGET_TOKENS <= max_tokens <= 1_000_000:
+        raise BadRequest(
+            f"--max-tokens must be an integer from {MIN_BUDGET_TOKENS} to 1000000, got {max_tokens}"
+        )
+
+
 #: Results other than the best are dropped rather than trimmed below this many characters.
 MIN_SNIPPET_CHARS = 120
 #: The best result's snippet is never trimmed below this (never an empty or "#…" snippet).

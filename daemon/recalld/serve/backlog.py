@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from recalld.ingest.progress_text import describe
 from recalld.ingest.sync_report import Progress
-from recalld.surfaces.progress_bar import describe
 
 log = logging.getLogger("recalld.progress")
 

@@ -661,8 +661,8 @@ def serve(config: Config, config_path: Path | None = None) -> int:
     else the platform's, which may not exist yet); SIGHUP reloads it at once.
     """
     from recalld.serve.allocator import tune_allocator
+    from recalld.serve.config_overview import describe_config
     from recalld.serve.server import Server
-    from recalld.surfaces.overview import describe_config
 
     config_path = config_path or config.source or paths.config_path()
     tune_allocator()  # before the model loads; freed memory goes back to the system when idle

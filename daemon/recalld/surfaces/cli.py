@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from recalld import __version__
 from recalld.errors import BadRequest, IndexError_, RecalldError
-from recalld.surfaces import cli_fast, exit_codes
-from recalld.surfaces.cli_fast import check_budget
+from recalld.retrieval.answer_budget import check_budget
+from recalld.surfaces import exit_codes
 from recalld.surfaces.cli_output import (
     describe_sync_report as describe_sync_report,  # where callers have imported it from
 )
@@ -211,11 +211,6 @@ def _add_eval(sub: Any) -> None:
         help="override a config key for this run (TOML value)",
     )
     e.add_argument("--json", action="store_true", help=_JSON_HELP)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``recalld`` (and ``python -m recalld``): the fast path, then this CLI."""
-    return cli_fast.main(argv)
 
 
 def full_main(argv: Sequence[str], *, daemon_absent: bool = False) -> int:
@@ -457,4 +452,4 @@ def _warn_if_stale(engine: Any, config: Config) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(full_main(sys.argv[1:]))

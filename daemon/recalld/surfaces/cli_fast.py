@@ -166,6 +166,7 @@ def run(argv: Sequence[str]) -> int | str | None:
 
 
 def _answer(client: Any, opts: dict[str, Any]) -> int:
+    from recalld.retrieval.answer_budget import check_budget
     from recalld.surfaces import cli_output
 
     command, as_json = opts["command"], opts["json"]
@@ -185,17 +186,6 @@ def _answer(client: Any, opts: dict[str, Any]) -> int:
     else:
         cli_output.print_status(client.status(), as_json)
     return exit_codes.OK
-
-
-def check_budget(max_tokens: int) -> None:
-    """Refuse a ``--max-tokens`` outside what the answer budget can fit."""
-    from recalld.errors import BadRequest
-    from recalld.retrieval.answer_budget import MIN_BUDGET_TOKENS
-
-    if not MIN_BUDGET_TOKENS <= max_tokens <= 1_000_000:
-        raise BadRequest(
-            f"--max-tokens must be an integer from {MIN_BUDGET_TOKENS} to 1000000, got {max_tokens}"
-        )
 
 
 def _damaged(exc: BaseException) -> bool:

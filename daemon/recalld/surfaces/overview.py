@@ -1,39 +1,16 @@
-"""Where things are: the lines that open the serve log and ``recalld status``.
+"""Where things are: the lines that open ``recalld status``.
 
-A new user's first questions are where the notes go and what recalld looks at; both places
-answer them before anything else.
+A new user's first questions are where the notes go and what recalld looks at; status answers
+them before anything else (the serve log does the same with :mod:`recalld.serve.config_overview`).
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recalld import paths
-
 if TYPE_CHECKING:  # status_head runs in the CLI's fast path, which must not load the config
-    from recalld.config import Config
-
-
-def describe_config(config: Config, config_path: Path) -> list[str]:
-    """The serve log's first lines: memory folders, transcript globs, index, config file."""
-    roots = config.memory_roots()
-    missing = [str(r) for r in roots if not r.is_dir()]
-    globs = config.session_globs()
-    state = (
-        "edits apply live, SIGHUP reloads"
-        if config_path.exists()
-        else "not present: defaults; create it to configure, it is read when saved"
-    )
-    lines = [
-        f"notes: memory folders {', '.join(map(str, roots))}"
-        + (f" (not there yet: {', '.join(missing)})" if missing else ""),
-        f"transcripts: {', '.join(globs) if globs else 'none (sessions.paths is empty)'}",
-        f"index: {paths.index_path(config.base_dir)}",
-        f"config: {config_path} ({state})",
-    ]
-    return lines
+    pass
 
 
 def status_head(status: dict[str, Any]) -> list[str]:
