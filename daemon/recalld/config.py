@@ -331,6 +331,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("rerank.api_key_env", "", "Environment variable holding the reranker key."),
     Setting("rerank.top_n", 20, "Fused results that the reranker rescores.", 1, 1000),
     Setting("rerank.timeout_s", 3.0, "Time budget of one rerank call.", 0.01, 600),
+    Setting("shared.url", "", "postgresql:// URL of the shared store (no password); empty: off."),
+    Setting("shared.member", "", "Your name in the shared store (its role is recalld_<member>)."),
+    Setting("shared.collection", "", "This machine's collection; empty: <member>@<hostname>."),
+    Setting("shared.team", "", "Team that may read this collection; empty: only you."),
+    Setting("shared.share", [], "Globs of notes or folders to share; transcripts only if listed."),
+    Setting("shared.read", ["*"], "Collections (names or globs) searched besides the local index."),
+    Setting("shared.timeout_ms", 300, "How long a search waits for the shared store.", 20, 60_000),
+    Setting("shared.password_env", "RECALLD_SHARED_PASSWORD", "Variable holding the password."),
+    Setting("shared.password_file", "", "File with the password (readable only by you)."),
 )
 
 _BY_KEY = {s.key: s for s in SETTINGS}

@@ -36,6 +36,7 @@ from recalld.serve.allocator import note_activity
 from recalld.serve.backlog import Backlog, JobQueue
 from recalld.serve.config_watch import LiveConfig
 from recalld.serve.search_helper import MAX_VECTORS, SearchHelper
+from recalld.serve.shared_link import SharedLink
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ class Daemon:
         )
         self.engine.change_listener = self.helper.changed
         self.engine.epoch_listener = self.helper.retire
+        self.shared = SharedLink(config, self.engine)  # off unless [shared] url is set
 
     # lifecycle ----------------------------------------------------------------------------------
 
@@ -123,6 +125,7 @@ class Daemon:
         self._start_sessions()
         if self.check_after_start:
             threading.Thread(target=self._check_later, name="recalld-check", daemon=True).start()
+        self.shared.start()
 
     def _check_later(self) -> None:
         """The start's integrity check of a cleanly closed index, while searches are answered:
@@ -223,6 +226,7 @@ class Daemon:
         """
         self._stop.set()
         self.helper.close()
+        self.shared.stop()
         with self._retry_lock:
             if self._retry_timer is not None:
                 self._retry_timer.cancel()
@@ -382,6 +386,7 @@ class Daemon:
         """Schedule a full sync later when this one failed (a full disk, a broken index write)
         or left chunks without vectors (provider down): the dirty paths of a failed batch are
         not lost, and back-filling resumes by itself. Backoff 2, 4, 8, 16, then every 30 s."""
+        self.shared.poke()
         if error is not None or report.get("embed_error"):
             self._schedule_retry()
         elif kinds & {"full", "reindex"}:
@@ -504,7 +509,7 @@ class Daemon:
         """The dispatch table of plain methods."""
         return {
             "search": self._index_guard(self.h_search),
-            "get": self._index_guard(self.engine.get),
+            "get": self._index_guard(self.h_get),
             "status": self._index_guard(self.h_status),
             "sync": self.h_sync,
             "reindex": self.h_reindex,
@@ -512,6 +517,14 @@ class Daemon:
         }
 
     def h_search(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """A search of the local index (and of the shared store when one is configured)."""
+        return self.shared.search(params, lambda: self._search_local(params))
+
+    def h_get(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``get``: lines of a local file, or of a shared one (``shared:...`` citations)."""
+        return self.shared.get(params) or self.engine.get(params)
+
+    def _search_local(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """A search: here, or by the search helper while others run here."""
         in_flight = self.engine.in_flight
         running = in_flight.running  # here and handed over: a search alone overlaps channels
@@ -578,6 +591,9 @@ class Daemon:
             status["warnings"].append(self.health_note)
         if self.live is not None:
             self.live.annotate(status)
+        shared = self.shared.status()
+        if shared is not None:
+            status["shared"] = shared
         return status
 
     def _run_job(self, job: Job, params: Mapping[str, Any]) -> dict[str, Any]:

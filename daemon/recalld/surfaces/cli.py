@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from recalld import __version__
 from recalld.errors import BadRequest, IndexError_, RecalldError
 from recalld.retrieval.answer_budget import check_budget
-from recalld.surfaces import exit_codes
+from recalld.surfaces import exit_codes, shared_cli
 from recalld.surfaces.cli_output import (
     describe_sync_report as describe_sync_report,  # where callers have imported it from
 )
@@ -95,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("mcp", help="MCP server over stdio (memory_search, memory_get)")
     sub.add_parser("tray", help="tray icon showing sync state")
+    shared_cli.add_parser(sub)
     sv = sub.add_parser("service", help="systemd / launchd service files")
     sv.add_argument(
         "action",
@@ -315,6 +316,8 @@ def _run(args: argparse.Namespace) -> int:
         from recalld.surfaces.tray import main as tray_main
 
         return tray_main()
+    if cmd == "shared":
+        return shared_cli.main(args, _load_config(args))
     if cmd == "service":
         from recalld.surfaces.service import main as service_main
 

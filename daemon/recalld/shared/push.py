@@ -1,0 +1,245 @@
+"""Push: the shared folders' chunks, with the vectors the daemon already has, into its collection.
+
+What waits to be pushed is not a log of events but a difference of two states: the files of the
+shared folders in the local index, and what the store holds of this collection (path -> content
+hash). A file whose hash differs is pushed whole (its redacted text, chunks and vectors, one
+transaction); a file gone from the local index leaves a tombstone. So pushing is idempotent by
+content hash, nothing is duplicated when a push is retried, and nothing is lost across a restart
+or while PostgreSQL is away: the difference is still there when it comes back. The last state
+seen of the store is kept in ``shared-pushed.json`` beside the index, so that ``status`` can say
+how many files wait even while the store is unreachable.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recalld.index.store import Store
+from recalld.ingest.indexer import text_hash
+from recalld.ingest.sessions.redaction import redact
+from recalld.shared.remote import PushChunk, Remote
+from recalld.shared.settings import SharedSettings
+
+log = logging.getLogger("recalld.shared")
+
+#: Backoff after a failed push: doubles from the first to the last, then stays there.
+BACKOFF_S = (1.0, 60.0)
+
+
+@dataclass
+class PushState:
+    """What ``status`` says of the shared store."""
+
+    waiting: int = 0
+    pushed: int = 0
+    tombstones: int = 0
+    last_error: str | None = None
+    last_push: float | None = None
+    reachable: bool | None = None
+    retry_in_s: float = 0.0
+    known: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "waiting": self.waiting,
+            "pushed": self.pushed,
+            "tombstones": self.tombstones,
+            "reachable": self.reachable,
+            "last_error": self.last_error,
+            "last_push": self.last_push,
+            "retry_in_s": round(self.retry_in_s, 1),
+        }
+
+
+class Scope:
+    """Which indexed files are shared: memory notes under ``share``, transcripts only if named."""
+
+    def __init__(self, share: tuple[str, ...], memory_roots: list[Path]) -> None:
+        self.roots = [Path(os.path.realpath(r)) for r in memory_roots]
+        self.patterns = [os.path.expanduser(p) for p in share]
+
+    def key(self, path: str, source: str) -> str | None:
+        """The file's name in the store (``<root folder>/<relative path>``), or None: not shared."""
+        for root in self.roots:
+            try:
+                rel = Path(path).relative_to(root).as_posix()
+            except ValueError:
+                continue
+            if source == "memory" and any(self._match(p, path, rel) for p in self.patterns):
+                return f"{root.name}/{rel}"
+        if source == "sessions" and any(
+            os.path.isabs(p) and self._match(p, path, "") for p in self.patterns
+        ):
+            return "sessions/" + Path(path).name
+        return None
+
+    @staticmethod
+    def _match(pattern: str, path: str, rel: str) -> bool:
+        if os.path.isabs(pattern):
+            return fnmatch.fnmatchcase(path, pattern) or path.startswith(pattern.rstrip("/") + "/")
+        if not rel:
+            return False
+        return fnmatch.fnmatchcase(rel, pattern) or rel.startswith(pattern.rstrip("/") + "/")
+
+
+class Pusher:
+    """The thread that keeps this collection equal to the shared part of the local index."""
+
+    def __init__(
+        self,
+        settings: SharedSettings,
+        remote: Remote,
+        reader: Callable[[], AbstractContextManager[Store]],
+        scope: Scope,
+        state_file: Path,
+        interval_s: float = 2.0,
+    ) -> None:
+        self.settings = settings
+        self.remote = remote
+        self.reader = reader
+        self.scope = scope
+        self.state_file = state_file
+        self.interval_s = interval_s
+        self.state = PushState(known=_load_known(state_file))
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._identity_ok = False
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="recalld-shared-push", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def poke(self) -> None:
+        """Something was indexed: look for work now rather than at the next interval."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        delay = BACKOFF_S[0]
+        while not self._stop.is_set():
+            try:
+                self.push_once()
+                delay = BACKOFF_S[0]
+                self.state.retry_in_s = 0.0
+                self._wake.wait(self.interval_s)
+            except Exception as exc:  # noqa: BLE001 - any failure: say it, retry with backoff
+                self.state.last_error = _describe(exc)
+                self.state.reachable = False
+                self.state.retry_in_s = delay
+                log.warning("shared store: %s (retrying in %.0f s)", self.state.last_error, delay)
+                self._wake.wait(delay)
+                delay = min(delay * 2, BACKOFF_S[1])
+            self._wake.clear()
+
+    def push_once(self) -> int:
+        """One round: push what differs; returns the files pushed or tombstoned."""
+        local = self._local_files()
+        self.state.waiting = len(_differences(local, self.state.known))
+        if not self._identity_ok:
+            self._claim()
+        remote = self.remote.pushed()
+        self.state.reachable = True
+        self.state.last_error = None
+        self._remember(remote)
+        work = _differences(local, remote)
+        self.state.waiting = len(work)
+        done = 0
+        for key in work:
+            entry = local.get(key)
+            if entry is None:
+                self.remote.tombstone(key)
+                remote[key] = ""
+                self.state.tombstones += 1
+            else:
+                self._push(key, entry)
+                remote[key] = entry[1]
+                self.state.pushed += 1
+            done += 1
+            self.state.waiting -= 1
+            self._remember(remote)
+        if done:
+            self.state.last_push = time.time()
+        return done
+
+    def _claim(self) -> None:
+        with self.reader() as store:
+            identity = store.identity()
+        if identity is None or not identity.provider_key:
+            return  # keyword-only for now: pushed chunks carry no vectors, nothing to check
+        self.remote.claim(identity.provider_key, identity.label, identity.model, identity.dims)
+        self.remote.ensure_collection()
+        self._identity_ok = True
+
+    def _local_files(self) -> dict[str, tuple[str, str]]:
+        """key -> (absolute path, content hash) of the shared files in the local index."""
+        with self.reader() as store:
+            files = store.files()
+        out: dict[str, tuple[str, str]] = {}
+        for path, row in files.items():
+            key = self.scope.key(path, row.source)
+            if key is not None:
+                out[key] = (path, row.hash)
+        return out
+
+    def _push(self, key: str, entry: tuple[str, str]) -> None:
+        path, file_hash = entry
+        with self.reader() as store:
+            chunks = store.file_chunks(path)
+            vectors = store.vectors([c.id for c in chunks]) if store.has_vec_table() else {}
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = "\n".join(c.text for c in chunks)
+        pushed = [
+            PushChunk(
+                c.start_line,
+                c.end_line,
+                c.kind,
+                text_hash(c.text),
+                redact(c.text),
+                vectors.get(c.id),
+            )
+            for c in chunks
+        ]
+        self.remote.push_file(key, file_hash, redact(text), pushed)
+
+    def _remember(self, remote: dict[str, str]) -> None:
+        self.state.known = dict(remote)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(remote), encoding="utf-8")
+        os.replace(tmp, self.state_file)
+
+
+def _differences(local: dict[str, tuple[str, str]], remote: dict[str, str]) -> list[str]:
+    """Keys to push (hash differs) then keys to tombstone (gone here, live there)."""
+    push = [k for k, (_, h) in local.items() if remote.get(k) != h]
+    gone = [k for k, h in remote.items() if h and k not in local]
+    return sorted(push) + sorted(gone)
+
+
+def _load_known(path: Path) -> dict[str, str]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _describe(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -1,0 +1,204 @@
+"""The shared store's schema, roles and row-level security, created and migrated by recalld.
+
+An administrator (the embedded server's superuser, or the owner of a managed database) runs
+:func:`migrate` once and :func:`add_member` per person. Each member connects as its own role
+``recalld_<name>``; PostgreSQL itself then enforces that a member reads only the collections it
+owns or that are shared with one of its teams, and writes only its own rows: recalld's code is
+not what keeps a team's notes from an outsider.
+
+The vector space is fixed by the first daemon that pushes (:func:`claim_identity`): the vectors
+table gets its width then, and a daemon with another provider, model or width is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from recalld.errors import ConfigError
+
+#: Members are granted this role; it carries every privilege a member needs.
+MEMBERS_ROLE = "recalld_members"
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: collections, files, chunks (keyword terms as a tsvector), members, identity, policies.
+    """
+    CREATE EXTENSION IF NOT EXISTS vector;
+    CREATE SCHEMA IF NOT EXISTS recalld;
+    CREATE TABLE recalld.identity (
+        one          boolean PRIMARY KEY DEFAULT true CHECK (one),
+        provider_key text NOT NULL,
+        label        text NOT NULL,
+        model        text NOT NULL,
+        dims         integer NOT NULL
+    );
+    CREATE TABLE recalld.members (
+        name  text PRIMARY KEY,
+        role  name NOT NULL UNIQUE,
+        teams text[] NOT NULL DEFAULT '{}'
+    );
+    CREATE TABLE recalld.collections (
+        name       text PRIMARY KEY,
+        owner      text NOT NULL REFERENCES recalld.members(name),
+        team       text NOT NULL DEFAULT '',
+        updated_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE recalld.files (
+        collection text NOT NULL REFERENCES recalld.collections(name) ON DELETE CASCADE,
+        path       text NOT NULL,
+        hash       text NOT NULL,
+        lines      integer NOT NULL,
+        text       text NOT NULL DEFAULT '',
+        deleted    boolean NOT NULL DEFAULT false,
+        pushed_at  timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (collection, path)
+    );
+    CREATE TABLE recalld.chunks (
+        id         bigserial PRIMARY KEY,
+        collection text NOT NULL,
+        path       text NOT NULL,
+        start_line integer NOT NULL,
+        end_line   integer NOT NULL,
+        kind       text NOT NULL,
+        hash       text NOT NULL,
+        text       text NOT NULL,
+        terms      tsvector NOT NULL,
+        FOREIGN KEY (collection, path) REFERENCES recalld.files ON DELETE CASCADE
+    );
+    CREATE INDEX chunks_terms ON recalld.chunks USING gin (terms);
+    CREATE INDEX chunks_by_file ON recalld.chunks (collection, path, start_line);
+
+    -- Who is asking: the member whose role opened the session (not the definer's).
+    CREATE FUNCTION recalld.me() RETURNS text LANGUAGE sql STABLE SECURITY DEFINER
+        SET search_path = recalld, pg_temp
+        AS $$ SELECT name FROM recalld.members WHERE role = session_user $$;
+    CREATE FUNCTION recalld.readable() RETURNS text[] LANGUAGE sql STABLE SECURITY DEFINER
+        SET search_path = recalld, pg_temp
+        AS $$
+        SELECT coalesce(array_agg(c.name), '{}') FROM recalld.collections c
+        WHERE c.owner = recalld.me()
+           OR (c.team <> '' AND c.team = ANY (
+                SELECT unnest(m.teams) FROM recalld.members m WHERE m.name = recalld.me()))
+        $$;
+    CREATE FUNCTION recalld.owned() RETURNS text[] LANGUAGE sql STABLE SECURITY DEFINER
+        SET search_path = recalld, pg_temp
+        AS $$
+        SELECT coalesce(array_agg(name), '{}') FROM recalld.collections WHERE owner = recalld.me()
+        $$;
+
+    ALTER TABLE recalld.members ENABLE ROW LEVEL SECURITY;
+    ALTER TABLE recalld.collections ENABLE ROW LEVEL SECURITY;
+    ALTER TABLE recalld.files ENABLE ROW LEVEL SECURITY;
+    ALTER TABLE recalld.chunks ENABLE ROW LEVEL SECURITY;
+    CREATE POLICY members_self ON recalld.members FOR SELECT USING (role = session_user);
+    CREATE POLICY collections_read ON recalld.collections FOR SELECT
+        USING (name = ANY ((SELECT recalld.readable())::text[]));
+    CREATE POLICY collections_write ON recalld.collections FOR ALL
+        USING (owner = (SELECT recalld.me())) WITH CHECK (owner = (SELECT recalld.me()));
+    CREATE POLICY files_read ON recalld.files FOR SELECT
+        USING (collection = ANY ((SELECT recalld.readable())::text[]));
+    CREATE POLICY files_write ON recalld.files FOR ALL
+        USING (collection = ANY ((SELECT recalld.owned())::text[]))
+        WITH CHECK (collection = ANY ((SELECT recalld.owned())::text[]));
+    CREATE POLICY chunks_read ON recalld.chunks FOR SELECT
+        USING (collection = ANY ((SELECT recalld.readable())::text[]));
+    CREATE POLICY chunks_write ON recalld.chunks FOR ALL
+        USING (collection = ANY ((SELECT recalld.owned())::text[]))
+        WITH CHECK (collection = ANY ((SELECT recalld.owned())::text[]));
+
+    -- The first daemon that pushes fixes the vector space; the vectors table is made then.
+    CREATE FUNCTION recalld.claim_identity(p_key text, p_label text, p_model text, p_dims int)
+        RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = recalld, public, pg_temp
+        AS $$
+        DECLARE cur recalld.identity;
+        BEGIN
+            IF p_dims < 1 OR p_dims > 16000 THEN
+                RAISE EXCEPTION 'recalld: % dimensions is not a vector width', p_dims;
+            END IF;
+            LOCK TABLE recalld.identity IN EXCLUSIVE MODE;
+            SELECT * INTO cur FROM recalld.identity;
+            IF FOUND THEN
+                IF (cur.provider_key, cur.model, cur.dims) IS DISTINCT FROM (p_key, p_model, p_dims)
+                THEN
+                    RAISE EXCEPTION USING ERRCODE = 'RC001', MESSAGE = format(
+                        'the shared store holds vectors of %s (%s-d); this daemon embeds with %s '
+                        '(%s-d): use the same provider and model as the store',
+                        cur.label, cur.dims, p_label, p_dims);
+                END IF;
+                RETURN 'kept';
+            END IF;
+            INSERT INTO recalld.identity VALUES (true, p_key, p_label, p_model, p_dims);
+            EXECUTE format(
+                'CREATE TABLE recalld.vectors ('
+                ' chunk_id bigint PRIMARY KEY REFERENCES recalld.chunks(id) ON DELETE CASCADE,'
+                ' collection text NOT NULL, embedding vector(%s) NOT NULL)', p_dims);
+            EXECUTE 'CREATE INDEX vectors_hnsw ON recalld.vectors '
+                    'USING hnsw (embedding vector_cosine_ops)';
+            EXECUTE 'ALTER TABLE recalld.vectors ENABLE ROW LEVEL SECURITY';
+            EXECUTE 'CREATE POLICY vectors_read ON recalld.vectors FOR SELECT '
+                    'USING (collection = ANY ((SELECT recalld.readable())::text[]))';
+            EXECUTE 'CREATE POLICY vectors_write ON recalld.vectors FOR ALL '
+                    'USING (collection = ANY ((SELECT recalld.owned())::text[])) '
+                    'WITH CHECK (collection = ANY ((SELECT recalld.owned())::text[]))';
+            EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE ON recalld.vectors TO recalld_members';
+            RETURN 'claimed';
+        END $$;
+    """,
+)
+
+_GRANTS = f"""
+    GRANT USAGE ON SCHEMA recalld TO {MEMBERS_ROLE};
+    GRANT SELECT ON recalld.identity, recalld.members TO {MEMBERS_ROLE};
+    GRANT SELECT, INSERT, UPDATE, DELETE ON recalld.collections, recalld.files, recalld.chunks
+        TO {MEMBERS_ROLE};
+    GRANT USAGE ON ALL SEQUENCES IN SCHEMA recalld TO {MEMBERS_ROLE};
+    GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA recalld TO {MEMBERS_ROLE};
+"""
+
+
+def migrate(conn: Any) -> int:
+    """Create or bring the schema up to date (as an administrator); returns its version."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(7321001)")  # two admins at once: one migrates
+        conn.execute(
+            f"DO $$ BEGIN CREATE ROLE {MEMBERS_ROLE} NOLOGIN; "
+            "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        )
+        conn.execute("CREATE TABLE IF NOT EXISTS public.recalld_version (version integer)")
+        row = conn.execute("SELECT max(version) FROM public.recalld_version").fetchone()
+        version = int(row[0] or 0)
+        if version > len(MIGRATIONS):
+            raise ConfigError(
+                f"the shared store has schema version {version}, newer than this recalld "
+                f"({len(MIGRATIONS)}): upgrade recalld"
+            )
+        for number, sql in enumerate(MIGRATIONS[version:], start=version + 1):
+            conn.execute(sql)
+            conn.execute("INSERT INTO public.recalld_version VALUES (%s)", (number,))
+        conn.execute(_GRANTS)
+    return len(MIGRATIONS)
+
+
+def add_member(conn: Any, name: str, password: str, teams: list[str]) -> str:
+    """Create (or update) a member's login role and its teams, as an administrator."""
+    from psycopg import sql
+
+    from recalld.shared.settings import role_of
+
+    role = role_of(name)
+    with conn.transaction():
+        exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+        verb = sql.SQL("ALTER ROLE" if exists else "CREATE ROLE")
+        conn.execute(
+            sql.SQL("{} {} LOGIN PASSWORD {}").format(
+                verb, sql.Identifier(role), sql.Literal(password)
+            )
+        )
+        conn.execute(
+            sql.SQL("GRANT {} TO {}").format(sql.Identifier(MEMBERS_ROLE), sql.Identifier(role))
+        )
+        conn.execute(
+            "INSERT INTO recalld.members(name, role, teams) VALUES (%s, %s, %s) "
+            "ON CONFLICT (name) DO UPDATE SET teams = excluded.teams",
+            (name, role, teams),
+        )
+    return role

