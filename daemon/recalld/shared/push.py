@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recalld.index.store import Store
+from recalld.index.store import VECTORS_GENERATION, Store
 from recalld.ingest.indexer import text_hash
 from recalld.ingest.sessions.redaction import redact
 from recalld.shared.remote import PushChunk, Remote
@@ -41,6 +41,7 @@ class PushState:
     """What ``status`` says of the shared store."""
 
     waiting: int = 0
+    unfinished: int = 0  # shared files whose vectors are still being computed
     pushed: int = 0
     tombstones: int = 0
     last_error: str | None = None
@@ -52,6 +53,7 @@ class PushState:
     def as_dict(self) -> dict[str, Any]:
         return {
             "waiting": self.waiting,
+            "waiting_for_vectors": self.unfinished,
             "pushed": self.pushed,
             "tombstones": self.tombstones,
             "reachable": self.reachable,
@@ -115,6 +117,7 @@ class Pusher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._identity_ok = False
+        self._last_mark: tuple[Any, ...] | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="recalld-shared-push", daemon=True)
@@ -149,6 +152,10 @@ class Pusher:
 
     def push_once(self) -> int:
         """One round: push what differs; returns the files pushed or tombstoned."""
+        mark = self._fingerprint()
+        settled = self._identity_ok and not (self.state.waiting or self.state.unfinished)
+        if settled and mark == self._last_mark:
+            return 0  # nothing indexed since the last round that left nothing to do
         local = self._local_files()
         self.state.waiting = len(_differences(local, self.state.known))
         if not self._identity_ok:
@@ -175,7 +182,14 @@ class Pusher:
             self._remember(remote)
         if done:
             self.state.last_push = time.time()
+        self._last_mark = mark
         return done
+
+    def _fingerprint(self) -> tuple[Any, ...]:
+        """Changes whenever a file is indexed or removed, or a vector is written."""
+        with self.reader() as store:
+            row = store.conn.execute("SELECT count(*), max(indexed_at) FROM files").fetchone()
+            return (tuple(row or ()), store.meta(VECTORS_GENERATION))
 
     def _claim(self) -> None:
         with self.reader() as store:
@@ -187,14 +201,26 @@ class Pusher:
         self._identity_ok = True
 
     def _local_files(self) -> dict[str, tuple[str, str]]:
-        """key -> (absolute path, content hash) of the shared files in the local index."""
+        """key -> (absolute path, content hash) of the shared files in the local index.
+
+        A file whose chunks still wait for vectors (keyword first) is left for a later round:
+        pushed now, it would reach the store without them and never be pushed again.
+        """
         with self.reader() as store:
             files = store.files()
+            unfinished = _without_vectors(store)
         out: dict[str, tuple[str, str]] = {}
+        self.state.unfinished = 0
         for path, row in files.items():
             key = self.scope.key(path, row.source)
-            if key is not None:
-                out[key] = (path, row.hash)
+            if key is None:
+                continue
+            if path in unfinished:
+                self.state.unfinished += 1
+                if key in self.state.known:  # keep what the store has until vectors come
+                    out[key] = (path, self.state.known[key])
+                continue
+            out[key] = (path, row.hash)
         return out
 
     def _push(self, key: str, entry: tuple[str, str]) -> None:
@@ -224,6 +250,17 @@ class Pusher:
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(remote), encoding="utf-8")
         os.replace(tmp, self.state_file)
+
+
+def _without_vectors(store: Store) -> set[str]:
+    """Paths with a chunk due a vector that has none yet (empty for a keyword-only index)."""
+    if not store.has_vec_table():
+        return set()
+    rows = store.conn.execute(
+        "SELECT DISTINCT path FROM chunks WHERE embed = 1 "
+        "AND id NOT IN (SELECT rowid FROM chunks_vec)"
+    )
+    return {str(r[0]) for r in rows}
 
 
 def _differences(local: dict[str, tuple[str, str]], remote: dict[str, str]) -> list[str]:
