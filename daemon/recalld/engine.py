@@ -518,13 +518,9 @@ class Engine:
             row = store.file(str(target.path))
         if row is None and not access.exists(target.path):
             raise NotFound(f"{target.path} is not indexed and does not exist")
-        redact = None
-        if target.source == "sessions":  # indexed or not yet: transcripts are served redacted
-            from recalld.ingest.sessions.decoded import decode_line
-            from recalld.ingest.sessions.redaction import redact_line
+        from recalld.retrieval import served  # the gate: every line leaves redacted
 
-            redact = decode_line if decoded else redact_line
-        return access.read_lines(target.path, from_line, lines, redact=redact)
+        return served.read(target, from_line, lines, decoded)
 
     # writes -----------------------------------------------------------------------------------
 
