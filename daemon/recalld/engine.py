@@ -829,8 +829,9 @@ class Engine:
             ]
         skipped = sorted(self.skipped.items())
         from recalld.ingest.sessions.redaction import counts as redaction_counts
+        from recalld.retrieval.served import status_texts
 
-        return {
+        status = {
             "version": __version__,
             "state": self.state,
             "provider": self.embedder.label if self.embedder else "none",
@@ -856,6 +857,7 @@ class Engine:
             "vector_matrix": self._matrix_status(),
             "keyword_postings": self._postings_status(),
         }
+        return status_texts(status)  # errors and reasons quote what failed: through the gate
 
     def _postings_status(self) -> dict[str, int | bool] | None:
         """The keyword channel's held postings: words, bytes, failures, reading ahead."""

@@ -23,7 +23,7 @@ def redact(text: str, where: str = "indexed") -> tuple[str, int]:
     """``text`` with every secret replaced, and how many were; idempotent, keeps line numbers.
 
     ``where`` names the tally in ``status.redactions`` ("indexed" for text on its way into the
-    index or to disk, "served" for text on its way out).
+    index or to disk, "served" for text on its way out; "log" is not counted).
     """
     return redact_lines(text, where)
 

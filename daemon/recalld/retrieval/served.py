@@ -9,7 +9,8 @@ the one redactor (:mod:`recalld.ingest.redactor`):
 - search snippets (the daemon and the search helper build results with the same code):
   :func:`snippet`, although the index holds redacted text already (notes and transcripts are
   redacted before they are chunked): a gate that does not depend on how the index was built;
-- error messages and log lines: :func:`message`.
+- error messages and ``status`` text: :func:`message`, :func:`status_texts`; log lines are
+  redacted by the log formatter (:class:`recalld.security.ScrubbingFormatter`).
 
 ``also`` ranges and citations are paths and line numbers, never text.
 """
@@ -22,7 +23,7 @@ from typing import Any
 from recalld.ingest.redactor import redact, redact_jsonl_line
 from recalld.retrieval import access
 
-__all__ = ["message", "read", "snippet"]
+__all__ = ["message", "read", "snippet", "status_texts"]
 
 
 def _whole_note(text: str) -> str:
@@ -53,5 +54,18 @@ def snippet(text: str) -> str:
 
 
 def message(text: str) -> str:
-    """An error message or log line that may quote file text or a config value."""
+    """An error message or status line that may quote file text or a config value."""
     return redact(text, "served")[0] if text else text
+
+
+def status_texts(status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` with its free-text fields (errors, reasons files were skipped) through the
+    gate: they quote what failed, which can be a line of a file."""
+    for key in ("last_error", "degraded", "provider_reason", "config_error"):
+        if isinstance(status.get(key), str):
+            status[key] = message(status[key])
+    for item in status.get("skipped_files") or ():
+        item["reason"] = message(item["reason"])
+    if isinstance(status.get("warnings"), list):
+        status["warnings"] = [message(w) if isinstance(w, str) else w for w in status["warnings"]]
+    return status

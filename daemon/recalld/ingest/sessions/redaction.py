@@ -416,8 +416,9 @@ def _count(where: str, before: str, after: str) -> int:
     made = Counter(_TOKEN.findall(after))
     made.subtract(Counter(_TOKEN.findall(before)))
     new = {k: v for k, v in made.items() if v > 0}
-    with _TALLY_LOCK:
-        _TALLY[where].update(new)
+    if where in _TALLY:  # "log": counted by nobody
+        with _TALLY_LOCK:
+            _TALLY[where].update(new)
     return sum(new.values())
 
 
