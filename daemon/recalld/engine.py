@@ -518,13 +518,9 @@ class Engine:
             row = store.file(str(target.path))
         if row is None and not access.exists(target.path):
             raise NotFound(f"{target.path} is not indexed and does not exist")
-        redact = None
-        if target.source == "sessions":  # indexed or not yet: transcripts are served redacted
-            from recalld.ingest.sessions.decoded import decode_line
-            from recalld.ingest.sessions.redaction import redact_line
+        from recalld.retrieval import served  # the gate: every line leaves redacted
 
-            redact = decode_line if decoded else redact_line
-        return access.read_lines(target.path, from_line, lines, redact=redact)
+        return served.read(target, from_line, lines, decoded)
 
     # writes -----------------------------------------------------------------------------------
 
@@ -833,8 +829,9 @@ class Engine:
             ]
         skipped = sorted(self.skipped.items())
         from recalld.ingest.sessions.redaction import counts as redaction_counts
+        from recalld.retrieval.served import status_texts
 
-        return {
+        status = {
             "version": __version__,
             "state": self.state,
             "provider": self.embedder.label if self.embedder else "none",
@@ -860,6 +857,7 @@ class Engine:
             "vector_matrix": self._matrix_status(),
             "keyword_postings": self._postings_status(),
         }
+        return status_texts(status)  # errors and reasons quote what failed: through the gate
 
     def _postings_status(self) -> dict[str, int | bool] | None:
         """The keyword channel's held postings: words, bytes, failures, reading ahead."""

@@ -166,7 +166,8 @@ def secret_values(config: Config, env: Mapping[str, str] | None = None) -> list[
 
 
 class ScrubbingFormatter(logging.Formatter):
-    """Formats with ``inner``, then masks every secret in the text (tracebacks included)."""
+    """Formats with ``inner``, then masks every secret in the text (tracebacks included): the
+    keys this daemon holds, and every secret shape the redactor knows."""
 
     def __init__(self, inner: logging.Formatter, secrets: Iterable[str]) -> None:
         super().__init__()
@@ -178,7 +179,9 @@ class ScrubbingFormatter(logging.Formatter):
         for secret in self.secrets:
             if secret in text:
                 text = text.replace(secret, MASK)
-        return text
+        from recalld.ingest.redactor import redact  # a line quoting a file: the one redactor
+
+        return redact(text, "log")[0]
 
 
 def protect_logs(config: Config, logger: logging.Logger | None = None) -> None:
@@ -190,9 +193,7 @@ def protect_logs(config: Config, logger: logging.Logger | None = None) -> None:
     of defence for whatever else might print one (an exception message, a third-party library).
     """
     logging.getLogger("httpcore").setLevel(logging.INFO)
-    secrets = secret_values(config)
-    if not secrets:
-        return
+    secrets = secret_values(config)  # none set: the formatter still redacts secret shapes
     for handler in (logger or logging.getLogger()).handlers:
         current = handler.formatter or logging.Formatter()
         if isinstance(current, ScrubbingFormatter):

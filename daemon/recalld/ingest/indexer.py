@@ -38,6 +38,7 @@ from recalld.ingest.path_rule import (
     read_checked,
     shown,
 )
+from recalld.ingest.redactor import redact
 from recalld.ingest.sync_report import Prepared as Prepared  # re-exported: engine, daemon, tests
 from recalld.ingest.sync_report import Progress as Progress
 from recalld.ingest.sync_report import SyncReport as SyncReport
@@ -51,8 +52,10 @@ from recalld.ingest.vector_backfill import (
 
 log = logging.getLogger(__name__)
 
-CHUNKER_VERSION = "md-4"  # 4: front matter names and context in the first chunk's context
-SESSION_CHUNKER_VERSION = "sessions-3"  # 2: whole transcripts, chunk kinds; 3: summaries, hooks
+# md-4: front matter names and context in the first chunk's context; md-5: notes are redacted.
+CHUNKER_VERSION = "md-5"
+# sessions-4: new secret shapes (issue 41), so secrets indexed before are rebuilt out.
+SESSION_CHUNKER_VERSION = "sessions-4"  # 2: whole transcripts, chunk kinds; 3: summaries, hooks
 # (3 re-reads transcripts indexed before: compaction summaries, hook output, fuller toolUseResult)
 EMBED_GROUP_CHUNKS = 256  # chunks embedded per call across files
 MAX_REPORTED_SKIPS = 100  # skipped files listed by name in a sync report
@@ -416,6 +419,7 @@ class Indexer:
             text = data.decode("utf-8", errors="replace")
         if text.startswith("\ufeff"):
             text = text[1:]
+        text = redact(text)[0]  # secrets never reach the index (line numbers kept)
         pieces = self._chunks(str(path), digest, text)
         if pieces is None:
             report.files_deferred += 1

@@ -2,6 +2,9 @@
 
 A path is resolved (symlinks and ``..`` included) before it is compared with the roots, so a
 link inside a memory folder that points elsewhere is refused like the target itself would be.
+These checks are made at every read, on the file as it is then, never taken from the index or
+the watcher (which may be paused or behind): an indexed note that has since become a link to
+``.env`` is refused.
 Inside the roots, only files recalld indexes (or would index) are served: memory files that pass
 the memory filter (extensions, no dot folders, no editor litter) and transcripts that match a
 ``sessions.paths`` glob. So a ``.env`` or ``.git/config`` in a memory folder, or an agent's
@@ -21,6 +24,7 @@ import errno
 import fnmatch
 import functools
 import glob
+import io
 import os
 import stat
 from collections.abc import Callable, Sequence
@@ -131,15 +135,16 @@ def resolve(
         inside = True
         if os.path.isdir(real):
             raise BadRequest(f"{text[:300]} is a folder; give a file path")
-        # An indexed path is accepted as stored: it was checked when it was indexed.
-        source = source_of(str(cand)) or source_of(str(real))
-        if source is not None:
-            return Target(real, source)
+        # The file read now must pass the rules now, whatever the index says: a note indexed
+        # last week may have become a link to .env while the watcher was paused or behind.
         root = next((r for r in mem if _under(real, [r])), None)
-        if root is not None and memory_filter.file_ok(real, root):
-            return Target(real, "memory")
-        if session_match(real, session_globs) or session_match(cand, session_globs):
+        note = root is not None and memory_filter.file_ok(real, root)
+        transcript = session_match(real, session_globs)
+        indexed = source_of(str(cand)) or source_of(str(real))
+        if transcript and (indexed == "sessions" or not note):
             return Target(real, "sessions")
+        if note:
+            return Target(real, "memory")
     if inside:
         raise Forbidden(
             f"{text[:300]} is not a file recalld indexes: only memory files "
@@ -213,20 +218,24 @@ def read_lines(
     from_line: int = 1,
     lines: int | None = None,
     redact: Callable[[str], str] | None = None,
+    whole: Callable[[str], str] | None = None,
 ) -> dict[str, Any]:
     """Lines ``from_line .. from_line + lines - 1`` of a text file (1-based; the end is clamped,
     a start past the end is :class:`NotFound` saying how many lines the file has).
 
     The file is streamed, never read whole: a get of a few lines of a 1 GB transcript costs two
     passes over it but at most :data:`MAX_GET_BYTES` of memory; a single line longer than that
-    is cut there.
+    is cut there. ``redact`` is applied to each line; ``whole`` to the whole file's text before
+    lines are taken (a secret that spans lines; it must keep the line count), except in a file
+    over :data:`MAX_WHOLE_BYTES`, whose lines it is applied to one at a time.
     """
     if not isinstance(from_line, int) or isinstance(from_line, bool) or from_line < 1:
         raise BadRequest(f"from must be a line number >= 1, got {_short(from_line)}")
     if lines is not None and (not isinstance(lines, int) or isinstance(lines, bool) or lines < 1):
         raise BadRequest(f"lines must be a positive integer, got {_short(lines)}")
     want = min(lines if lines is not None else MAX_GET_LINES, MAX_GET_LINES)
-    with open_checked(path) as fh:
+    with open_checked(path) as opened:
+        fh, redact = _whole_applied(opened, whole, redact)
         total = _count_lines(fh)
         if from_line > max(total, 1):  # clamping would answer with lines nobody asked for
             raise NotFound(
@@ -260,6 +269,24 @@ def read_lines(
         "text": "\n".join(out),
         "total_lines": total,
     }
+
+
+MAX_WHOLE_BYTES = 16_000_000  # above this a note is redacted line by line (not held whole)
+
+
+def _whole_applied(
+    fh: BinaryIO, whole: Callable[[str], str] | None, redact: Callable[[str], str] | None
+) -> tuple[BinaryIO, Callable[[str], str] | None]:
+    """``fh`` with ``whole`` applied to all its text (as a copy in memory), or ``fh`` itself
+    and ``whole`` as the per-line function when the file is too big to hold."""
+    if whole is None:
+        return fh, redact
+    data = fh.read(MAX_WHOLE_BYTES + 1)
+    if len(data) > MAX_WHOLE_BYTES:
+        fh.seek(0)
+        return fh, whole
+    text = whole(data.decode("utf-8", errors="replace"))
+    return io.BytesIO(text.encode("utf-8", errors="surrogatepass")), redact
 
 
 class PathChanged(NotFound):

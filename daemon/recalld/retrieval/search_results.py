@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from recalld.config import Config
 from recalld.index.store import ChunkRow
 from recalld.ingest.conversation_windows import focus_result
-from recalld.retrieval import fusion
+from recalld.retrieval import fusion, served
 from recalld.retrieval.diversity import Candidate, collapse, mmr
 from recalld.retrieval.fts_query import query_terms
 from recalld.retrieval.note_dates import decay, is_evergreen, note_date
@@ -94,6 +94,7 @@ def results_of(
             if any(a <= res["end_line"] and res["start_line"] <= b for a, b in spans):
                 continue  # these turns are shown already, from an overlapping window
             spans.append((res["start_line"], res["end_line"]))
+        res["snippet"] = served.snippet(res["snippet"])  # the gate, whatever the index holds
         if c.also:
             res["also"] = [_place(rows[cid]) for cid in c.also]  # collapsed from ``kept``
         if notes is not None:

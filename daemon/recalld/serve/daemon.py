@@ -31,6 +31,7 @@ from recalld.ingest.filters import make_filter
 from recalld.ingest.indexer import Progress
 from recalld.ingest.vector_backfill import BackgroundChunker
 from recalld.ingest.watcher import Watcher
+from recalld.retrieval import served
 from recalld.retrieval.search import parse_request
 from recalld.serve.allocator import note_activity
 from recalld.serve.backlog import Backlog, JobQueue
@@ -452,7 +453,7 @@ class Daemon:
         except Exception:  # noqa: BLE001 - during a swap the counts can wait
             counts = {}
         progress, pending = self.backlog.snapshot()
-        return {
+        event = {
             "state": "paused" if self.paused and engine.state == "idle" else self._state(),
             "provider": engine.embedder.label if engine.embedder else "none",
             "degraded": engine.degraded(),
@@ -467,6 +468,7 @@ class Daemon:
             "watch_warnings": self._watch_warnings(),
             "config_error": self.live.error if self.live is not None else None,
         }
+        return served.status_texts(event)  # the tray shows its errors: through the gate
 
     def _watch_warnings(self) -> list[str]:
         """Folders the watcher cannot watch (inotify limits) and that are scanned instead."""
@@ -594,7 +596,7 @@ class Daemon:
         shared = self.shared.status()
         if shared is not None:
             status["shared"] = shared
-        return status
+        return served.status_texts(status)  # the daemon's errors and warnings: the gate too
 
     def _run_job(self, job: Job, params: Mapping[str, Any]) -> dict[str, Any]:
         wait = params.get("wait", False)

@@ -23,6 +23,7 @@ from typing import Any
 
 from recalld.config import Config
 from recalld.errors import RecalldError
+from recalld.security import ScrubbingFormatter
 from recalld.serve.helper_wire import Channel, change_from_wire
 
 # Two keep a core busy beside the daemon's searches; more handed over (the daemon gives it up to
@@ -34,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     """Serve the daemon on the inherited socket whose descriptor is ``argv[0]``."""
     args = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.WARNING, format="recalld helper: %(message)s")
+    for handler in logging.getLogger().handlers:  # its lines join the daemon's log: redacted
+        handler.setFormatter(ScrubbingFormatter(handler.formatter or logging.Formatter(), ()))
     sock = socket.socket(fileno=int(args[0]))
     channel = Channel(sock)
     hello = channel.receive()

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from recalld import __version__
 from recalld.errors import ConfigError, RecalldError, Unavailable
+from recalld.retrieval import served
 from recalld.serve.allocator import note_activity
 from recalld.serve.connection import MAX_INFLIGHT, MAX_UNSENT, Connection
 from recalld.serve.instance import LOCK_NAME, AlreadyRunning, answers, private_dir, take_lock
@@ -589,7 +590,8 @@ class Server:
             message = f"internal error in {name!r} ({type(exc).__name__}: {exc}); see the log"
         if not isinstance(req_id, int) or isinstance(req_id, bool):
             req_id = None
-        return encode_frame(error_response(req_id, code, message[:_MAX_MESSAGE]))
+        message = served.message(message[:_MAX_MESSAGE])  # it may quote a file's line
+        return encode_frame(error_response(req_id, code, message))
 
 
 class ServerThread:

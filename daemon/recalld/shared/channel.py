@@ -20,6 +20,7 @@ import numpy as np
 
 from recalld.config import Config
 from recalld.errors import BadRequest, NotFound
+from recalld.retrieval import served
 from recalld.retrieval.search_results import snippet
 from recalld.shared.remote import Remote, SharedHit
 from recalld.shared.terms import query_terms
@@ -104,7 +105,7 @@ class SharedChannel:
                     "start_line": h.start_line,
                     "end_line": h.end_line,
                     "score": round(score, 6),
-                    "snippet": snippet(h.text, terms, limit),
+                    "snippet": served.snippet(snippet(h.text, terms, limit)),
                     "citation": citation,
                     "kind": h.kind,
                     "collection": h.collection,
@@ -144,7 +145,8 @@ def get_shared(remote: Remote, raw: str, from_line: int, lines: int | None) -> d
     text = remote.file_text(collection, rel)
     if text is None:
         raise NotFound(f"{path} is not in the shared store (or not readable by you)")
-    all_lines = text.splitlines()
+    # Pushed redacted, served through the gate all the same (another member's older daemon).
+    all_lines = served.snippet(text).splitlines()
     first = max(start, 1)
     last = len(all_lines) if count is None else min(len(all_lines), first + count - 1)
     return {

@@ -26,7 +26,7 @@ from typing import Any
 
 from recalld.index.store import VECTORS_GENERATION, Store
 from recalld.ingest.indexer import text_hash
-from recalld.ingest.sessions.redaction import redact
+from recalld.ingest.redactor import redact
 from recalld.shared.remote import PushChunk, Remote
 from recalld.shared.settings import SharedSettings
 
@@ -238,18 +238,23 @@ class Pusher:
                 c.end_line,
                 c.kind,
                 text_hash(c.text),
-                redact(c.text),
+                _clean(c.text),
                 vectors.get(c.id),
             )
             for c in chunks
         ]
-        self.remote.push_file(key, file_hash, redact(text), pushed)
+        self.remote.push_file(key, file_hash, _clean(text), pushed)
 
     def _remember(self, remote: dict[str, str]) -> None:
         self.state.known = dict(remote)
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(remote), encoding="utf-8")
         os.replace(tmp, self.state_file)
+
+
+def _clean(text: str) -> str:
+    """Text on its way off this machine: the one redactor (counted as served)."""
+    return redact(text, "served")[0]
 
 
 def _without_vectors(store: Store) -> set[str]:

@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from recalld.ingest.sessions import prose_secrets
+from recalld.ingest.sessions import command_secrets, pem_blocks, prose_secrets
 from recalld.ingest.sessions.json_escapes import ESCAPE_HINT, map_strings, unescape
 
-__all__ = ["KINDS", "counts", "redact", "redact_line"]
+__all__ = ["KINDS", "counts", "redact", "redact_line", "redact_lines"]
 
 
 def _token(kind: str) -> str:
@@ -132,10 +132,21 @@ _RULES: tuple[_Rule, ...] = (
         ("eyJ",),
         max_len=16_000,
     ),
-    # scheme://user:password@host: keep the user, drop the password.
+    _Rule(
+        "sendgrid_key",
+        re.compile(_lit(r"SG\.", 3) + r"[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{30,60}+"),
+        ("SG.",),
+        valid=_has_digit,
+    ),
+    _Rule(
+        "discord_webhook",
+        re.compile(r"discord(?:app)?\.com/api/webhooks/[0-9]{5,30}/[A-Za-z0-9_\-]{20,}+"),
+        ("discord",),
+    ),
+    # scheme://user:password@host: keep the user, drop the password (redis://:pw@host has none).
     _Rule(
         "url_password",
-        re.compile(r"://[^\s:/@\"'\\\[\]]{1,100}+:([^\s/@\"'\\]{1,200}+)@(?=[A-Za-z0-9\[])"),
+        re.compile(r"://[^\s:/@\"'\\\[\]]{0,100}+:([^\s/@\"'\\]{1,200}+)@(?=[A-Za-z0-9\[])"),
         ("://",),
         group=1,
         valid=lambda v: not v.startswith(("[REDACTED", "$", "<")) and v.lower() not in _URL_WORDS,
@@ -158,27 +169,6 @@ def _rule_sub(rule: _Rule) -> Callable[[re.Match[str]], str]:
 
 
 _SUBS = tuple((rule, _rule_sub(rule)) for rule in _RULES)
-
-# --- PEM private keys -------------------------------------------------------------------------
-
-_PEM_BEGIN = re.compile(r"-----BEGIN[A-Z0-9 ]{0,30}PRIVATE KEY(?: BLOCK)?-----")
-_PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,30}PRIVATE KEY(?: BLOCK)?-----")
-# Base64, header lines ("Proc-Type: 4,ENCRYPTED"), whitespace and the \n \r \t escapes of a raw
-# JSON line; bounded, so a truncated block (no END) costs at most this much.
-_PEM_BODY = re.compile(r"(?:[A-Za-z0-9+/=:,.\- \t\r\n]|\\[nrt]){0,20000}+")
-
-
-def _redact_pem(text: str) -> str:
-    out: list[str] = []
-    pos = 0
-    while (begin := _PEM_BEGIN.search(text, pos)) is not None:
-        body = _PEM_BODY.match(text, begin.end())
-        stop = body.end() if body is not None else begin.end()
-        end = _PEM_END.search(text, begin.end(), stop)
-        out += [text[pos : begin.start()], _token("private_key")]
-        pos = end.end() if end is not None else stop
-    return "".join(out) + text[pos:] if out else text
-
 
 # --- key = value assignments (case-insensitive, on folded bytes) --------------------------------
 
@@ -303,6 +293,7 @@ _COMMON: _Folded = (
 # left alone, so the more specific kind wins.
 _TEXT_RULES: _Folded = (
     *_COMMON,
+    *command_secrets.FOLDED,
     (_TEXT_FLAG, (b"--",), _assignment),
     *(
         (regex, (needle,), _assignment)
@@ -311,6 +302,7 @@ _TEXT_RULES: _Folded = (
 )
 _JSON_RULES: _Folded = (
     *_COMMON,
+    *command_secrets.FOLDED,
     (_JSON_FLAG, (b"--",), _assignment),
     *(
         (regex, (needle,), _assignment)
@@ -343,19 +335,23 @@ def _apply_folded(text: str, regex: re.Pattern[bytes], folded: bytes, edit: _Edi
 KINDS: frozenset[str] = frozenset(
     {r.kind for r in _RULES}
     | {"private_key", "aws_secret_key", "basic_auth", "bearer", "password", "secret", "token"}
-    | {"high_entropy"}
+    | {"high_entropy", "telegram_token", "discord_token", "azure_key"}
 )
 
 
-def _redact(text: str, folded_rules: _Folded, json_line: bool = False) -> str:
+def _redact(
+    text: str, folded_rules: _Folded, json_line: bool = False, keep_lines: bool = False
+) -> str:
     if not text:
         return text
     small = len(text) <= _SMALL
     if "PRIVATE KEY" in text:
-        text = _redact_pem(text)
+        text = pem_blocks.redact_pem(text, keep_lines)
+    text = pem_blocks.redact_encoded_keys(text)
     for rule, sub in _SUBS:
         if not small or any(n in text for n in rule.needles):
             text = rule.regex.sub(sub, text)
+    text = _apply_spans(text, command_secrets.token_spans(text))
     folded = _fold(text)
     for regex, needles, edit in folded_rules:
         if not small or any(n in folded for n in needles):
@@ -413,13 +409,17 @@ _TALLY: dict[str, Counter[str]] = {"indexed": Counter(), "served": Counter()}
 _TALLY_LOCK = threading.Lock()
 
 
-def _count(where: str, before: str, after: str) -> None:
+def _count(where: str, before: str, after: str) -> int:
+    """Tally the tokens ``after`` has that ``before`` had not; returns how many."""
     if after is before or after == before:
-        return
+        return 0
     made = Counter(_TOKEN.findall(after))
     made.subtract(Counter(_TOKEN.findall(before)))
-    with _TALLY_LOCK:
-        _TALLY[where].update({k: v for k, v in made.items() if v > 0})
+    new = {k: v for k, v in made.items() if v > 0}
+    if where in _TALLY:  # "log": counted by nobody
+        with _TALLY_LOCK:
+            _TALLY[where].update(new)
+    return sum(new.values())
 
 
 def counts() -> dict[str, Any]:
@@ -436,6 +436,23 @@ def redact(text: str) -> str:
     out = _redact_text(text)
     _count("indexed", text, out)
     return out
+
+
+def redact_lines(text: str, where: str = "served") -> tuple[str, int]:
+    """:func:`redact` for text whose line numbers matter (a memory note, a range of one): a
+    multi-line secret becomes one token and as many line breaks, and escapes are decoded one
+    line at a time, so every line keeps its number. Returns the text and the tokens added."""
+    out = _redact(text, _TEXT_RULES, keep_lines=True)
+    if "\\" in out and ESCAPE_HINT.search(out):
+        lines = out.split("\n")
+        for i, line in enumerate(lines):
+            if "\\" in line and ESCAPE_HINT.search(line):
+                decoded = unescape(line)
+                again = _redact(decoded, _TEXT_RULES)
+                if again != decoded:
+                    lines[i] = again.replace("\r", "\\r").replace("\n", "\\n")
+        out = "\n".join(lines)
+    return out, _count(where, text, out)
 
 
 def redact_line(raw: str) -> str:
