@@ -34,6 +34,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 
 from recalld.ingest.filters import PathFilter
+from recalld.ingest.missed_events import OVERFLOW, THREAD_DIED, MissedEvents, OverflowLog
 from recalld.ingest.watch_coverage import Coverage, unwatched_folders, watch_problem
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,7 @@ class Watcher:
         scan_interval_s: float = 30.0,
         roots_now: Callable[[], Sequence[Path]] | None = None,
         on_roots_moved: RootsHandler | None = None,
+        missed: MissedEvents | None = None,
     ) -> None:
         self.roots = list(roots)
         # The roots as the config resolves them now: a root configured through a symlink that
@@ -199,10 +201,14 @@ class Watcher:
         self._extra: dict[Path, list[Any]] = {}  # per root: watches of folders added later
         self._scan_thread: threading.Thread | None = None
         self._suspects: dict[Path, set[Path]] = {}  # unwatched at the last periodic check
+        # Events lost (a queue overflow, a dead thread): the owner's, so that counts outlive
+        # a restart of this watcher.
+        self.missed = missed or MissedEvents()
 
     def start(self) -> None:
         """Start watching. A missing root is not created (it may be an unmounted drive): the
         root monitor starts watching it when it appears."""
+        OverflowLog.listen(self._on_overflow)
         self._observer = self._new_observer()
         for root in self.roots:
             self._signatures[root] = root_signature(root)
@@ -337,6 +343,8 @@ class Watcher:
         """
         while not self._stop.wait(ROOT_CHECK_S):
             self._check_moved()
+            self._check_threads()
+            self._reconcile_if_due()
             changed = []
             for root in self.roots:
                 sig = root_signature(root)
@@ -354,6 +362,48 @@ class Watcher:
                         self.on_roots_changed(changed)
                     except Exception:
                         log.exception("handling changed memory folders failed")
+
+    def _on_overflow(self) -> None:
+        """watchdog logged a queue overflow (on its own thread): note it, reconcile later."""
+        self.missed.note(OVERFLOW)
+
+    def _check_threads(self) -> None:
+        """An observer or emitter thread that ended (an exception in watchdog) sees nothing
+        more: start a new observer and reconcile what was missed meanwhile."""
+        observer = self._observer
+        if observer is None or self._stop.is_set():
+            return
+        emitters = list(getattr(observer, "emitters", ()))
+        if observer.is_alive() and all(e.is_alive() for e in emitters):
+            return
+        log.warning("the folder watcher's thread stopped; starting it again")
+        self.missed.note(THREAD_DIED)
+        with contextlib.suppress(Exception):
+            observer.stop()
+        self._watches.clear()
+        self._extra.clear()
+        self._observer = self._new_observer()
+        for root in self.roots:
+            self._schedule(root)
+
+    def _reconcile_if_due(self) -> None:
+        """After missed events, once calm: reconcile the roots with the disk, as after a root
+        change (a full sync), and look for folders the rebuilt watches left out."""
+        if not self.missed.due():
+            return
+        why = self.missed.warnings()
+        log.warning("%s", why[0] if why else "events were missed; reconciling with the disk")
+        for root in self.roots:
+            if root in self._watches:
+                self.check_coverage(root)
+        if self.on_roots_changed is None:
+            for root in self.roots:  # a dirty folder is walked and reconciled by the indexer
+                self.dirty.mark(root)
+            return
+        try:
+            self.on_roots_changed(list(self.roots))
+        except Exception:
+            log.exception("reconciling after missed events failed")
 
     def _check_moved(self) -> None:
         """Hand over the roots once they resolve to other folders (the owner re-watches)."""
@@ -395,6 +445,7 @@ class Watcher:
     def stop(self) -> None:
         """Stop the observer and the debounce thread."""
         self._stop.set()
+        OverflowLog.forget(self._on_overflow)
         with self.dirty._cond:
             self.dirty._cond.notify_all()
         if self._observer is not None:
