@@ -372,19 +372,19 @@ class Config:
     def load(
         cls, path: Path | None = None, overrides: Mapping[_Str, Value] | None = None
     ) -> Config:
-        """Read the config file (missing is fine) and apply ``overrides``."""
+        """Read the config file and apply ``overrides``.
+
+        Only a file that does not exist means "the defaults": an empty, unreadable or invalid
+        one is an error (an editor or a tool rewriting it in place leaves it empty for a moment,
+        and defaults would drop configured folders and index transcripts turned off).
+        """
         path = path or paths.config_path()
         flat: dict[_Str, Value] = {}
-        if path.exists():
-            try:
-                data = tomllib.loads(path.read_text(encoding="utf-8"))
-            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-                raise ConfigError(
-                    f"{path}: not valid TOML ({exc}); fix or remove the file"
-                ) from exc
-            flat = _flatten(data, path)
+        exists = path.exists()
+        if exists:
+            flat = _flatten(_read_toml(path), path)
         flat.update(overrides or {})
-        return cls(flat, source=path if path.exists() else None)
+        return cls(flat, source=path if exists else None)
 
     def with_overrides(self, overrides: Mapping[_Str, Value]) -> Config:
         """A copy with some keys replaced."""
@@ -448,6 +448,28 @@ class Config:
             if out.get(key):
                 out[key] = "***"
         return out
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The parsed file; a ConfigError when it cannot be read, is empty or is not TOML."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc}); fix or remove the file") from exc
+    except OSError as exc:
+        raise ConfigError(
+            f"{path}: cannot be read ({exc.strerror or exc}); fix its permissions, or remove it "
+            "to use the defaults"
+        ) from exc
+    if not text.strip():
+        raise ConfigError(
+            f"{path} is empty; recalld does not take an empty file for the defaults (put the "
+            "settings back, or remove the file to use the defaults)"
+        )
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc}); fix or remove the file") from exc
 
 
 def _flatten(data: Mapping[str, Any], path: Path) -> dict[str, Value]:

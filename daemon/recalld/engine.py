@@ -581,6 +581,8 @@ class Engine:
         self.state = "syncing"
         dirty = None if paths_ is None else list(paths_)
         try:
+            if dirty is None:  # also while the daemon runs: a rebuilder alive at start may die
+                index_files.remove_stale_rebuilds(self.index_path)
             index_files.check_free_space(self.index_path)
             indexer = self._indexer(self.writer, self.apply_change)
             problems = self.root_problems(self.writer)

@@ -75,17 +75,63 @@ def remove_db(path: Path) -> None:
 
 
 def remove_stale_rebuilds(index_path: Path) -> None:
-    """Delete temporary rebuild files left by a process that died mid-rebuild."""
+    """Delete temporary rebuild files (and their -wal, -shm, -journal) left by a process that
+    died mid-rebuild; a live process's (an in-process `recalld reindex`) are kept."""
     prefix = f"{index_path.name}.rebuild-"
     for leftover in index_path.parent.glob(prefix + "*"):
         pid_text = leftover.name[len(prefix) :].split("-")[0]
         if not pid_text.isdigit():
             continue
         pid = int(pid_text)
-        if pid != os.getpid() and pid_alive(pid):
-            continue  # another process (an in-process `recalld sync`) is rebuilding right now
+        if pid != os.getpid() and writer_alive(pid, leftover):
+            continue  # another process is rebuilding right now
         log.info("removing %s, left by an interrupted rebuild", leftover.name)
-        leftover.unlink(missing_ok=True)
+        try:
+            leftover.unlink(missing_ok=True)
+        except OSError as exc:  # space that stays taken; nothing else depends on it
+            log.warning("could not remove %s (%s)", leftover, exc)
+
+
+def writer_alive(pid: int, leftover: Path) -> bool:
+    """Whether the process ``pid`` that named ``leftover`` after itself may still write it.
+
+    Not when it is gone, a zombie (killed, not yet reaped by its parent), or a later process
+    that got the same pid: one that started after the file was last written cannot be its
+    writer (the writer started before it created the file).
+    """
+    if not pid_alive(pid):
+        return False
+    started = process_start(pid)
+    if started is None:
+        return True  # this system cannot say more: keep the file
+    if started == 0.0:
+        return False  # a zombie
+    try:
+        written = leftover.stat().st_mtime
+    except OSError:
+        return True  # gone meanwhile: nothing to remove
+    return started <= written + START_SLACK_S
+
+
+START_SLACK_S = 2.0  # boot time is whole seconds; a clock stepped since boot shifts the rest
+
+
+def process_start(pid: int) -> float | None:
+    """When ``pid`` started (epoch seconds), 0.0 for a zombie, None where /proc cannot say."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        with open("/proc/stat", encoding="ascii") as fh:
+            boot = next(int(line.split()[1]) for line in fh if line.startswith("btime "))
+    except (OSError, IndexError, StopIteration, ValueError):
+        return None
+    if fields[0] in ("Z", "X"):  # state: zombie or dead
+        return 0.0
+    try:
+        ticks = int(fields[19])  # starttime, in clock ticks after boot (proc(5) field 22)
+    except (IndexError, ValueError):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def pid_alive(pid: int) -> bool:

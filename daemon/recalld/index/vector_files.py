@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recalld.index.index_files import fsync_dir, pid_alive
+from recalld.index.index_files import fsync_dir, writer_alive
 from recalld.index.vector_load import Rows
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ class VectorFiles:
         """Temporary files of a process that died while writing them (``.<name>.<pid>.tmp``)."""
         for leftover in self.folder.glob(".*.tmp"):
             pid = leftover.name.rsplit(".", 2)[-2]
-            if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            if pid.isdigit() and int(pid) != os.getpid() and not writer_alive(int(pid), leftover):
                 leftover.unlink(missing_ok=True)
 
     def _unvouch(self) -> None:

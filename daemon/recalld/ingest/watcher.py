@@ -34,6 +34,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 
 from recalld.ingest.filters import PathFilter
+from recalld.ingest.missed_events import OVERFLOW, THREAD_DIED, MissedEvents, OverflowLog
 from recalld.ingest.watch_coverage import Coverage, unwatched_folders, watch_problem
 
 log = logging.getLogger(__name__)
@@ -57,20 +58,38 @@ EVENTS: list[type[FileSystemEvent]] = [
 ]
 
 
+MAX_WAIT_S = 4.0  # a path written again and again is handed over at least this often
+
+
+def max_wait(debounce_s: float) -> float:
+    """How long a path may stay dirty while its events continue (never under the debounce)."""
+    return max(MAX_WAIT_S, 2 * debounce_s)
+
+
 class DirtySet:
-    """Paths with the time of their last event; ``ready`` pops those quiet long enough."""
+    """Paths with the times of their first and last events; ``wait_ready`` pops those quiet for
+    the debounce time, or dirty for :func:`max_wait` (a note rewritten every 0.3 s is indexed
+    while the writes go on, not only once they stop).
+
+    ``mark`` runs on watchdog's thread for every event of a storm (40,000 for 20,000 renames),
+    so it wakes the waiting thread only when a path is due before the wake-up already planned.
+    """
 
     def __init__(self, debounce_s: float) -> None:
         self.debounce_s = debounce_s
-        self._dirty: dict[Path, float] = {}
+        self._dirty: dict[Path, tuple[float, float]] = {}  # path: (first, last) event
         self._handing: list[Path] = []  # popped by wait_ready, not yet handed over
         self._cond = threading.Condition()
+        self._wake_at = 0.0  # when wait_ready means to look again (0: it is not waiting)
 
     def mark(self, path: Path) -> None:
         """Record an event on ``path`` (called from watchdog's threads: must be cheap)."""
+        now = time.monotonic()
         with self._cond:
-            self._dirty[path] = time.monotonic()
-            self._cond.notify()
+            first = self._dirty.get(path, (now, now))[0]
+            self._dirty[path] = (first, now)
+            if first == now and self._wake_at and now + self.debounce_s < self._wake_at:
+                self._cond.notify()
 
     def paths(self) -> list[Path]:
         """The dirty paths, and those being handed over (for counting what waits)."""
@@ -87,22 +106,29 @@ class DirtySet:
             return len(self._dirty) + len(self._handing)
 
     def wait_ready(self, stop: threading.Event) -> list[Path]:
-        """Block until some paths have been quiet for the debounce time (or ``stop`` is set)."""
+        """Block until some paths are due (or ``stop`` is set); pop and return them."""
         with self._cond:
             while not stop.is_set():
                 now = time.monotonic()
-                ready = [p for p, t in self._dirty.items() if now - t >= self.debounce_s]
+                quiet, longest = self.debounce_s, max_wait(self.debounce_s)
+                due = now + 0.5  # nothing dirty: look again in a while (a stop, a new path)
+                ready = []
+                for p, (first, last) in self._dirty.items():
+                    at = min(last + quiet, first + longest)
+                    if at <= now:
+                        ready.append(p)
+                    elif at < due:
+                        due = at
                 if ready:
                     for p in ready:
                         del self._dirty[p]
                     self._handing = ready
+                    self._wake_at = 0.0
                     return sorted(ready)
-                if self._dirty:
-                    oldest = min(self._dirty.values())
-                    timeout = max(self.debounce_s - (now - oldest), 0.01)
-                else:
-                    timeout = 0.5
-                self._cond.wait(timeout)
+                # Not sooner than 0.05 s: in a storm every wake-up walks every dirty path.
+                self._wake_at = max(due, now + 0.05)
+                self._cond.wait(self._wake_at - now)
+            self._wake_at = 0.0
             return []
 
 
@@ -151,6 +177,7 @@ class Watcher:
         scan_interval_s: float = 30.0,
         roots_now: Callable[[], Sequence[Path]] | None = None,
         on_roots_moved: RootsHandler | None = None,
+        missed: MissedEvents | None = None,
     ) -> None:
         self.roots = list(roots)
         # The roots as the config resolves them now: a root configured through a symlink that
@@ -174,10 +201,14 @@ class Watcher:
         self._extra: dict[Path, list[Any]] = {}  # per root: watches of folders added later
         self._scan_thread: threading.Thread | None = None
         self._suspects: dict[Path, set[Path]] = {}  # unwatched at the last periodic check
+        # Events lost (a queue overflow, a dead thread): the owner's, so that counts outlive
+        # a restart of this watcher.
+        self.missed = missed or MissedEvents()
 
     def start(self) -> None:
         """Start watching. A missing root is not created (it may be an unmounted drive): the
         root monitor starts watching it when it appears."""
+        OverflowLog.listen(self._on_overflow)
         self._observer = self._new_observer()
         for root in self.roots:
             self._signatures[root] = root_signature(root)
@@ -312,6 +343,8 @@ class Watcher:
         """
         while not self._stop.wait(ROOT_CHECK_S):
             self._check_moved()
+            self._check_threads()
+            self._reconcile_if_due()
             changed = []
             for root in self.roots:
                 sig = root_signature(root)
@@ -329,6 +362,48 @@ class Watcher:
                         self.on_roots_changed(changed)
                     except Exception:
                         log.exception("handling changed memory folders failed")
+
+    def _on_overflow(self) -> None:
+        """watchdog logged a queue overflow (on its own thread): note it, reconcile later."""
+        self.missed.note(OVERFLOW)
+
+    def _check_threads(self) -> None:
+        """An observer or emitter thread that ended (an exception in watchdog) sees nothing
+        more: start a new observer and reconcile what was missed meanwhile."""
+        observer = self._observer
+        if observer is None or self._stop.is_set():
+            return
+        emitters = list(getattr(observer, "emitters", ()))
+        if observer.is_alive() and all(e.is_alive() for e in emitters):
+            return
+        log.warning("the folder watcher's thread stopped; starting it again")
+        self.missed.note(THREAD_DIED)
+        with contextlib.suppress(Exception):
+            observer.stop()
+        self._watches.clear()
+        self._extra.clear()
+        self._observer = self._new_observer()
+        for root in self.roots:
+            self._schedule(root)
+
+    def _reconcile_if_due(self) -> None:
+        """After missed events, once calm: reconcile the roots with the disk, as after a root
+        change (a full sync), and look for folders the rebuilt watches left out."""
+        if not self.missed.due():
+            return
+        why = self.missed.warnings()
+        log.warning("%s", why[0] if why else "events were missed; reconciling with the disk")
+        for root in self.roots:
+            if root in self._watches:
+                self.check_coverage(root)
+        if self.on_roots_changed is None:
+            for root in self.roots:  # a dirty folder is walked and reconciled by the indexer
+                self.dirty.mark(root)
+            return
+        try:
+            self.on_roots_changed(list(self.roots))
+        except Exception:
+            log.exception("reconciling after missed events failed")
 
     def _check_moved(self) -> None:
         """Hand over the roots once they resolve to other folders (the owner re-watches)."""
@@ -370,6 +445,7 @@ class Watcher:
     def stop(self) -> None:
         """Stop the observer and the debounce thread."""
         self._stop.set()
+        OverflowLog.forget(self._on_overflow)
         with self.dirty._cond:
             self.dirty._cond.notify_all()
         if self._observer is not None:

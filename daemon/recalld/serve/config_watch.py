@@ -10,9 +10,10 @@ next request; new memory folders or transcript globs are watched and a full sync
 files and drops the rows of folders and globs no longer configured; a changed embedding
 provider is resolved again; a change of chunking or of the embedding space starts the full
 rebuild (``reindex``), its reason in ``status``. An invalid edit (TOML error, unknown key, value
-out of range) changes nothing: the error is logged and shown in ``status`` until the file is
-fixed. A deleted config file is not taken to mean "defaults": that could drop whole folders
-from the index because of an editor's save; a restart uses the defaults.
+out of range, an empty or unreadable file) changes nothing: the error is logged and shown in
+``status`` until the file is fixed. A deleted config file is not taken to mean "defaults":
+that could drop whole folders from the index because of an editor's save; a restart uses the
+defaults.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from recalld.index.index_files import describe_write_error
 from recalld.ingest.chunking import Chunk
 from recalld.ingest.filters import make_filter
 from recalld.ingest.indexer import Progress
+from recalld.ingest.missed_events import MissedEvents
 from recalld.ingest.vector_backfill import BackgroundChunker
 from recalld.ingest.watcher import Watcher
 from recalld.retrieval import served
@@ -79,6 +80,7 @@ class Daemon:
         )
         self.watcher: Watcher | None = None
         self._watcher_lock = threading.Lock()
+        self.missed = MissedEvents()  # overflows and dead watcher threads, across watchers
         self.paused = False
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
         self._listeners_lock = threading.Lock()
@@ -153,6 +155,7 @@ class Daemon:
             scan_interval_s=self.config.float("sync.scan_interval_s"),
             roots_now=self.config.memory_roots,
             on_roots_moved=self._on_roots_moved,
+            missed=self.missed,
         )
         watcher.paused = self.paused
         watcher.start()
@@ -298,6 +301,7 @@ class Daemon:
             if batch is None:
                 return
             kinds = {j.kind for j in batch}
+            missed = self.missed.asked  # what a full sync starting now catches up on
             self.backlog.begin()
             try:
                 report: dict[str, Any] = {}
@@ -332,6 +336,8 @@ class Daemon:
                     self._recover(str(exc))
                     self.submit(Job("full"))  # rebuild from the files, progress in status
             self._after_batch(kinds, report, error)
+            if error is None and kinds & {"full", "reindex"}:
+                self.missed.caught_up(missed)
             if self.engine.preloader and self.jobs.empty() and not self.engine.vector_backlog.more:
                 # idle: the common words' postings, read ahead (before the batch counts as
                 # done, so that a status saying "idle" already says "preloading")
@@ -473,7 +479,7 @@ class Daemon:
     def _watch_warnings(self) -> list[str]:
         """Folders the watcher cannot watch (inotify limits) and that are scanned instead."""
         watcher = self.watcher  # read once: a config edit may swap it meanwhile
-        return watcher.warnings() if watcher is not None else []
+        return (watcher.warnings() if watcher is not None else []) + self.missed.warnings()
 
     def pending(self) -> int:
         """Files left: of the running job, waiting in the watcher or the queue, being chunked."""
@@ -584,6 +590,7 @@ class Daemon:
             "pending": pending + self.chunker.pending(),
             "retry_in_s": self.retry_in(),
             "search_helper": self.helper.status(),
+            "missed_events": self.missed.status(),
         }
         sessions = self.sessions
         if sessions is not None:
