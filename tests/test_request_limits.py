@@ -10,6 +10,7 @@ The daemon runs keyword-only: the server is under test, not the model.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import socket
 import tempfile
@@ -21,6 +22,8 @@ from typing import Any
 
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import write
 from daemon_process import DaemonProcess
@@ -213,3 +216,77 @@ def test_an_expansion_frame_gets_a_clear_error(daemon: DaemonProcess) -> None:
     assert "values" in answer["error"]["message"], answer
     with daemon.client(timeout=10) as c:
         assert c.search("ferry", mode="keyword")["results"]
+
+
+def _values(obj: Any) -> int:
+    """Values in a decoded object, counted the way count_values counts them."""
+    if isinstance(obj, dict):
+        return 1 + sum(_values(k) + _values(v) for k, v in obj.items())
+    if isinstance(obj, list | tuple):
+        return 1 + sum(_values(v) for v in obj)
+    return 1
+
+
+_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, width=32)
+    | st.text(max_size=300)
+    | st.binary(max_size=300)
+)
+_objects = st.recursive(
+    _leaves,
+    lambda inner: st.lists(inner, max_size=20) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=60,
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(_objects, st.booleans())
+def test_values_are_counted_as_msgpack_decodes_them(obj: Any, single_float: bool) -> None:
+    from recalld.serve.request_limits import count_values
+
+    body = msgpack.packb(obj, use_bin_type=True, use_single_float=single_float)
+    assert count_values(body) == _values(msgpack.unpackb(body, strict_map_key=False))
+
+
+def test_values_past_the_cap_are_refused_before_decoding() -> None:
+    from recalld.serve.request_limits import TooManyValues, count_values
+
+    ext = msgpack.packb(msgpack.ExtType(5, b"abc" * 100))
+    assert count_values(ext) == 1
+    assert count_values(msgpack.packb([[]] * 10), limit=11) == 11
+    with pytest.raises(TooManyValues, match="more than 10 values"):
+        count_values(msgpack.packb([[]] * 10), limit=10)
+    # A header that claims 4 billion values is refused at the cap, not walked to its end.
+    with pytest.raises(TooManyValues):
+        count_values(b"\xdd\xff\xff\xff\xff" + b"\x90" * 5000)
+    assert count_values(b"\x92\x90") == 2  # truncated: counted as far as it goes
+
+
+def test_the_budget_holds_per_connection_and_in_total() -> None:
+    from recalld.serve.request_limits import Held, RequestBudget
+
+    async def scenario() -> None:
+        budget = RequestBudget(per_connection=100, total=150, small=10)
+        a, b, c = Held(), Held(), Held()
+        await budget.take(a, 80)
+        await budget.take(b, 60)  # nothing held by b: one request always goes in
+        assert budget.held == 140
+        blocked = asyncio.ensure_future(budget.take(a, 30))  # a would hold 110 > 100
+        await asyncio.sleep(0.01)
+        assert not blocked.done()
+        await budget.take(c, 10)  # a small one of an empty connection goes in over the total
+        over_total = asyncio.ensure_future(budget.take(c, 5))  # c holds: 155 > 150
+        await asyncio.sleep(0.01)
+        assert not over_total.done()
+        budget.give_back(b, 60)
+        await asyncio.wait_for(over_total, 1)
+        assert not blocked.done()  # a's own share is still full
+        budget.give_back(a, 80)
+        await asyncio.wait_for(blocked, 1)
+        assert (a.amount, c.amount, budget.held) == (30, 15, 45)
+        assert budget.waits == 2
+
+    asyncio.run(scenario())
