@@ -237,9 +237,10 @@ def test_a_stuck_helper_costs_one_wait_then_is_replaced(daemon: DaemonProcess) -
     assert state["pid"] != pid and state["started"] == 2
 
 
-def test_an_idle_helper_is_stopped(home: Path, local_embedder: Any) -> None:
+def _lone_helper(home: Path, local_embedder: Any, idle_s: float) -> Any:
+    """A SearchHelper over a small synced index, outside any daemon."""
     from conftest import make_config, make_engine
-    from recalld.serve.search_helper import START_AFTER, SearchHelper
+    from recalld.serve.search_helper import SearchHelper
 
     _notes(home / "memory", 10)
     engine = make_engine(home, local_embedder)
@@ -252,17 +253,50 @@ def test_an_idle_helper_is_stopped(home: Path, local_embedder: Any) -> None:
         "base_dir": str(home),
         "index": str(engine.index_path),
     }
-    helper = SearchHelper(lambda: hello, eligible=lambda: None, idle_s=1.5)
+    return SearchHelper(lambda: hello, eligible=lambda: None, idle_s=idle_s)
+
+
+def test_an_idle_helper_is_stopped(home: Path, local_embedder: Any) -> None:
+    """Idle time counts from the helper's last answer; the check is called here, not left to
+    the watchdog's clock, so a slow machine changes nothing."""
+    from recalld.serve.search_helper import START_AFTER
+
+    helper = _lone_helper(home, local_embedder, idle_s=3600.0)
     try:
         for _ in range(START_AFTER):
             helper.search({"query": "deploy"}, running=1)
-        wait_for(lambda: helper.status()["state"] == "ready", timeout=60)
+        wait_for(lambda: helper.status()["state"] == "ready", timeout=120)
         pid = helper.status()["pid"]
         answer = helper.search({"query": "rollback database snapshot"}, running=1)
         assert answer is not None and answer["results"], answer
-        wait_for(lambda: helper.status()["state"] == "idle", timeout=30)
+        helper.idle_s = 0.5
+        time.sleep(0.6)
+        helper.check_idle()
+        status = helper.status()
+        assert status["state"] == "idle" and status["idle_stops"] == 1, status
+        assert "starts when" in status["why"], status
         wait_for(lambda: not _alive(pid), timeout=15)
-        assert helper.status()["last_error"] is None  # a planned stop is no failure
+        assert status["last_error"] is None  # a planned stop is no failure
+    finally:
+        helper.close()
+
+
+def test_a_start_slower_than_the_idle_limit_is_not_idle(home: Path, local_embedder: Any) -> None:
+    """Issue 38: a start that took longer than the idle limit ended the helper while it was
+    loading. A helper is only idle once ready: with a limit far below any start, it still gets
+    ready (and is stopped for idleness only after that)."""
+    from recalld.serve.search_helper import START_AFTER
+
+    helper = _lone_helper(home, local_embedder, idle_s=0.2)
+    try:
+        for _ in range(START_AFTER):
+            helper.search({"query": "deploy"}, running=1)
+        assert helper.status()["state"] == "starting"
+        assert helper.status()["why"].startswith("loading for")
+        wait_for(lambda: helper.status()["idle_stops"] == 1, timeout=120)
+        status = helper.status()
+        assert status["load_s"] is not None and status["last_error"] is None, status
+        assert status["started"] == 1 and status["state"] == "idle", status
     finally:
         helper.close()
 

@@ -65,10 +65,17 @@ def pack(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
 
 
-def unpack(body: bytes | bytearray | memoryview) -> dict[str, Any]:
-    """Decode one frame body; anything but a single msgpack map is a :class:`ProtocolError`."""
+def unpack(body: bytes | bytearray | memoryview, max_items: int | None = None) -> dict[str, Any]:
+    """Decode one frame body; anything but a single msgpack map is a :class:`ProtocolError`.
+
+    ``max_items`` caps the length of every array and map in it (msgpack's own limits; strings
+    and binaries are bounded by the body's bytes, as msgpack does by default).
+    """
+    limits: dict[str, int] = {}
+    if max_items is not None:
+        limits = {"max_array_len": max_items, "max_map_len": max_items}
     try:
-        obj = msgpack.unpackb(body, raw=False, strict_map_key=False)
+        obj = msgpack.unpackb(body, raw=False, strict_map_key=False, **limits)
     except Exception as exc:  # msgpack raises ValueError, TypeError, its own errors...
         raise ProtocolError(f"invalid msgpack in frame: {str(exc) or type(exc).__name__}") from exc
     if not isinstance(obj, dict):
@@ -142,10 +149,14 @@ class FrameDecoder:
         try:
             # Released on exit, even on error, so that the bytearray can still be resized.
             with memoryview(self._buf)[start : self._pos] as view:
-                return unpack(view)
+                return self._decode(view)
         except ProtocolError as exc:
             self._error = exc
             raise
+
+    def _decode(self, body: memoryview) -> dict[str, Any]:
+        """One complete frame body into its map (a subclass may check it first)."""
+        return unpack(body)
 
 
 def _recv_exactly(stream: SupportsRecv, n: int, *, at_boundary: bool) -> bytes:

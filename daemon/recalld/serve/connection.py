@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from recalld.serve.request_limits import Held
+
 logger = logging.getLogger("recalld.serve.server")
 
 # Requests of one connection answered at once; with a client that does not read, each may hold
@@ -37,6 +39,7 @@ class Connection:
         self.building = asyncio.Semaphore(MAX_BUILDING)
         self._waiting = 0
         self._sent = asyncio.Event()
+        self.held = Held()  # what its requests read and not yet answered cost (request_limits)
 
     @property
     def unsent(self) -> int:

@@ -12,7 +12,9 @@ The helper mirrors every change the writer commits: the daemon sends each one on
 ordered stream as the searches, from before the helper opens the index, so nothing committed
 is missed and a search handed over after a write sees it. A new index file, provider or config
 retires the helper (a new one starts when searches overlap again), as do ``IDLE_S`` seconds
-without a search handed over: its memory goes back.
+without a search handed over: its memory goes back. Idle time counts from when the helper was
+ready or last answered, never while it loads (a start slower than ``IDLE_S`` on a busy machine
+must not end a helper that never served); a start that takes over ``START_S`` is a failure.
 
 Anything wrong with the helper (it failed to start, died, answered an error or too late) costs
 nothing but time: the search runs here, and ``status`` says what happened. After
@@ -47,6 +49,8 @@ OVERLAP_WINDOW_S = 5.0
 # takes are local and ~10-100 ms (no reranker, at most MAX_VECTORS): seconds mean it is stuck.
 ANSWER_S = 5.0
 MAX_FAILURES = 3
+# A helper loads in ~2 s (BENCHMARKS); one not ready after this long is stuck, not slow.
+START_S = 120.0
 # The helper loads its own copy of the vectors: not past this many (at 384 floats a vector,
 # ~1.5 GB at 1M). A big index's searches are mostly native scanning, which threads share well.
 MAX_VECTORS = 400_000
@@ -63,6 +67,7 @@ class SearchHelper:
         enabled: Callable[[], bool] = lambda: True,
         idle_s: float = IDLE_S,
         answer_s: float = ANSWER_S,
+        start_s: float = START_S,
     ) -> None:
         """``hello``: the settings message for a new helper; ``eligible``: why no helper may
         run now (None: it may); ``enabled``: whether the settings allow one (read each time; a
@@ -72,13 +77,17 @@ class SearchHelper:
         self._enabled = enabled
         self.idle_s = idle_s
         self.answer_s = answer_s
+        self.start_s = start_s
         self._lock = threading.Lock()
         self._link: Link | None = None
         self._ready = False
         self._running = 0  # searches handed over and not answered yet
-        self._last_used = time.monotonic()
+        self._last_used = time.monotonic()  # since ready or the last answer (ready helpers only)
+        self._started_at = time.monotonic()
         self._failures = 0
         self.started = 0
+        self.idle_stops = 0
+        self.blocked: str | None = None  # why the last lasting overlap started no helper
         self.searches = 0
         self.fallbacks = 0
         self.load_s: float | None = None
@@ -118,6 +127,7 @@ class SearchHelper:
         finally:
             with self._lock:
                 self._running -= 1
+                self._last_used = time.monotonic()  # idle from its last answer on
         with self._lock:
             self.searches += 1
             self._failures = 0
@@ -151,14 +161,25 @@ class SearchHelper:
             self.check_idle()
 
     def check_idle(self) -> None:
-        """Retire a helper that has not been used for ``idle_s``."""
+        """Retire a ready helper unused for ``idle_s``; fail one still loading after
+        ``start_s`` (a helper loading is never idle: it has not had its chance to serve)."""
         with self._lock:
-            idle = self._link is not None and time.monotonic() - self._last_used > self.idle_s
+            link, now = self._link, time.monotonic()
+            if link is None:
+                return
+            idle = self._ready and not self._running and now - self._last_used > self.idle_s
+            stuck = not self._ready and now - self._started_at > self.start_s
+            if idle:
+                self.idle_stops += 1
         if idle:
             self.retire(f"no search handed over for {self.idle_s:g} s")
+        elif stuck:
+            self._failed(link, f"not ready within {self.start_s:g} s", fallback=False)
 
     def status(self) -> dict[str, Any]:
-        """For ``status.daemon.search_helper``."""
+        """For ``status.daemon.search_helper``: its state, why it is not running, and what it
+        did (helpers started, searches it answered, searches that fell back to the daemon)."""
+        blocked = self._eligible() if self.enabled else None
         with self._lock:
             link = self._link
             state = (
@@ -180,7 +201,33 @@ class SearchHelper:
                 "fallbacks": self.fallbacks,
                 "load_s": self.load_s,
                 "last_error": self.last_error,
+                "idle_stops": self.idle_stops,
+                "why": self._why(state, blocked),
             }
+
+    def _why(self, state: str, blocked: str | None) -> str | None:
+        """Why no helper answers searches now, in words (lock held); None when one is ready."""
+        if state == "off":
+            if os.name != "posix":
+                return "a search helper needs a POSIX system"
+            return "switched off (search.helper_process = false)"
+        if state == "ready":
+            return None
+        if state == "starting":
+            return f"loading for {time.monotonic() - self._started_at:.1f} s"
+        if state == "failed":
+            return f"not started again after {MAX_FAILURES} failures in a row: {self.last_error}"
+        if blocked is not None:
+            return f"may not start: {blocked}"
+        now = time.monotonic()
+        recent = sum(1 for t in self._overlaps if now - t <= OVERLAP_WINDOW_S)
+        waiting = (
+            f"starts when {START_AFTER} searches arrive while others run within "
+            f"{OVERLAP_WINDOW_S:g} s ({recent} in the last {OVERLAP_WINDOW_S:g} s)"
+        )
+        if self.blocked is not None:
+            return f"{waiting}; the last time, it might not start: {self.blocked}"
+        return waiting
 
     # internals ----------------------------------------------------------------------------
 
@@ -192,7 +239,10 @@ class SearchHelper:
 
     def _maybe_start(self) -> None:
         """Start a helper when one may run (lock held)."""
-        if self._stopped or self._failures >= MAX_FAILURES or self._eligible() is not None:
+        if self._stopped or self._failures >= MAX_FAILURES:
+            return
+        self.blocked = self._eligible()
+        if self.blocked is not None:
             return
         if self._watchdog is None:
             self._watchdog = threading.Thread(
@@ -203,7 +253,7 @@ class SearchHelper:
         # then on follows it.
         link = Link(self._hello(), self._on_ready)
         self._link, self._ready = link, False
-        self._last_used = time.monotonic()
+        self._started_at = time.monotonic()
         self.started += 1
         try:
             link.start()
@@ -217,6 +267,7 @@ class SearchHelper:
             current = link is self._link
             if current and msg.get("op") == "ready":
                 self._ready = True
+                self._last_used = time.monotonic()  # idle from now on, not from its start
                 self.load_s = msg.get("load_s")
                 log.info("search helper %s ready in %s s", msg.get("pid"), self.load_s)
                 return

@@ -36,6 +36,13 @@ from recalld.retrieval import served
 from recalld.serve.allocator import note_activity
 from recalld.serve.connection import MAX_INFLIGHT, MAX_UNSENT, Connection
 from recalld.serve.instance import LOCK_NAME, AlreadyRunning, answers, private_dir, take_lock
+from recalld.serve.request_limits import (
+    MAX_VALUES,
+    RequestBudget,
+    TooManyValues,
+    cost,
+    count_values,
+)
 from recalld_client.errors import FrameTooLarge, ProtocolError
 from recalld_client.protocol import (
     ERROR_CODES,
@@ -45,6 +52,7 @@ from recalld_client.protocol import (
     FrameDecoder,
     encode_frame,
     error_response,
+    unpack,
 )
 
 logger = logging.getLogger(__name__)
@@ -87,14 +95,41 @@ class _WireError(Exception):
 
 
 class _RequestDecoder(FrameDecoder):
-    """A :class:`FrameDecoder` that remembers the length the current frame declares."""
+    """A :class:`FrameDecoder` of requests: it remembers the length the current frame declares,
+    and says what the next frame will cost decoded before decoding it (request_limits)."""
 
     declared = 0
+    _counted: tuple[int, int] = (-1, 0)  # (offset of a frame, its values)
 
     def next_frame(self) -> dict[str, Any] | None:
         if self._error is None and self.buffered >= HEADER.size:
             (self.declared,) = HEADER.unpack_from(self._buf, self._pos)
         return super().next_frame()
+
+    def next_cost(self) -> int | None:
+        """What the next frame costs decoded, None until it is all in (0 for a frame over the
+        cap: decoding it raises); :class:`TooManyValues` for one past the cap of values."""
+        if self._error is not None:
+            raise self._error
+        if self.buffered < HEADER.size:
+            return None
+        (length,) = HEADER.unpack_from(self._buf, self._pos)
+        start = self._pos + HEADER.size
+        if length > self.max_frame:
+            return 0
+        if len(self._buf) - start < length:
+            return None
+        if self._counted[0] != self._pos:
+            try:
+                with memoryview(self._buf)[start : start + length] as view:
+                    self._counted = (self._pos, count_values(view))
+            except TooManyValues as exc:
+                self._error = exc
+                raise
+        return cost(length, self._counted[1])
+
+    def _decode(self, body: memoryview) -> dict[str, Any]:
+        return unpack(body, max_items=MAX_VALUES)
 
 
 class Server:
@@ -164,6 +199,8 @@ class Server:
         self._requests: set[asyncio.Task[None]] = set()
         self._closing = False
         self._last_refusal_log = -1e9
+        # What requests read and not yet answered hold, per connection and in total.
+        self.budget = RequestBudget()
         self._closed: asyncio.Future[None] | None = None
 
     @property
@@ -418,17 +455,28 @@ class Server:
                 return
             decoder.feed(data)
             try:
-                for msg in decoder:
+                while (amount := decoder.next_cost()) is not None:
                     if self._closing:  # shutting down: read no more requests
                         return
-                    # Back-pressure: at the cap of requests in flight, or while the client has
-                    # not taken max_unsent bytes of answers, stop reading its requests.
+                    # Back-pressure: at the cap of requests in flight, while the client has not
+                    # taken max_unsent bytes of answers, or while its requests (or everyone's)
+                    # hold the most they may, stop reading its requests.
                     await slots.acquire()
                     await conn.room(self.max_unsent)
-                    self._spawn(conn, msg, slots)
+                    await self.budget.take(conn.held, amount)
+                    try:
+                        msg = decoder.next_frame()
+                    except ProtocolError:
+                        slots.release()
+                        self.budget.give_back(conn.held, amount)
+                        raise
+                    assert msg is not None
+                    self._spawn(conn, msg, slots, amount)
             except ProtocolError as exc:  # FrameTooLarge included: its body is never stored
                 code, why = "protocol", str(exc)[:_MAX_MESSAGE]
-                if isinstance(exc, FrameTooLarge):
+                if isinstance(exc, TooManyValues):
+                    code = "too_large"  # the frame is all read: nothing to discard
+                elif isinstance(exc, FrameTooLarge):
                     code = "too_large"
                     why = (
                         f"a request of {decoder.declared} bytes is over the {self.max_request}-"
@@ -454,8 +502,10 @@ class Server:
                     return
                 count -= len(data)
 
-    def _spawn(self, conn: Connection, msg: dict[str, Any], slots: asyncio.Semaphore) -> None:
-        task = asyncio.create_task(self._dispatch(conn, msg))
+    def _spawn(
+        self, conn: Connection, msg: dict[str, Any], slots: asyncio.Semaphore, amount: int
+    ) -> None:
+        task = asyncio.create_task(self._dispatch(conn, msg, amount))
         method = msg.get("method")
         owner = (
             conn.streams if isinstance(method, str) and method in self.streams else conn.requests
@@ -473,13 +523,17 @@ class Server:
 
     # -- dispatch ----------------------------------------------------------------------------
 
-    async def _dispatch(self, conn: Connection, msg: dict[str, Any]) -> None:
+    async def _dispatch(self, conn: Connection, msg: dict[str, Any], amount: int) -> None:
+        """Answer one request; what it held is given back once its answer is built."""
         req_id = msg.get("id")
         method = msg.get("method")
         try:
             frame = await self._answer(conn, req_id, method, msg)
         except Exception as exc:  # noqa: BLE001 - a handler failure becomes an error frame
             frame = self._error_frame(req_id, method, exc)
+        finally:
+            del msg  # the request's objects go now, not when a slow reader takes the answer
+            self.budget.give_back(conn.held, amount)
         await conn.send(frame)
 
     async def _answer(
