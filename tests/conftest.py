@@ -14,7 +14,21 @@ from recalld.config import Config, Value
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
 
-BENCH = Path(__file__).resolve().parents[1].parent / "shared" / "bench"
+#: The benchmark data: RECALLD_BENCH, else ../shared/bench beside the checkout. A clone made
+#: anywhere else has none: the tests that read it carry ``needs_bench`` and skip, saying so.
+BENCH = Path(
+    os.environ.get("RECALLD_BENCH") or Path(__file__).resolve().parents[2] / "shared" / "bench"
+)
+
+
+def needs_bench(*parts: str) -> pytest.MarkDecorator:
+    """Skip unless ``BENCH / parts`` exists, with the reason (a mark for a test or a module)."""
+    path = BENCH.joinpath(*parts)
+    return pytest.mark.skipif(
+        not path.exists(),
+        reason=f"benchmark data {path} not present (../shared/bench beside the checkout, or "
+        "RECALLD_BENCH=<folder>)",
+    )
 
 
 @pytest.fixture(scope="session")
