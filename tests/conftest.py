@@ -84,8 +84,14 @@ def write(path: Path, text: str) -> Path:
 
 
 def env_for(home: Path) -> dict[str, str]:
-    """Environment of a subprocess using ``home``."""
+    """Environment of a subprocess using ``home``; ``home`` is its HOME too.
+
+    The default transcript globs (``~/.claude/projects``, ``~/.codex/sessions``) then find
+    nothing: a daemon under test indexed the live transcript of whoever ran the suite, and its
+    lines, appended during the test, showed up as chunks without vectors (issue 38).
+    """
     env = dict(os.environ)
     env["RECALLD_HOME"] = str(home)
+    env["HOME"] = str(home)
     env.pop("RECALLD_CONFIG", None)
     return env
