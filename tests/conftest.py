@@ -14,7 +14,21 @@ from recalld.config import Config, Value
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
 
-BENCH = Path(__file__).resolve().parents[1].parent / "shared" / "bench"
+#: The benchmark data: RECALLD_BENCH, else ../shared/bench beside the checkout. A clone made
+#: anywhere else has none: the tests that read it carry ``needs_bench`` and skip, saying so.
+BENCH = Path(
+    os.environ.get("RECALLD_BENCH") or Path(__file__).resolve().parents[2] / "shared" / "bench"
+)
+
+
+def needs_bench(*parts: str) -> pytest.MarkDecorator:
+    """Skip unless ``BENCH / parts`` exists, with the reason (a mark for a test or a module)."""
+    path = BENCH.joinpath(*parts)
+    return pytest.mark.skipif(
+        not path.exists(),
+        reason=f"benchmark data {path} not present (../shared/bench beside the checkout, or "
+        "RECALLD_BENCH=<folder>)",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -70,8 +84,14 @@ def write(path: Path, text: str) -> Path:
 
 
 def env_for(home: Path) -> dict[str, str]:
-    """Environment of a subprocess using ``home``."""
+    """Environment of a subprocess using ``home``; ``home`` is its HOME too.
+
+    The default transcript globs (``~/.claude/projects``, ``~/.codex/sessions``) then find
+    nothing: a daemon under test indexed the live transcript of whoever ran the suite, and its
+    lines, appended during the test, showed up as chunks without vectors (issue 38).
+    """
     env = dict(os.environ)
     env["RECALLD_HOME"] = str(home)
+    env["HOME"] = str(home)
     env.pop("RECALLD_CONFIG", None)
     return env

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from conftest import BENCH, make_engine, write
+from conftest import BENCH, make_engine, needs_bench, write
 from recalld.ingest.chunking import chunk_markdown
 from recalld.ingest.conversation_windows import Unit, focus, speaker_turns, turn_windows
 from recalld.ingest.sessions.chunking import SessionChunk, SessionChunker, chunk_messages
@@ -53,6 +53,7 @@ def test_chat_shape_is_read_from_speaker_turns() -> None:
     assert speaker_turns(one) is None  # a single speaker with several turns
 
 
+@needs_bench()
 def test_no_chat_shaped_file_in_the_non_chat_sets() -> None:
     for name in ("tldr", "scifact-train", "cranfield", "cisi", "vault-known-item"):
         files = sorted((BENCH / name / "corpus").rglob("*.md"))[:400]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BENCH, make_engine, write
+from conftest import BENCH, make_engine, needs_bench, write
 from recalld.config import Config
 from recalld.ingest.front_matter import (
     FrontMatter,
@@ -132,6 +132,7 @@ def test_without_pyyaml_the_fallback_reads_front_matter(monkeypatch: pytest.Monk
     assert read_front_matter("---\ntitle: ok\n---\n") == FrontMatter(title="ok")
 
 
+@needs_bench("vault-known-item", "corpus")
 def test_fallback_reader_agrees_on_a_real_vault() -> None:
     """Every front matter block of the Hugo docs (992 notes) reads the same both ways."""
     import yaml

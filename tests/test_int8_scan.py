@@ -7,7 +7,10 @@ import pytest
 
 from recalld.index import int8_scan
 from recalld.index.int8_scan import (
+    PAIR_BOUND,
+    QUERY_LEVELS,
     SCAN_MODEL,
+    ZERO_POINT,
     Int8Scan,
     quantize_query,
     quantize_rows,
@@ -55,6 +58,53 @@ def test_scores_are_the_exact_integer_products(
     assert scan.engine == engine
     want = (query[0].astype(np.int64) - int8_scan.ZERO_POINT) @ rows.astype(np.int64)
     np.testing.assert_array_equal(got, want)
+
+
+def test_no_pair_of_products_can_leave_int16() -> None:
+    """The bound: MLAS's AVX2 kernel (no VNNI) adds each pair of u8 x s8 products in a saturating
+    int16, so the largest pair sum of any quantized query and any int8 row must fit in one."""
+    rng = np.random.default_rng(4)
+    extremes = [rng.standard_normal(128).astype(np.float32) * 1e6 for _ in range(20)]
+    extremes += [np.full(128, v, dtype=np.float32) for v in (1.0, -1.0, 1e30, -1e30)]
+    scale = np.abs(rng.standard_normal(128)).astype(np.float32) + 1e-3
+    for projected in extremes:
+        q = quantize_query(projected, scale)
+        assert q.min() >= 0 and q.max() <= ZERO_POINT + QUERY_LEVELS
+    assert ZERO_POINT + QUERY_LEVELS <= 127  # the query's uint8 is in [0, 127]
+    assert 2 * 127 * 128 == 32_512 <= PAIR_BOUND <= 32_767  # rows in [-128, 127]
+
+
+@pytest.mark.parametrize("engine", ["onnxruntime", "numpy"])
+def test_adversarial_rows_and_query_are_exact(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queries at the ends of the range against rows at +-127: with the query up to 255 (before
+    issue 38) every pair saturated on an AVX2 CPU without VNNI (2,097,088 for 4,145,280)."""
+    if engine == "numpy":
+        monkeypatch.setattr(int8_scan, "_build_session", lambda: None)
+    rng = np.random.default_rng(5)
+    k = 128
+    rows = np.stack(
+        [
+            np.full(k, 127, dtype=np.int8),
+            np.full(k, -127, dtype=np.int8),
+            np.tile(np.array([127, -127], dtype=np.int8), k // 2),
+            rng.choice(np.array([127, -127], dtype=np.int8), k),
+        ]
+        + [rng.integers(-127, 128, k, dtype=np.int8) for _ in range(60)],
+        axis=1,
+    )
+    scale = np.ones(k, dtype=np.float32)
+    scan = Int8Scan()
+    for projected in (
+        np.ones(k),
+        -np.ones(k),
+        np.tile([1.0, -1.0], k // 2),
+        rng.standard_normal(k),
+    ):
+        query = quantize_query(projected.astype(np.float32), scale)
+        got = scan.scores(query, rows, zero_point_offsets(rows))
+        want = (query[0].astype(np.int64) - ZERO_POINT) @ rows.astype(np.int64)
+        np.testing.assert_array_equal(got, want)
+    assert scan.engine == engine
 
 
 def test_int8_ranking_keeps_the_float_ranking_s_best() -> None:

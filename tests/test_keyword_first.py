@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write
+from conftest import make_engine, write
 from daemon_process import DaemonProcess, wait_for
 from recalld.index.store import Store
 from recalld.ingest.vector_backfill import vector_counts
@@ -88,6 +88,8 @@ def test_fresh_folder_is_keyword_searchable_before_its_vectors_and_kill9_loses_n
         assert 0 < pending < total, "the kill must land while vectors are being filled in"
         d.start(timeout=120)
         st = d.wait_idle(timeout=300)
+        # What status says is what the index holds (read from the same file right after).
+        assert _pending(index) == (0, total), st["vectors"]
         assert st["vectors"] == {"vectors_pending": 0, "vectors_total": total}
         with d.client() as c:
             res = c.search("marker0042")
@@ -139,6 +141,38 @@ def test_due_chunks_are_found_newest_first_and_keyword_only_ones_never(home: Pat
         assert [h for _, h, _ in _due(store, 10)][-1] == "h0-2"
     finally:
         store.close()
+
+
+def test_status_counts_the_chunks_without_vectors_from_the_index(
+    home: Path, local_embedder: object
+) -> None:
+    """Status reads what is missing off the index, not the writer's running count: chunks that
+    count never heard of (written by another connection here) are still counted."""
+    import numpy as np
+
+    from recalld.index.store import FileRow, NewChunk
+
+    write(home / "memory" / "a.md", "# a\n\nsome words about the sea and its boats\n")
+    engine = make_engine(home, local_embedder)
+    try:
+        engine.sync()
+        assert engine.vector_backlog.pending == 0
+        store = Store(engine.index_path)
+        try:
+            vec = np.ones(engine.embedder.dims, dtype=np.float32)  # type: ignore[union-attr]
+            chunks = [NewChunk(i, i, f"t {i}", f"h{i}", embed=i != 2) for i in range(4)]
+            row = FileRow(str(home / "memory" / "b.md"), "memory", 1, 0, "x", 4)
+            store.replace_file(row, chunks, {"h0": vec / np.linalg.norm(vec)})
+            want = vector_counts(store)
+        finally:
+            store.close()
+        assert want[0] == 2  # h1 and h3: h0 has its vector, h2 is keyword-only
+        assert engine.vector_backlog.pending == 0  # the running count never heard of them
+        status = engine.status()
+        assert status["vectors"] == {"vectors_pending": want[0], "vectors_total": want[1]}
+        assert status["progress"]["vectors_pending"] == want[0]
+    finally:
+        engine.close()
 
 
 def test_the_tray_ring_follows_the_vectors_once_every_file_is_in() -> None:

@@ -6,10 +6,10 @@ import json
 import random
 import string
 import time
-from pathlib import Path
 
 import pytest
 
+from conftest import BENCH, needs_bench
 from recalld.ingest.sessions.redaction import KINDS, redact, redact_line
 
 RNG = random.Random(20240229)
@@ -214,11 +214,9 @@ def test_redact_line_never_reaches_across_json_syntax(record: dict[str, object])
     assert json.loads(redact_line(raw)).keys() == record.keys()
 
 
+@needs_bench("transcripts", "spotter", "tool_heavy.jsonl")
 def test_redact_line_on_real_transcript_lines() -> None:
-    path = Path(__file__).parents[1] / ".." / "shared" / "bench" / "transcripts" / "spotter"
-    sample = path / "tool_heavy.jsonl"
-    if not sample.exists():
-        pytest.skip("../shared/bench not present")
+    sample = BENCH / "transcripts" / "spotter" / "tool_heavy.jsonl"
     for raw in sample.read_text().splitlines():
         assert json.loads(redact_line(raw)) is not None
 

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import random
 import re
-from pathlib import Path
 
 import pytest
 
+from conftest import BENCH, needs_bench
 from recalld.ingest.sessions.chunking import SessionChunk, SessionChunker, chunk_messages
 from recalld.ingest.sessions.formats import Message, parse_file
 
-BENCH = os.environ.get("RECALLD_BENCH") or Path(__file__).parents[1] / ".." / "shared" / "bench"
-SPOTTER = Path(BENCH) / "transcripts" / "spotter"
+SPOTTER = BENCH / "transcripts" / "spotter"
 SESSION = SPOTTER / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
-needs_bench = pytest.mark.skipif(not SESSION.exists(), reason="../shared/bench not present")
+needs_session = needs_bench("transcripts", "spotter", SESSION.name)
 
 _PIECES = re.compile(r"\w{1,4}|[^\w\s]")
 
@@ -174,7 +172,7 @@ def test_non_additive_counter_still_respects_the_cap() -> None:
         assert counting_newlines(c.text) + 2 <= 128
 
 
-@needs_bench
+@needs_session
 def test_real_session_with_stand_in_counter() -> None:
     messages, _, _ = parse_file(SESSION)
     chunks = chunk_messages(messages, count)
@@ -188,7 +186,7 @@ def test_real_session_with_stand_in_counter() -> None:
             assert mine and all(c.end_line == m.line and c.tool == m.tool for c in mine)
 
 
-@needs_bench
+@needs_session
 def test_real_session_with_the_model_tokenizer() -> None:
     tokens = pytest.importorskip("recalld.tokens")
     counter = tokens.default_tokenizer().count

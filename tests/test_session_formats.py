@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from conftest import BENCH, needs_bench
 from recalld.ingest.sessions.formats import (
     CLAUDE_CODE,
     CODEX,
@@ -25,15 +25,12 @@ from recalld.ingest.sessions.formats import (
     tool_line,
 )
 
-BENCH = Path(
-    os.environ.get("RECALLD_BENCH") or Path(__file__).parents[1] / ".." / "shared" / "bench"
-)
 SPOTTER = BENCH / "transcripts" / "spotter"
 SIMONW = BENCH / "transcripts" / "simonw-claude-code-transcripts"
 LOCOMO = BENCH / "locomo-transcripts" / "corpus"
 MAIN_SESSIONS = sorted(p for p in SPOTTER.glob("*.jsonl") if re.match(r"[0-9a-f]{8}-", p.name))
 
-needs_bench = pytest.mark.skipif(not SPOTTER.is_dir(), reason="../shared/bench not present")
+needs_spotter = needs_bench("transcripts", "spotter")
 
 
 def numbered(records: list[Any]) -> list[tuple[int, bytes]]:
@@ -67,7 +64,7 @@ def _claude_blocks(path: Path) -> dict[str, int]:
     return counts
 
 
-@needs_bench
+@needs_spotter
 @pytest.mark.parametrize("path", MAIN_SESSIONS, ids=lambda p: p.name[:8])
 def test_spotter_sessions(path: Path) -> None:
     messages, stats, fmt = parse_file(path)
@@ -101,7 +98,7 @@ def test_spotter_sessions(path: Path) -> None:
     assert any(m.role == "user" and m.kind == "text" for m in messages)
 
 
-@needs_bench
+@needs_spotter
 def test_spotter_tool_lines_look_right() -> None:
     messages, _, _ = parse_file(SPOTTER / "tool_heavy.jsonl")
     calls = [m.text.split("\n")[0] for m in messages if m.kind == "tool_call"]
@@ -118,7 +115,7 @@ def test_spotter_tool_lines_look_right() -> None:
         assert json.loads(raw[m.line - 1])["type"] in ("user", "assistant")
 
 
-@needs_bench
+@needs_spotter
 def test_spotter_thinking_on_request() -> None:
     path = MAIN_SESSIONS[0]
     messages, stats, _ = parse_file(path, include_thinking=True)
@@ -127,7 +124,7 @@ def test_spotter_thinking_on_request() -> None:
     assert all(m.role == "assistant" for m in thinking)
 
 
-@needs_bench
+@needs_spotter
 def test_simonw_claude_sample_exact() -> None:
     messages, stats, fmt = parse_file(SIMONW / "sample_session.jsonl")
     assert fmt == CLAUDE_CODE
@@ -246,7 +243,7 @@ def test_claude_inline_details() -> None:
 # --- Codex ---------------------------------------------------------------------------------------
 
 
-@needs_bench
+@needs_spotter
 def test_simonw_codex_sample() -> None:
     messages, stats, fmt = parse_file(SIMONW / "sample_codex_session.jsonl")
     assert fmt == CODEX
@@ -620,7 +617,7 @@ def test_openclaw() -> None:
 # --- generic -------------------------------------------------------------------------------------
 
 
-@needs_bench
+@needs_spotter
 def test_locomo_generic() -> None:
     path = LOCOMO / "conv-26" / "session_01.jsonl"
     messages, stats, fmt = parse_file(path)

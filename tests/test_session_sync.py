@@ -8,9 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from conftest import BENCH, make_config
+from conftest import BENCH, make_config, needs_bench
 from daemon_process import DaemonProcess, wait_for
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
@@ -104,7 +102,7 @@ def test_claude_code_session_delta_and_get(home: Path, local_embedder: Any) -> N
         eng.close()
 
 
-@pytest.mark.skipif(not (BENCH / "transcripts" / "spotter").is_dir(), reason="needs ../shared")
+@needs_bench("transcripts", "spotter")
 def test_real_claude_code_sessions(home: Path, local_embedder: Any) -> None:
     src = sorted((BENCH / "transcripts" / "spotter").glob("*.jsonl"))[0]
     dst = home / "real" / src.name

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import BENCH, needs_bench
 from recalld.ingest.sessions.formats import TranscriptParser, parse_file
 from recalld.ingest.sessions.tail import (
     CHAIN_BLOCK,
@@ -21,7 +22,7 @@ from recalld.ingest.sessions.tail import (
     split_lines,
 )
 
-SPOTTER = Path(__file__).parents[1] / ".." / "shared" / "bench" / "transcripts" / "spotter"
+SPOTTER = BENCH / "transcripts" / "spotter"
 
 
 class CountingFile:
@@ -227,7 +228,7 @@ def test_split_lines() -> None:
     assert split_lines(b"") == []
 
 
-@pytest.mark.skipif(not SPOTTER.is_dir(), reason="../shared/bench not present")
+@needs_bench("transcripts", "spotter")
 def test_growing_transcript_parses_like_the_whole(tmp_path: Path) -> None:
     source = (SPOTTER / "subagent.jsonl").read_bytes()
     path = tmp_path / "live.jsonl"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ import apsw
 import numpy as np
 import pytest
 
-from conftest import make_engine
+from conftest import BENCH, make_engine, needs_bench
 from recalld.engine import Engine
 from recalld.errors import ConfigError
 from recalld.index import migrations
@@ -20,11 +19,8 @@ from recalld.index.store import FileRow, NewChunk, Store
 from recalld.ingest.sessions.chunking import checked_kinds
 from recalld.retrieval import fusion
 
-BENCH = Path(
-    os.environ.get("RECALLD_BENCH") or Path(__file__).parents[1] / ".." / "shared" / "bench"
-)
 SESSION = BENCH / "transcripts" / "spotter" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
-needs_bench = pytest.mark.skipif(not SESSION.exists(), reason="../shared/bench not present")
+needs_session = needs_bench("transcripts", "spotter", SESSION.name)
 
 
 def test_migration_4_gives_old_chunks_a_kind(tmp_path: Path) -> None:
@@ -102,7 +98,7 @@ def _index_rows(eng: Engine, path: Path) -> Counter[tuple[Any, ...]]:
         )
 
 
-@needs_bench
+@needs_session
 def test_delta_sync_builds_the_same_index_as_one_sync(home: Path) -> None:
     lines = SESSION.read_text(encoding="utf-8").split("\n")[:700]
     target = home / "s" / "t.jsonl"

@@ -7,9 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
-import pytest
-
-from conftest import make_config
+from conftest import BENCH, make_config, needs_bench
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
 
@@ -18,7 +16,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import transcript_needles as tn  # noqa: E402
 
-SPOTTER = tn.CORPUS / "spotter"
+SPOTTER = BENCH / "transcripts" / "spotter"
 # Two small sessions, one with a subagent file: a few hundred real lines.
 FILES = (
     "short.jsonl",
@@ -26,7 +24,7 @@ FILES = (
     "ae4a77f8-aedd-4bc1-888f-c94edc91af04/subagents/agent-aac57f5.jsonl",
 )
 
-pytestmark = pytest.mark.skipif(not SPOTTER.is_dir(), reason="needs ../shared/bench/transcripts")
+pytestmark = needs_bench("transcripts", "spotter")
 
 
 def _copy(dest: Path) -> None:

@@ -8,7 +8,6 @@ of that session, in the place its test names, and must come back first.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,21 +16,18 @@ from typing import Any
 
 import pytest
 
-from conftest import env_for, make_engine
+from conftest import BENCH, env_for, make_engine, needs_bench
 from recalld.engine import Engine
 from recalld.ingest.sessions.formats import parse_file
 from recalld.surfaces.mcp_server import format_search, get_params, search_params
 
-BENCH = Path(
-    os.environ.get("RECALLD_BENCH") or Path(__file__).parents[1] / ".." / "shared" / "bench"
-)
 SPOTTER = BENCH / "transcripts" / "spotter"
 SESSION_ID = "ae4a77f8-aedd-4bc1-888f-c94edc91af04"
 SESSION = SPOTTER / f"{SESSION_ID}.jsonl"
 SUBAGENT = SPOTTER / SESSION_ID / "subagents" / "agent-aac57f5.jsonl"
 GLOBS = [str(SPOTTER / f"{SESSION_ID}*.jsonl"), str(SPOTTER / SESSION_ID / "**" / "*.jsonl")]
 
-pytestmark = pytest.mark.skipif(not SESSION.exists(), reason="../shared/bench not present")
+pytestmark = needs_bench("transcripts", "spotter", SESSION.name)
 
 # (query, file, JSONL line, kind of the hit, where it lives)
 NEEDLES = [

@@ -42,7 +42,7 @@ from recalld.ingest.filters import PathFilter
 from recalld.ingest.indexer import Indexer, Progress, SyncReport, identity_for
 from recalld.ingest.path_rule import shown
 from recalld.ingest.session_sync import SessionIndexer
-from recalld.ingest.vector_backfill import BackgroundChunker, VectorBacklog
+from recalld.ingest.vector_backfill import BackgroundChunker, VectorBacklog, vectors_missing
 from recalld.retrieval import access, keyword_scoring
 from recalld.retrieval.channel_overlap import InFlight
 from recalld.retrieval.common_terms import tune_reader
@@ -830,6 +830,7 @@ class Engine:
                 for root, why in _root_problems(roots, facts.mount_roots).items()
             ]
         skipped = sorted(self.skipped.items())
+        vectors = vectors_missing(counts)  # from the index, not the writer's running count
         from recalld.ingest.sessions.redaction import counts as redaction_counts
         from recalld.retrieval.served import status_texts
 
@@ -841,8 +842,8 @@ class Engine:
             "degraded": self.degraded(),
             "identity": _identity_dict(facts.identity),
             "counts": counts,
-            "progress": {**self.progress.as_dict(), **self.vector_backlog.as_dict()},
-            "vectors": self.vector_backlog.as_dict(),
+            "progress": {**self.progress.as_dict(), **vectors},
+            "vectors": vectors,
             "last_sync": last_sync,
             "transcripts": dict(facts.transcripts),
             "last_report": self.last_report.as_dict() if self.last_report else None,

@@ -2,11 +2,12 @@
 
 The prefilter (``vector_index``) ranks every row by its projected (128-d) vectors, then rescores
 the best few thousand exactly. Its rows are stored as int8 with one scale per projected
-dimension, and the query's projection, times those scales, is quantized to uint8 around 128.
-onnxruntime's ``MatMulInteger`` (MLAS: AVX-512 VNNI / AVX2 kernels) then scans them: at 100k rows
-0.8 ms against 2.2 ms for numpy's float32 product, at 1M 6.2 ms against 28 ms (one thread), and
-the projected rows take 128 instead of 512 MB at 1M. The final top 10 is unchanged on real
-embeddings (recall@10 0.994 at 100k and 0.995 at 1M either way; docs/DECISIONS.md, session 15).
+dimension, and the query's projection, times those scales, is quantized to 7 bits (uint8 in
+[1, 127] around 64: ``PAIR_BOUND`` says why). onnxruntime's ``MatMulInteger`` (MLAS: AVX-512
+VNNI / AVX2 kernels) then scans them: at 100k rows 0.8 ms against 2.2 ms for numpy's float32
+product, at 1M 6.2 ms against 28 ms (one thread), and the projected rows take 128 instead of
+512 MB at 1M. The final top 10 is unchanged on real embeddings (recall@10 0.994 at 100k and
+0.995 at 1M either way, 8-bit query; docs/DECISIONS.md: session 15, issue 38 for 7 bits).
 
 Without onnxruntime the same integers are multiplied by numpy in float32 blocks: slower, same
 ranking.
@@ -21,12 +22,30 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Int8Scan", "quantize_query", "quantize_rows", "scales_for", "zero_point_offsets"]
+__all__ = [
+    "PAIR_BOUND",
+    "QUERY_LEVELS",
+    "ZERO_POINT",
+    "Int8Scan",
+    "quantize_query",
+    "quantize_rows",
+    "scales_for",
+    "zero_point_offsets",
+]
 
 F32 = npt.NDArray[np.float32]
 I8 = npt.NDArray[np.int8]
 U8 = npt.NDArray[np.uint8]
-ZERO_POINT = 128
+#: The query's levels either side of ``ZERO_POINT``: its uint8 values lie in [1, 127].
+QUERY_LEVELS = 63
+ZERO_POINT = 64
+#: MLAS's AVX2 kernel without VNNI (and AVX-512BW's) multiplies uint8 x int8 with
+#: ``vpmaddubsw``, which adds each *pair* of products into a saturating int16. With the query in
+#: [0, 127] and rows in [-128, 127] no pair sum leaves int16, so every CPU gives the exact
+#: integer product (a query up to 255 gave 19077 for 20495 on this class of CPU: issue 38).
+#: VNNI and ARM's dot products accumulate in int32: exact anyway.
+PAIR_BOUND = 2 * (ZERO_POINT + QUERY_LEVELS) * 128
+assert PAIR_BOUND <= 32_767, PAIR_BOUND
 _FALLBACK_BLOCK = 65_536
 
 
@@ -56,11 +75,12 @@ def quantize_query(projected: F32, scale: F32) -> U8:
 
     Multiplying by the rows' scales first makes the integer product proportional to the float
     one; the query's own scale is one factor for every row, so it does not change the ranking.
+    7 bits, not 8: the price of exact scores on every CPU (``PAIR_BOUND``); the rows keep 8.
     """
     weighted = np.asarray(projected, dtype=np.float32) * scale
     top = float(np.abs(weighted).max())
-    step = top / 127.0 if top > 0 else 1.0
-    q = np.clip(np.rint(weighted / step), -127, 127) + ZERO_POINT
+    step = top / QUERY_LEVELS if top > 0 else 1.0
+    q = np.clip(np.rint(weighted / step), -QUERY_LEVELS, QUERY_LEVELS) + ZERO_POINT
     out: U8 = q.astype(np.uint8)[None, :]
     return out
 

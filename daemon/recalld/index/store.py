@@ -614,7 +614,8 @@ class Store:
     # counts -----------------------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
-        """Files, chunks, FTS rows, vector rows and cache entries."""
+        """Files, chunks, FTS rows, vector rows and cache entries, all of one snapshot (status
+        derives the chunks still without a vector from them)."""
 
         def one(sql: str) -> int:
             row = self.conn.execute(sql).fetchone()
@@ -625,16 +626,17 @@ class Store:
         # counts after each write, every few seconds during a first sync's back-fill.
         fts = "chunks_fts_docsize" if self._has_table("chunks_fts_docsize") else "chunks_fts"
         vec = "chunks_vec_rowids" if self._has_table("chunks_vec_rowids") else "chunks_vec"
-        out = {
-            "files": one("SELECT count(*) FROM files"),
-            "memory_files": one("SELECT count(*) FROM files WHERE source = 'memory'"),
-            "session_files": one("SELECT count(*) FROM files WHERE source = 'sessions'"),
-            "chunks": one("SELECT count(*) FROM chunks"),
-            "fts_rows": one(f"SELECT count(*) FROM {fts}"),
-            "vectors": one(f"SELECT count(*) FROM {vec}") if self.has_vec_table() else 0,
-            "keyword_only_chunks": one("SELECT count(*) FROM chunks WHERE embed = 0"),
-            "cached_embeddings": one("SELECT count(*) FROM embedding_cache"),
-        }
+        with self.conn:  # one read transaction: a write between two counts is in none or all
+            out = {
+                "files": one("SELECT count(*) FROM files"),
+                "memory_files": one("SELECT count(*) FROM files WHERE source = 'memory'"),
+                "session_files": one("SELECT count(*) FROM files WHERE source = 'sessions'"),
+                "chunks": one("SELECT count(*) FROM chunks"),
+                "fts_rows": one(f"SELECT count(*) FROM {fts}"),
+                "vectors": one(f"SELECT count(*) FROM {vec}") if self.has_vec_table() else 0,
+                "keyword_only_chunks": one("SELECT count(*) FROM chunks WHERE embed = 0"),
+                "cached_embeddings": one("SELECT count(*) FROM embedding_cache"),
+            }
         return out
 
     def sessions_summary(self) -> dict[str, Any]:

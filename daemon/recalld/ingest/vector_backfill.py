@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -43,6 +43,7 @@ __all__ = [
     "VectorBacklog",
     "fill",
     "vector_counts",
+    "vectors_missing",
 ]
 
 log = logging.getLogger(__name__)
@@ -229,6 +230,20 @@ def vector_counts(store: Store) -> tuple[int, int]:
     chunks = int(row[0]) if row else 0
     pending = len(ids) - keyword_only
     return pending, chunks - keyword_only
+
+
+def vectors_missing(counts: Mapping[str, int]) -> dict[str, int]:
+    """``vectors_pending`` / ``vectors_total`` read off the index's row counts (``Store.counts``,
+    one snapshot): the chunks due a vector that have none, whatever the writer last counted.
+
+    Status says this, not :class:`VectorBacklog`'s running count: that one is updated after the
+    writer's own steps, and a status read between a write and its count (or any write the count
+    missed) said ``vectors_pending`` 0 with chunks still waiting (issue 38). The writer never
+    leaves a vector without its chunk, nor gives a keyword-only chunk one (both checked by the
+    tests' ``check_consistent``), so the difference is exact.
+    """
+    due = counts["chunks"] - counts["keyword_only_chunks"]
+    return {"vectors_pending": max(due - counts["vectors"], 0), "vectors_total": due}
 
 
 def fill(indexer: Indexer, report: SyncReport | None, *, budget_s: float | None) -> int:

@@ -580,6 +580,7 @@ class Daemon:
     def h_status(self, params: Mapping[str, Any]) -> dict[str, Any]:
         status = self.engine.status()
         status["progress"], pending = self.backlog.snapshot()
+        status["progress"].update(status["vectors"])  # the index's count (vectors_missing)
         status["state"] = self._state()
         status["daemon"] = {
             "pid": os.getpid(),
