@@ -47,12 +47,16 @@ class IdleStop:
         self.last_request = time.monotonic()
 
     def wrap(self, handlers: Mapping[str, Handler]) -> dict[str, Handler]:
-        """``handlers``, each noting its request first."""
+        """``handlers``, each noting its request when it starts and when it ends (a long
+        search is activity until its answer)."""
 
         def noted(handler: Handler) -> Handler:
             def run(params: Any) -> Any:
                 self.touch()
-                return handler(params)
+                try:
+                    return handler(params)
+                finally:
+                    self.touch()
 
             return run
 
