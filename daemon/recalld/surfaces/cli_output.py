@@ -53,7 +53,13 @@ def search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
     if note := pending_note(res):
         err.append(f"note: {note}")
     results = res.get("results", [])
-    if not results:
+    if not results and (floor := res.get("under_floor")):
+        out.append(
+            f"no results over the score floor {floor['min_score']:g}: {floor['candidates']} "
+            f"candidates scored under it (best {floor['best_score']:.3f}); "
+            f"`--min-score {floor['see_with']:g}` shows them"
+        )
+    elif not results:
         out.append("no results")
     for i, r in enumerate(results, 1):
         sc = r.get("scores") or {}

@@ -240,7 +240,9 @@ def search_payload(res: Mapping[str, Any]) -> dict[str, Any]:
             f"{index['state']}, {index.get('pending', 0)} files pending: results may be "
             "incomplete, search again shortly"
         )
-    if not results:
+    if not results and (floor := res.get("under_floor")):
+        out["note"] = f"nothing reached the score floor: {floor['hint']}"
+    elif not results:
         out["note"] = "no matching memory"
     return out
 
