@@ -196,8 +196,8 @@ def _add_eval(sub: Any) -> None:
     e.add_argument(
         "--min-score",
         type=float,
-        default=0.0,
-        help="score floor during eval (default 0: rank quality of the top k)",
+        help="score floor (default: search.min_score, as `search` applies it; the table then "
+        "adds a row at 0: the rank quality of every candidate)",
     )
     e.add_argument(
         "--home",
