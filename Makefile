@@ -1,10 +1,14 @@
-# Two commands matter: `make run` and `make test`. Both set up .venv first (idempotent).
+# Two commands matter: `make run` and `make test`. Both set up .venv first (idempotent): `run`
+# with the runtime dependencies only (requirements.txt), `test` adds the development tools
+# (requirements-dev.txt: pytest, mypy, ruff, ... and the MCP/tray extras the tests exercise).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.dev-installed
+EXTRAS_STAMP := $(VENV)/.extras-installed
 
-.PHONY: install link unlink run test lint typecheck bench clean
+.PHONY: install dev extras link unlink run test lint typecheck bench clean
 
 LINK_DIR ?= $(HOME)/.local/bin
 
@@ -22,14 +26,28 @@ $(STAMP): requirements.txt pyproject.toml client/pyproject.toml
 	@echo "==> [1/3] creating the virtual environment $(VENV) with $(PY)"
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@echo "==> [2/3] installing the pinned dependencies of requirements.txt (about a minute the first time)"
-	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -r requirements.txt
-	@echo "==> [3/3] installing recalld and recalld-client from this checkout (editable)"
-	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e client -e .
+	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on --no-deps -r requirements.txt
+	@echo "==> [3/3] installing recalld (its client included) from this checkout (editable)"
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e .
 	@# An editable install is not byte-compiled, and where PYTHONDONTWRITEBYTECODE is set nothing
 	@# ever writes the .pyc files: every `recalld search` would compile the CLI and the client.
 	@$(BIN)/python -m compileall -q daemon/recalld client/recalld_client > /dev/null
 	@touch $(STAMP)
 	@echo "==> installed: $(CURDIR)/$(BIN)/recalld"
+
+# The development tools (and the optional MCP/tray parts the tests exercise): `make test` and co.
+dev: $(DEV_STAMP)
+$(DEV_STAMP): $(STAMP) requirements-dev.txt requirements-extras.txt
+	@echo "==> installing the development tools of requirements-dev.txt"
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	@touch $(DEV_STAMP) $(EXTRAS_STAMP)
+
+# `recalld mcp` and `recalld tray` without the development tools.
+extras: $(EXTRAS_STAMP)
+$(EXTRAS_STAMP): $(STAMP) requirements-extras.txt
+	@echo "==> installing the MCP server and tray dependencies of requirements-extras.txt"
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-extras.txt
+	@touch $(EXTRAS_STAMP)
 
 # A link into ~/.local/bin (on PATH in most Linux and macOS shells): `recalld` then works anywhere.
 link: install
@@ -50,20 +68,20 @@ run: install
 	@echo "==> starting the daemon in the foreground: $(BIN)/recalld serve (Ctrl-C stops it)"
 	@$(BIN)/recalld serve
 
-test: install
+test: install dev
 	$(BIN)/ruff check daemon client tests $(wildcard bench)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q tests
 
-lint: install
+lint: install dev
 	$(BIN)/ruff check daemon client tests $(wildcard bench)
 	$(BIN)/ruff format --check daemon client tests $(wildcard bench)
 
-typecheck: install
+typecheck: install dev
 	$(BIN)/mypy
 
-bench: install
+bench: install dev
 	$(BIN)/python bench/run.py
 
 clean:

@@ -109,8 +109,18 @@ def test_eval_on_tiny_corpus(tmp_path: Path) -> None:
     assert res["queries"] == 2  # adversarial reported apart
     assert res["hit@1"] == 1.0 and res["by_tag"]["adversarial"]["hit@1"] == 1.0
     assert set(res["latency_ms"]) == {"p50", "p95"}
+    # By default the floor `search` applies, and the same queries at floor 0 beside it.
+    assert res["min_score"] == 0.35
+    assert res["compare"]["min_score"] == 0.0 and res["compare"]["queries"] == 2
+    assert res["compare"]["hit@10"] >= res["hit@10"]
+    table = subprocess.run(
+        [*cmd[:-1], "--limit", "2"], env=env_for(tmp_path), capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert "| all, min_score 0 | 2 |" in table.stdout, table.stdout + table.stderr
+    assert "scored at min_score 0.35 (search's floor)" in table.stdout
     again = subprocess.run(
-        [*cmd[:-1], "--mode", "keyword", "--k", "3", "--json"],
+        [*cmd[:-1], "--mode", "keyword", "--k", "3", "--min-score", "0.2", "--json"],
         env=env_for(tmp_path),
         capture_output=True,
         text=True,
@@ -118,6 +128,7 @@ def test_eval_on_tiny_corpus(tmp_path: Path) -> None:
     )
     second = json.loads(again.stdout)
     assert second["index"]["chunks_embedded"] == 0  # the kept index and cache are reused
+    assert "compare" not in second and second["min_score"] == 0.2  # the floor asked for only
     assert "recall@3" in second and second["mode"] == "keyword"
 
 
@@ -207,7 +218,7 @@ def test_readme_eval_example_runs_on_a_users_notes(tmp_path: Path) -> None:
         for line in proc.stdout.splitlines()
         if line.startswith("| ") and not line.startswith("| group")
     }
-    assert set(rows) == {"all", "decisions", "people"}, proc.stdout
+    assert set(rows) == {"all", "decisions", "people", "all, min_score 0"}, proc.stdout
     assert rows["all"][0] == "2"  # queries
     assert rows["all"][4] == "1.000", proc.stdout  # hit@1: both answers ranked first
     assert (user / ".local" / "share" / "recalld" / "eval").is_dir()  # its own index

@@ -21,6 +21,7 @@ from recalld.errors import BadRequest
 from recalld.index import migrations
 from recalld.index.ident_tokens import ident_text, split_word
 from recalld.index.store import FileRow, NewChunk, Store
+from recalld.retrieval import path_query
 from recalld.retrieval.answer_budget import estimate_tokens, fit_to_budget
 from recalld.retrieval.diversity import Candidate, collapse, mmr
 from recalld.retrieval.fts_query import build_match
@@ -452,3 +453,67 @@ def test_eval_counts_collapsed_places_at_the_result_rank() -> None:
     assert scores["hit@1"] == 1.0 and scores["mrr@10"] == 1.0
     scores = score_query([hit], [("sessions/s.jsonl", 8)], [1, 10])
     assert scores["hit@1"] == 0.0
+
+
+def test_a_query_that_is_a_path_ranks_that_file_first(home: Path, local_embedder: Any) -> None:
+    target = write(home / "memory" / "ops" / "deploy" / "k8s.md", "# Cluster\n\nNodes: three.\n")
+    # Notes that say the path's words far more often than the file itself does.
+    for i in range(4):
+        write(
+            home / "memory" / "ops" / f"about-deploy-{i}.md",
+            f"# Ops {i}\n\nops deploy k8s md: the deploy of k8s by ops, see the md files.\n",
+        )
+    write(home / "memory" / "other" / "k8s.md", "# Other k8s\n\nNot the one.\n")
+    eng = make_engine(home, local_embedder)
+    try:
+        eng.sync()
+        for query in ("ops/deploy/k8s.md", str(target), "deploy/k8s.md"):
+            res = eng.search({"query": query})
+            assert paths_of(res, home)[0] == "ops/deploy/k8s.md", (query, paths_of(res, home))
+            assert res["results"][0]["score"] == 1.0
+        explained = eng.search({"query": "ops/deploy/k8s.md", "explain": True})
+        assert explained["results"][0]["explain"]["path_match"] == str(target)
+        # Filters still apply; a name two files share puts both first.
+        res = eng.search({"query": "ops/deploy/k8s.md", "sources": ["sessions"], "min_score": 0})
+        assert not res["results"]
+        both = paths_of(eng.search({"query": "k8s.md", "min_score": 0}), home)[:2]
+        assert sorted(both) == ["ops/deploy/k8s.md", "other/k8s.md"]
+        # The words alone, not a path: the channels decide as before.
+        assert not path_query.looks_like_path("deploy k8s")
+        assert path_query.looks_like_path("~/notes/a.md") and path_query.looks_like_path("a/b")
+    finally:
+        eng.close()
+
+
+def test_candidates_all_under_the_floor_are_announced_with_how_to_see_them(
+    home: Path, local_embedder: Any
+) -> None:
+    write(home / "memory" / "infra.md", "# Infra\n\nWe picked Kubernetes for the cluster.\n")
+    write(home / "memory" / "food.md", "# Food\n\nTomatoes need sun and water.\n")
+    eng = make_engine(home, local_embedder)
+    try:
+        eng.sync()
+        # Paraphrase with no shared word: candidates from the vector channel, all under 0.95.
+        res = eng.search({"query": "container orchestration choice", "min_score": 0.95})
+        assert res["results"] == []
+        floor = res["under_floor"]
+        assert floor["candidates"] >= 1 and floor["min_score"] == 0.95
+        assert 0 < floor["see_with"] <= floor["best_score"] < 0.95
+        assert f"min_score {floor['see_with']:g}" in floor["hint"]
+        shown = eng.search(
+            {"query": "container orchestration choice", "min_score": floor["see_with"]}
+        )
+        assert shown["results"] and "under_floor" not in shown
+        # The CLI and the MCP tool say the same.
+        from recalld.surfaces.cli_output import search_text
+        from recalld.surfaces.mcp_server import search_payload
+
+        printed = search_text(res, False)[0]
+        assert "no results over the score floor 0.95" in printed
+        assert f"--min-score {floor['see_with']:g}" in printed
+        assert floor["hint"] in search_payload(res)["note"]
+        # Nothing found at all is not "under the floor": no such note.
+        none = eng.search({"query": "zzqx", "mode": "keyword"})
+        assert none["results"] == [] and "under_floor" not in none
+    finally:
+        eng.close()

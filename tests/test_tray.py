@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from conftest import write
 from daemon_process import DaemonProcess, wait_for
 from recalld.surfaces.tray import TrayApp, View, menu_entries, view_for
+from recalld_client import Client, is_running
 
 PIL = pytest.importorskip("PIL")
 
@@ -88,7 +90,7 @@ def test_paused() -> None:
     syncing = view_for(event(state="syncing", paused=True))
     assert syncing.state == "syncing" and "watching paused" in syncing.title
     pause = next(e for e in menu_entries(v) if e.action == "pause")
-    assert pause.checked is True and pause.enabled
+    assert pause.label == "Resume watching" and pause.checked is None and pause.enabled
 
 
 def test_offline() -> None:
@@ -97,9 +99,10 @@ def test_offline() -> None:
     assert v.title.startswith("recalld: offline\n") and "/run/x.sock" in v.title
     entries = {e.action: e for e in menu_entries(v)}
     assert not entries["sync"].enabled and not entries["reindex"].enabled
-    assert not entries["pause"].enabled and entries["pause"].checked is False
+    assert not entries["pause"].enabled and entries["pause"].checked is None
     assert entries["open"].enabled and entries["quit"].enabled
-    assert entries["sync"].default
+    assert entries["start"].enabled and entries["start"].default and not entries["sync"].default
+    assert "start" not in {e.action for e in menu_entries(view_for(event()))}
 
 
 def test_title_is_clipped() -> None:
@@ -136,6 +139,29 @@ def test_icons_are_distinct_rgba_64() -> None:
 
 
 # the watch loop against a real daemon (no display) ----------------------------------------------
+
+
+def test_the_offline_menu_starts_the_daemon(home: Path) -> None:
+    (home / "config.toml").write_text("[sessions]\npaths = []\n")
+    app = TrayApp(socket_path=home / "run" / "recalld.sock", backoff=(0.05, 0.3))
+    app.start()
+    try:
+        wait_for(lambda: app.view.state == "offline")
+        start = next(e for e in menu_entries(app.view) if e.action == "start")
+        assert start.label == "Start recalld"
+        app.run_action("start")  # the real `recalld start` for this RECALLD_HOME
+        wait_for(lambda: app.view.online, timeout=180)
+        assert app.note is None
+        status = app.client.status()["daemon"]
+        assert status["started_by"] == "start" and not status["on_demand"]
+    finally:
+        app.stop()
+        with (
+            contextlib.suppress(Exception),
+            Client(home / "run" / "recalld.sock", reconnect=False) as client,
+        ):
+            client.shutdown()
+        wait_for(lambda: not is_running(home / "run" / "recalld.sock", timeout=0.5), timeout=60)
 
 
 def config(home: Path) -> None:

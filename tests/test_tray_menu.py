@@ -59,9 +59,17 @@ def test_rows_show_state_and_provider_then_every_action() -> None:
 def test_paused_offers_resume_and_offline_greys_daemon_actions() -> None:
     paused = view_for(IDLE | {"state": "paused", "paused": True})
     pause = next(e for e in menu_entries(paused) if e.action == "pause")
-    assert pause.label == "Resume watching" and pause.checked is True
+    assert pause.label == "Resume watching" and pause.checked is None  # an action, not a state
     offline = {r.action: r.enabled for r in menu_rows(view_for(None)) if r.kind == "item"}
-    assert offline == {"sync": False, "reindex": False, "pause": False, "open": True, "quit": True}
+    assert offline == {
+        "start": True,
+        "sync": False,
+        "reindex": False,
+        "pause": False,
+        "open": True,
+        "quit": True,
+    }
+    assert [e.action for e in menu_entries(view_for(None)) if e.default] == ["start"]
     assert header_lines(view_for(None))[0] == "recalld: offline"
 
 
@@ -102,13 +110,18 @@ def test_drawing_headers_items_highlight_and_check_mark() -> None:
     assert render_menu(rows, highlight=0).tobytes() == plain.tobytes()
     greyed = [MenuRow("item", "Sync now", "sync", enabled=False)]
     assert DISABLED in _colours(render_menu(greyed), row_boxes(greyed)[0])
-    # The pause item carries a check mark while paused: its row differs from an unchecked one.
+    # The pause item is an action ("Resume watching"), drawn without a check mark; a check item
+    # would differ from it.
     pause = next(i for i, r in enumerate(rows) if r.action == "pause")
-    unchecked = [*rows[:pause], MenuRow("item", rows[pause].label, "pause", True, False)]
+    assert rows[pause].label == "Resume watching"
     top, bottom = boxes[pause]
-    a = plain.crop((0, top, 40, bottom)).tobytes()
-    b = render_menu(unchecked).crop((0, top, 40, bottom)).tobytes()
-    assert a != b
+
+    def left_of(row: MenuRow) -> bytes:
+        return render_menu([*rows[:pause], row]).crop((0, top, 40, bottom)).tobytes()
+
+    shown = plain.crop((0, top, 40, bottom)).tobytes()
+    assert shown == left_of(MenuRow("item", rows[pause].label, "pause", True, False))
+    assert shown != left_of(MenuRow("item", rows[pause].label, "pause", True, True))
 
 
 def test_opener_command_from_the_environment(
@@ -164,7 +177,7 @@ for item in menu.items:
     assert lines[0] == "'recalld: idle' False None"
     assert lines[1] == "'provider: none' False None"
     assert "'Sync now' True None" in lines
-    assert "'Pause watching' True False" in lines
+    assert "'Pause watching' True None" in lines  # an action, not a check item
     assert lines[-1] == "'Quit' True None"
 
 

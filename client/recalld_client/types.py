@@ -78,6 +78,9 @@ class SearchResponse(_SearchResponseBase, total=False):
     budget: dict[str, int]  # with max_tokens: max_tokens, used_tokens, snippets_trimmed, dropped
     explain: dict[str, Any]  # with explain=True: query shape, weights, match expression
     vectors_pending: int  # chunks found by keyword only until their vectors are filled in
+    # When candidates were found but none reached min_score: candidates, best_score, min_score,
+    # see_with (a min_score that shows them), hint (one sentence saying so).
+    under_floor: dict[str, Any]
 
 
 class GetResponse(TypedDict):

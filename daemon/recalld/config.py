@@ -279,6 +279,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sync.debounce_s", 1.5, "Quiet time before a changed file is re-indexed.", 0, 3600),
     Setting("sync.watch", True, "Watch memory folders for changes."),
     Setting(
+        "daemon.on_demand_idle_s",
+        1800.0,
+        "A daemon started on demand (recalld mcp, a hook) stops after this long without a "
+        "request; 0 keeps it running.",
+        0,
+        604_800,
+    ),
+    Setting(
         "sync.scan_interval_s",
         30.0,
         "How often folders that inotify cannot watch (its limits reached) are scanned.",

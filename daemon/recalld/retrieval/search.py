@@ -20,12 +20,13 @@ from recalld.embedding.base import Embedder
 from recalld.errors import BadRequest
 from recalld.index.store import Store
 from recalld.index.vector_index import VectorIndex
+from recalld.retrieval import path_query
 from recalld.retrieval.answer_budget import MIN_BUDGET_TOKENS, fit_to_budget
 from recalld.retrieval.keyword_postings import PostingsCache
 from recalld.retrieval.query_shape import QueryShape, analyze
 from recalld.retrieval.search_channels import run_channels
 from recalld.retrieval.search_ranking import Ranking, rank
-from recalld.retrieval.search_results import results_of, shortlist
+from recalld.retrieval.search_results import results_of, shortlist, under_floor
 from recalld.retrieval.search_results import (
     snippet as snippet,  # where callers have imported it from
 )
@@ -179,6 +180,7 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     shape = analyze(req.query) if cfg.bool("search.query_shape") else None
     hits = run_channels(req, ctx, shape, want)
     ranking = rank(hits, req.mode, ctx.store, shape, cfg, req.explain)
+    ranking = path_query.put_first(ranking, ctx.store, req)
     cands, channels, rerank_note = shortlist(req, ctx, ranking)
     degraded = hits.degraded
     if rerank_note:
@@ -192,6 +194,8 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
         if ctx.index_info
         else {"state": "idle", "pending": 0, "last_sync": None},
     }
+    if floor := under_floor(req, ranking, len(answer["results"])):
+        answer["under_floor"] = floor
     if req.explain:
         answer["explain"] = _explain(shape, ranking, hits.match)
     if req.max_tokens:

@@ -67,6 +67,29 @@ def shortlist(
     return cands, channels, rerank_note
 
 
+def under_floor(req: SearchRequest, ranking: Ranking, shown: int) -> dict[str, Any] | None:
+    """When candidates were found but none reached the floor: how many, the best score, the
+    floor, and how to see them (``min_score`` lower). None when something is shown or nothing
+    matched at all. An empty answer must not read as "memory has nothing on it" when it does.
+    """
+    if shown or not ranking.fused:
+        return None
+    best = max(f.score for f in ranking.fused)
+    return {
+        "candidates": len(ranking.fused),
+        "best_score": round(best, 4),
+        "min_score": req.min_score,
+        "see_with": float(_lower(best)),
+        "hint": f"{len(ranking.fused)} candidates scored under the floor {req.min_score:g} "
+        f"(best {best:.3f}); search again with min_score {_lower(best)} to see them",
+    }
+
+
+def _lower(best: float) -> str:
+    """A floor just under ``best``, rounded down to two decimals (at least 0)."""
+    return f"{max(int(best * 100) / 100, 0.0):g}"
+
+
 def results_of(
     req: SearchRequest,
     cfg: Config,

@@ -37,6 +37,7 @@ from recalld.retrieval.search import parse_request
 from recalld.serve.allocator import note_activity
 from recalld.serve.backlog import Backlog, JobQueue
 from recalld.serve.config_watch import LiveConfig
+from recalld.serve.idle_stop import IDLE_KEY, IdleStop
 from recalld.serve.search_helper import MAX_VECTORS, SearchHelper
 from recalld.serve.shared_link import SharedLink
 
@@ -100,6 +101,7 @@ class Daemon:
         self.chunker: BackgroundChunker[list[Chunk]] = BackgroundChunker(self._on_chunked)
         self.engine.background, self.engine.keyword_first = self.chunker, True
         self.live: LiveConfig | None = None  # set by serve(): the config file's watcher
+        self.idle: IdleStop | None = None  # set by serve(): who started it, the on-demand stop
         # One job's progress across back-to-back syncs; progress lines in the log.
         self.backlog = Backlog(
             self.engine, self._waiting_paths, config.float("sync.progress_log_s")
@@ -601,6 +603,8 @@ class Daemon:
             status["warnings"].append(self.health_note)
         if self.live is not None:
             self.live.annotate(status)
+        if self.idle is not None:
+            status["daemon"].update(self.idle.status())
         shared = self.shared.status()
         if shared is not None:
             status["shared"] = shared
@@ -709,11 +713,15 @@ def serve(config: Config, config_path: Path | None = None) -> int:
         log.warning("%s", warning)
     daemon = _open_daemon(config, index)
     daemon.live = LiveConfig(daemon, config_path)
+    idle = daemon.idle = IdleStop(
+        lambda: daemon.engine.config.float(IDLE_KEY),
+        lambda: daemon.pending() > 0 or daemon._state() != "idle",
+    )
     servers: list[Server] = []
 
     async def main() -> None:
         server = Server(
-            daemon.handlers(),
+            idle.wrap(daemon.handlers()),
             {"watch": daemon.watch},
             socket_path,
             quick={"status", "get"},
@@ -736,7 +744,9 @@ def serve(config: Config, config_path: Path | None = None) -> int:
         )
         daemon.start()
         live.start()
+        idle_task = asyncio.create_task(idle.run(server.request_shutdown))
         await server.serve_forever()
+        idle_task.cancel()
 
     try:
         asyncio.run(main())

@@ -56,7 +56,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log more")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    from recalld.surfaces import init_setup, lifecycle
+
+    init_setup.add_parser(sub)
     sub.add_parser("serve", help="run the daemon in the foreground")
+    lifecycle.add_parsers(sub)
 
     _add_search(sub)
 
@@ -193,8 +197,8 @@ def _add_eval(sub: Any) -> None:
     e.add_argument(
         "--min-score",
         type=float,
-        default=0.0,
-        help="score floor during eval (default 0: rank quality of the top k)",
+        help="score floor (default: search.min_score, as `search` applies it; the table then "
+        "adds a row at 0: the rank quality of every candidate)",
     )
     e.add_argument(
         "--home",
@@ -304,6 +308,10 @@ def _run(args: argparse.Namespace) -> int:
         from recalld.serve.daemon import serve
 
         return serve(config, args.config)
+    if cmd in ("init", "start", "stop"):
+        from recalld.surfaces import init_setup, lifecycle
+
+        return {"init": init_setup.run, "start": lifecycle.start, "stop": lifecycle.stop}[cmd](args)
     if cmd == "eval":
         from recalld.surfaces.evaluation import run_eval_cli
 

@@ -53,7 +53,13 @@ def search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
     if note := pending_note(res):
         err.append(f"note: {note}")
     results = res.get("results", [])
-    if not results:
+    if not results and (floor := res.get("under_floor")):
+        out.append(
+            f"no results over the score floor {floor['min_score']:g}: {floor['candidates']} "
+            f"candidates scored under it (best {floor['best_score']:.3f}); "
+            f"`--min-score {floor['see_with']:g}` shows them"
+        )
+    elif not results:
         out.append("no results")
     for i, r in enumerate(results, 1):
         sc = r.get("scores") or {}
@@ -167,10 +173,27 @@ def print_status(res: dict[str, Any], as_json: bool) -> None:
             f"redacted:  {red['indexed']['total']} secrets indexed, {red['served']['total']} "
             "in get answers (since the daemon started)"
         )
+    if started := started_line(res.get("daemon")):
+        lines.append(started)
     if res.get("last_error"):
         lines.append(f"error:     {res['last_error']}")
     lines.extend(f"warning:   {w}" for w in res.get("warnings") or [])
     print("\n".join(lines))
+
+
+def started_line(daemon: Any) -> str | None:
+    """How a daemon started on demand (by ``recalld mcp``, a hook) will end, else None."""
+    if not isinstance(daemon, dict) or not daemon.get("on_demand"):
+        return None
+    stop = daemon.get("idle_stop") or {}
+    after = stop.get("after_s")
+    idle = f"idle {stop.get('idle_s')} s"
+    end = (
+        f"stops after {after:g} s without a request ({stop.get('key')}; {idle})"
+        if after
+        else f"keeps running ({stop.get('key')} = 0)"
+    )
+    return f"started:   on demand by recalld {daemon.get('started_by')}; {end}"
 
 
 def daemon_line(daemon: Any) -> str:

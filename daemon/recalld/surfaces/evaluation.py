@@ -231,13 +231,18 @@ def run_eval(
     *,
     k: int = 10,
     mode: str = "hybrid",
-    min_score: float = 0.0,
+    min_score: float | None = 0.0,
     home: Path | None = None,
     overrides: dict[str, Value] | None = None,
     limit: int | None = None,
     progress: bool = False,
+    compare_min_score: float | None = None,
 ) -> dict[str, Any]:
-    """Index ``corpus`` (incrementally) and score every query; returns the JSON result."""
+    """Index ``corpus`` (incrementally) and score every query; returns the JSON result.
+
+    ``min_score`` None: the config's ``search.min_score``, the floor ``search`` applies.
+    ``compare_min_score``: the queries are also scored at this floor, under ``compare``.
+    """
     from recalld.engine import Engine
 
     if not corpus.is_dir():
@@ -250,6 +255,8 @@ def run_eval(
         over["search.fusion"] = "rrf"
         search_mode = "hybrid"
     config = eval_config(corpus, home, over)
+    if min_score is None:
+        min_score = config.float("search.min_score")
     engine = Engine(config, writable=True)
     try:
         if progress:
@@ -264,34 +271,8 @@ def run_eval(
             queries = queries[:limit]
         ks = sorted({1, 5, 10, k})
         root = corpus.resolve()
-        fetch = max(k, 10)
-        per_query: list[tuple[Query, dict[str, float]]] = []
-        latencies: list[float] = []
-        for i, q in enumerate(queries):
-            params: dict[str, Any] = {
-                "query": q.text,
-                "max_results": fetch,
-                "min_score": min_score,
-                "mode": search_mode,
-            }
-            if q.scope:
-                params["path_prefix"] = str(root / q.scope) + ("/" if q.scope.endswith("/") else "")
-            t = time.perf_counter()
-            try:
-                res = engine.search(params)
-            except BadRequest:
-                res = {"results": []}
-            latencies.append((time.perf_counter() - t) * 1000)
-            hits = []
-            for r in res["results"]:
-                hit = _place(r, root)
-                hit["chars"] = cited_chars(r["path"], r["start_line"], r["end_line"])
-                if r.get("also"):
-                    hit["also"] = [_place(p, root) for p in r["also"]]
-                hits.append(hit)
-            per_query.append((q, score_query(hits, qrels[q.id], ks)))
-            if progress and (i + 1) % 200 == 0:
-                print(f"eval: {i + 1}/{len(queries)} queries", file=sys.stderr)
+        run = _QueryRun(engine, root, max(k, 10), search_mode, ks, progress)
+        per_query, latencies = run.score_all(queries, qrels, min_score)
         keys = (
             [f"recall@{x}" for x in ks]
             + [f"hit@{x}" for x in ks]
@@ -323,9 +304,63 @@ def run_eval(
         }
         out["provider"] = engine.embedder.label if engine.embedder else "none"
         out["min_score"] = min_score
+        if compare_min_score is not None and compare_min_score != min_score:
+            other = run.score_all(queries, qrels, compare_min_score)[0]
+            kept = [s for q, s in other if not set(q.tags) & set(EXCLUDED_FROM_OVERALL)]
+            out["compare"] = {"min_score": compare_min_score, "queries": len(kept)}
+            out["compare"].update(_mean(kept, keys))
         return out
     finally:
         engine.close()
+
+
+class _QueryRun:
+    """Searches every query the same way, at a given floor, and scores the answers."""
+
+    def __init__(
+        self, engine: Any, root: Path, fetch: int, mode: str, ks: list[int], progress: bool
+    ) -> None:
+        self.engine, self.root, self.fetch, self.mode = engine, root, fetch, mode
+        self.ks, self.progress = ks, progress
+
+    def score_all(
+        self, queries: list[Query], qrels: dict[str, Any], min_score: float
+    ) -> tuple[list[tuple[Query, dict[str, float]]], list[float]]:
+        """Each query's scores, and each search's latency in ms."""
+        per_query: list[tuple[Query, dict[str, float]]] = []
+        latencies: list[float] = []
+        for i, q in enumerate(queries):
+            t = time.perf_counter()
+            hits = self._hits(q, min_score)
+            latencies.append((time.perf_counter() - t) * 1000)
+            per_query.append((q, score_query(hits, qrels[q.id], self.ks)))
+            if self.progress and (i + 1) % 200 == 0:
+                print(f"eval: {i + 1}/{len(queries)} queries", file=sys.stderr)
+        return per_query, latencies
+
+    def _hits(self, q: Query, min_score: float) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {
+            "query": q.text,
+            "max_results": self.fetch,
+            "min_score": min_score,
+            "mode": self.mode,
+        }
+        if q.scope:
+            params["path_prefix"] = str(self.root / q.scope) + (
+                "/" if q.scope.endswith("/") else ""
+            )
+        try:
+            res = self.engine.search(params)
+        except BadRequest:
+            res = {"results": []}
+        hits = []
+        for r in res["results"]:
+            hit = _place(r, self.root)
+            hit["chars"] = cited_chars(r["path"], r["start_line"], r["end_line"])
+            if r.get("also"):
+                hit["also"] = [_place(p, self.root) for p in r["also"]]
+            hits.append(hit)
+        return hits
 
 
 def format_table(res: dict[str, Any]) -> str:
@@ -352,8 +387,19 @@ def format_table(res: dict[str, Any]) -> str:
         lines.append(
             f"| {tag} | {row['queries']} | " + " | ".join(f"{row[k]:.3f}" for k in keys) + " |"
         )
+    if cmp := res.get("compare"):
+        lines.append(
+            f"| all, min_score {cmp['min_score']:g} | {cmp['queries']} | "
+            + " | ".join(f"{cmp[k]:.3f}" for k in keys)
+            + " |"
+        )
     lat = res["latency_ms"]
     lines.append(f"latency p50 {lat['p50']} ms, p95 {lat['p95']} ms")
+    lines.append(
+        f"scored at min_score {res['min_score']:g}"
+        + (" (search's floor)" if res.get("compare") else "")
+        + (f"; the 'min_score {cmp['min_score']:g}' row: every candidate" if cmp else "")
+    )
     if res.get("excluded_from_overall"):
         lines.append(
             f"(tags {', '.join(res['excluded_from_overall'])} reported apart, not in 'all')"
@@ -369,7 +415,8 @@ def run_eval_cli(args: argparse.Namespace) -> int:
         args.qrels,
         k=args.k,
         mode=args.mode,
-        min_score=args.min_score,
+        min_score=args.min_score,  # None: the floor `search` applies
+        compare_min_score=0.0 if args.min_score is None else None,
         home=args.home,
         overrides=parse_overrides(args.set),
         limit=args.limit,

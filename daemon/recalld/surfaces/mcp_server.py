@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import threading
@@ -241,7 +240,9 @@ def search_payload(res: Mapping[str, Any]) -> dict[str, Any]:
             f"{index['state']}, {index.get('pending', 0)} files pending: results may be "
             "incomplete, search again shortly"
         )
-    if not results:
+    if not results and (floor := res.get("under_floor")):
+        out["note"] = f"nothing reached the score floor: {floor['hint']}"
+    elif not results:
         out["note"] = "no matching memory"
     return out
 
@@ -363,28 +364,10 @@ class DaemonLink:
 
 
 def spawn_daemon(log_path: Path) -> subprocess.Popen[bytes]:
-    """``recalld serve`` in its own session, detached from this process's stdio."""
-    from recalld.security import open_private_log
+    """``recalld serve`` detached, marked as started on demand (it stops when long idle)."""
+    from recalld.surfaces.lifecycle import spawn_daemon as spawn
 
-    kwargs: dict[str, Any] = {}
-    if sys.platform == "win32":
-        kwargs["creationflags"] = (
-            subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS  # type: ignore[attr-defined,unused-ignore]
-        )
-    else:
-        # Its own session: the agent host killing our process group must not kill the daemon.
-        kwargs["start_new_session"] = True
-    with open_private_log(log_path) as logf:  # 0600 in a 0700 folder: logs quote notes
-        # stdin/stdout must not be ours: stdout is the MCP wire.
-        return subprocess.Popen(
-            [sys.executable, "-m", "recalld", "serve"],
-            stdin=subprocess.DEVNULL,
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-            close_fds=True,
-            cwd=os.path.expanduser("~"),
-            **kwargs,
-        )
+    return spawn(log_path, "mcp")
 
 
 # the MCP server -----------------------------------------------------------------------------------

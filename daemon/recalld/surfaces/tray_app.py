@@ -68,6 +68,24 @@ def open_folder(folder: Path) -> None:
         raise OSError(f"cannot run {command[0]!r} to open {folder}{hint}") from exc
 
 
+def start_daemon() -> None:
+    """``recalld start`` (through the service when installed); OSError saying why it failed."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "recalld", "start"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise OSError("recalld start did not finish within 180 s") from exc
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        raise OSError(lines[-1] if lines else f"recalld start exited {done.returncode}")
+
+
 @dataclass
 class TrayApp:
     """The tray without pystray: the watch loop, the menu actions and the debug hook.
@@ -79,6 +97,7 @@ class TrayApp:
     display: Callable[[View], None] = lambda view: None
     state_file: Path | None = None
     opener: Callable[[Path], None] = open_folder
+    starter: Callable[[], None] = start_daemon
     backoff: tuple[float, float] = (BACKOFF_MIN_S, BACKOFF_MAX_S)
     facts: dict[str, Any] = field(default_factory=dict)  # e.g. the backend, for the state file
 
@@ -209,6 +228,8 @@ class TrayApp:
                 self.client.reindex()
             elif action == "pause":
                 self.client.call("pause", {"paused": not self.view.paused})
+            elif action == "start":
+                self.starter()
             elif action == "open":
                 self.opener(self.memory_folder())
             else:

@@ -140,14 +140,19 @@ class MenuEntry:
 def menu_entries(view: View) -> list[MenuEntry]:
     """The menu's actions for ``view``, top to bottom (a separator goes before Quit)."""
     live = view.online
+    # The label is what a click does, not a state with a check mark ("Pause watching" ticked
+    # read as "click to pause" while watching was already paused).
     pause = "Resume watching" if view.paused else "Pause watching"
-    return [
-        MenuEntry("sync", "Sync now", enabled=live, default=True),
+    entries = [
+        MenuEntry("sync", "Sync now", enabled=live, default=live),
         MenuEntry("reindex", "Reindex", enabled=live),
-        MenuEntry("pause", pause, enabled=live, checked=view.paused),
+        MenuEntry("pause", pause, enabled=live),
         MenuEntry("open", "Open memory folder"),
         MenuEntry("quit", "Quit"),
     ]
+    if not live:  # nothing answers: the one useful action is starting it (`recalld start`)
+        entries.insert(0, MenuEntry("start", "Start recalld", default=True))
+    return entries
 
 
 def header_lines(view: View, limit: int = 6) -> list[str]:

@@ -1,0 +1,140 @@
+"""The first five minutes, through the real ``recalld`` command in a fresh HOME (no RECALLD_HOME):
+``init`` finds the notes and transcripts already there, ``start`` runs the daemon in the
+background, a search finds a note, ``stop`` ends it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import write
+
+RECALLD = [sys.executable, "-m", "recalld"]
+
+
+@pytest.fixture
+def user_home() -> Iterator[Path]:
+    """A HOME laid out like a user's: a vault, ~/notes, Documents folders, agent transcripts."""
+    home = Path(tempfile.mkdtemp(prefix="rcd-h-", dir="/tmp"))  # short: the socket lives here
+    (home / "Documents/Vault/.obsidian").mkdir(parents=True)
+    write(home / "Documents/Vault/daily/2026-01-02.md", "# Standup\n\nWe ship on Friday.\n")
+    for i in range(6):
+        write(home / f"notes/n{i}.md", f"# Note {i}\n\nThe deploy runs on Kubernetes {i}.\n")
+        write(home / f"Documents/Work/deep/w{i}.md", f"# Work {i}\n")
+    write(home / "Documents/Few/one.md", "# too few notes to be a notes folder\n")
+    write(home / "Documents/Vault2/.obsidian/app.json", "{}")  # an empty vault: still a vault
+    write(home / "notes/inner/.obsidian/app.json", "{}")  # inside ~/notes: not listed twice
+    write(home / ".claude/projects/-home-me-app/s1.jsonl", "{}\n")
+    write(home / ".codex/sessions/2026/01/02/rollout-1.jsonl", "{}\n")
+    write(home / ".gemini/tmp/abc123/chats/session-1.json", "{}")
+    write(home / ".openclaw/workspace/memory/2026-01-01.md", "# OpenClaw memory\n")
+    write(home / ".cache/junk/.obsidian/x", "")  # hidden folders are not searched
+    (home / "run").mkdir(mode=0o700)
+    yield home
+    import shutil
+
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RECALLD_", "XDG_"))}
+    env.update(HOME=str(home), XDG_RUNTIME_DIR=str(home / "run"))
+    return env
+
+
+def recalld(home: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*RECALLD, *args],
+        env=_env(home),
+        cwd=home,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def test_init_proposes_what_it_finds_and_writes_only_when_confirmed(user_home: Path) -> None:
+    config = user_home / ".config/recalld/config.toml"
+    asked = recalld(user_home, "init")  # no terminal, no --yes: it shows and writes nothing
+    assert asked.returncode == 1 and not config.exists()
+    assert "recalld init --yes" in asked.stdout
+    for found in ("Documents/Vault", "Documents/Vault2", "notes", "Documents/Work"):
+        assert f"{user_home}/{found}  " in asked.stdout, asked.stdout
+    assert "Documents/Few" not in asked.stdout and "inner" not in asked.stdout
+    assert ".cache" not in asked.stdout
+    assert "Claude Code sessions, 1 file" in asked.stdout
+    assert "Codex sessions, 1 file" in asked.stdout
+    assert "Gemini CLI chats, 1 file  (not indexed" in asked.stdout
+
+    written = recalld(user_home, "init", "--yes")
+    assert written.returncode == 0, written.stderr
+    assert f"wrote {config}" in written.stdout
+    steps = written.stdout.split("Next:\n", 1)[1].splitlines()
+    assert [s.split()[:2] for s in steps] == [
+        ["recalld", "start"],
+        ["recalld", "status"],
+        ["recalld", "search"],
+    ]
+    settings = tomllib.loads(config.read_text())
+    assert settings["memory"]["paths"] == [
+        str(user_home / p)
+        for p in ("Documents/Vault", "Documents/Vault2", "notes", "Documents/Work")
+    ] + [str(user_home / ".openclaw/workspace/memory")]
+    assert "paths" not in settings["sessions"]  # the defaults read Claude Code and Codex
+    assert config.stat().st_mode & 0o077 == 0
+
+    again = recalld(user_home, "init", "--yes")
+    assert again.returncode == 0 and "already says this" in again.stdout
+
+    config.write_text('[memory]\npaths = ["/elsewhere"]\n')
+    kept = recalld(user_home, "init", "--yes")
+    assert kept.returncode == 1 and "left as it is" in kept.stdout
+    assert config.read_text() == '[memory]\npaths = ["/elsewhere"]\n'
+    forced = recalld(user_home, "init", "--yes", "--force", str(user_home / "notes"))
+    assert forced.returncode == 0, forced.stderr
+    assert (config.parent / "config.toml.bak").read_text() == '[memory]\npaths = ["/elsewhere"]\n'
+    assert tomllib.loads(config.read_text())["memory"]["paths"] == [str(user_home / "notes")]
+
+    missing = recalld(user_home, "init", "--yes", "--force", str(user_home / "nope"))
+    assert missing.returncode != 0 and "not a folder" in missing.stderr
+
+
+@pytest.mark.slow
+def test_init_start_search_stop_in_a_fresh_home(user_home: Path) -> None:
+    assert recalld(user_home, "init", "--yes").returncode == 0
+    started = recalld(user_home, "start")
+    pid = None
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert "recalld is running (pid " in started.stdout
+        pid = int(started.stdout.split("(pid ", 1)[1].split(")", 1)[0])
+        log = user_home / ".local/share/recalld/logs/daemon.log"
+        assert f"log: {log}" in started.stdout and log.exists()
+        assert "already running" in recalld(user_home, "start").stdout
+
+        found = recalld(user_home, "sync", "--wait")
+        assert found.returncode == 0, found.stderr
+        answer = recalld(user_home, "search", "Kubernetes deploy")
+        assert answer.returncode == 0, answer.stderr
+        assert f"{user_home}/notes/n" in answer.stdout.splitlines()[0]
+        status = recalld(user_home, "status", "--json")
+        assert '"started_by": "start"' in status.stdout
+
+        stopped = recalld(user_home, "stop")
+        assert stopped.returncode == 0 and "recalld stopped" in stopped.stdout
+        assert "not running" in recalld(user_home, "stop").stdout
+        pid = None
+    finally:
+        if pid is not None:  # a failed check must not leave a daemon behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
