@@ -18,9 +18,12 @@ from typing import Any
 from recalld.config import Config
 from recalld.embedding.base import Embedder
 from recalld.errors import BadRequest
+from recalld.index.chunk_facts import FactFilter
 from recalld.index.store import Store
 from recalld.index.vector_index import VectorIndex
 from recalld.retrieval.answer_budget import MIN_BUDGET_TOKENS, fit_to_budget
+from recalld.retrieval.filters import parse_filters
+from recalld.retrieval.hit_freshness import add_freshness
 from recalld.retrieval.keyword_postings import PostingsCache
 from recalld.retrieval.query_shape import QueryShape, analyze
 from recalld.retrieval.search_channels import run_channels
@@ -50,6 +53,12 @@ class SearchRequest:
     max_tokens: int = 0  # 0: no budget
     explain: bool = False
     kinds: tuple[str, ...] | None = None
+    facts: FactFilter | None = None  # tags, since, until, project, session (filters.py)
+
+    @property
+    def filtered(self) -> bool:
+        """Whether any filter narrows the chunks both channels may return."""
+        return bool(self.sources or self.path_prefix or self.kinds or self.facts)
 
 
 def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
@@ -114,6 +123,7 @@ def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
         max_tokens,
         explain,
         kinds,
+        parse_filters(params, config),
     )
 
 
@@ -183,8 +193,10 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     degraded = hits.degraded
     if rerank_note:
         degraded = f"{degraded}; {rerank_note}" if degraded else rerank_note
+    results = results_of(req, cfg, ranking, cands, channels)
+    add_freshness(results, ctx.store.conn)
     answer: dict[str, Any] = {
-        "results": results_of(req, cfg, ranking, cands, channels),
+        "results": results,
         "mode": ranking.mode,
         "degraded": degraded,
         "provider": ctx.embedder.label if ctx.embedder is not None else "none",

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from recalld import __version__, paths
 from recalld.surfaces.cli_output import pending_note
+from recalld.surfaces.filter_options import STALE_NOTE, mcp_filter_params
 from recalld.surfaces.mcp_schemas import (
     GET_OUTPUT_SCHEMA,
     GET_SCHEMA,
@@ -90,6 +91,7 @@ _ALIASES = {
     "from_line": "from",
     "fromLine": "from",
     "kind": "kinds",
+    "tag": "tags",
 }
 
 
@@ -162,6 +164,7 @@ def search_params(args: Mapping[str, Any] | None) -> dict[str, Any]:
         if not isinstance(kinds, list) or not kinds or not all(k in KINDS for k in kinds):
             raise ToolError(f"kinds must be a list of {', '.join(KINDS)}, not {kinds!r}")
         out["kinds"] = list(kinds)
+    out.update(mcp_filter_params(a, ToolError))
     return out
 
 
@@ -220,6 +223,8 @@ def search_payload(res: Mapping[str, Any]) -> dict[str, Any]:
             "score": round(float(r["score"]), 3),
             "snippet": r.get("snippet", ""),
             **({"also": [p["citation"] for p in r["also"]]} if r.get("also") else {}),
+            **({"date": r["date"]} if r.get("date") else {}),
+            **({"changed": STALE_NOTE} if r.get("stale") else {}),
         }
         for r in res.get("results", [])
     ]
