@@ -101,7 +101,15 @@ def test_cli_filters_and_stale_note(daemon: DaemonProcess) -> None:
     by_project = cli(home, "search", "signing key", "--project", "billing-api", "--json")
     assert {r["source"] for r in json.loads(by_project.stdout)["results"]} == {"sessions"}
     bad = cli(home, "search", "invoice", "--until", "soon")
-    assert bad.returncode != 0 and "until must be an ISO date" in bad.stderr
+    assert bad.returncode == 2 and "until must be an ISO date" in bad.stderr
+    # The console script's fast path parses the same flags (repeated --tag included).
+    fast = subprocess.run(
+        [str(Path(sys.executable).parent / "recalld"), "search", "invoice", "--tag", "nope",
+         "--tag", "security", "--since", "2000-01-01", "--project", "ops", "--json"],
+        env=env_for(home), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert fast.returncode == 0, fast.stderr
+    assert names(json.loads(fast.stdout)) == {"runbook.md"}
 
     note = home / "memory" / "billing" / "decisions.md"
     note.write_text(note.read_text() + "\nAlso: the invoice signing key is rotated yearly.\n")

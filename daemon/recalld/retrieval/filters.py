@@ -17,12 +17,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import apsw
+
 from recalld.config import Config
-from recalld.errors import BadRequest
+from recalld.errors import BadRequest, IndexError_
 from recalld.index.chunk_facts import FactFilter
 from recalld.ingest.note_facts import normalize_tag, parse_iso
 
-__all__ = ["MAX_TAGS", "parse_filters", "parse_when"]
+__all__ = ["MAX_TAGS", "parse_filters", "parse_when", "require_facts"]
 
 MAX_TAGS = 32
 _SPAN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*$", re.IGNORECASE)
@@ -86,6 +88,17 @@ def parse_filters(params: Mapping[str, Any], config: Config) -> FactFilter | Non
     if found.since is not None and found.until is not None and found.since >= found.until:
         raise BadRequest(f"since ({since!r}) must be before until ({until!r})")
     return None if found.empty else found
+
+
+def require_facts(conn: Any) -> None:
+    """IndexError_ when the index predates the facts (opened read-only, never migrated)."""
+    try:
+        conn.execute("SELECT date FROM chunks LIMIT 0").fetchall()
+    except apsw.SQLError:
+        raise IndexError_(
+            "this index was made before search filters existed: run `recalld sync` once (or "
+            "start the daemon) to bring it up to date"
+        ) from None
 
 
 def _project(value: str | None) -> str | None:

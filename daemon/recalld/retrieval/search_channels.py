@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from recalld.retrieval import coordination, fusion, keyword_scoring, prf
 from recalld.retrieval.common_terms import common_checker
+from recalld.retrieval.filters import require_facts
 from recalld.retrieval.fts_query import match_terms, or_terms
 from recalld.retrieval.keyword_scoring import Term, match_of
 from recalld.retrieval.query_shape import QueryShape
@@ -53,6 +54,8 @@ def run_channels(
     if req.mode != "keyword" and not vector_ok and degraded is None:
         degraded = "the index has no vectors yet; keyword search only"
 
+    if req.facts is not None:
+        require_facts(ctx.store.conn)
     allowed = None
     if req.filtered and (run_vector or (req.facts and ctx.postings)):
         allowed = np.asarray(

@@ -66,7 +66,10 @@ SEARCH_DESCRIPTION = (
     "from your own context when memory may know. Returns JSON: results ranked by score, each "
     "with a citation 'path#Lx-Ly', its source, kind (note, message, tool_call, tool_output; "
     "tool content names its tool), score (0-1) and a short snippet; plus a "
-    "'degraded' note when semantic search is off (keyword-only). Snippets are previews: call "
+    "'degraded' note when semantic search is off (keyword-only). Narrow it with tags, since / "
+    "until ('7d', '2026-03-14'), project or session when the question is about a time, a topic "
+    "or a project; each hit has its date, and 'changed' when its file changed since it was "
+    "indexed. Snippets are previews: call "
     f"{GET_TOOL} with the citation to read the exact lines before relying on them, and cite "
     "sources in your answer as path#Lx-Ly. No results means memory holds nothing on it: say so."
 )
