@@ -128,6 +128,13 @@ TARGETS = (
     Target(
         "indexing throughput / raw embedder throughput", "index_vs_embed_ratio", 0.85, False, ""
     ),
+    Target(
+        "hybrid p50 with --since keeping 1 % of 100k chunks / unfiltered p50 (same rounds)",
+        "filtered_vs_unfiltered_p50_100k",
+        1.0,
+        True,
+        "x",
+    ),
     Target("no-op resync of 10k unchanged files", "noop_resync_10k_s", 1.0, True, "s"),
     Target("save-to-searchable <= debounce (1.5 s) + 1 s", "save_to_searchable_s", 2.5, True, "s"),
     Target("daemon RSS idle, local model loaded", "rss_idle_mb", 350.0, True, "MB"),
@@ -249,6 +256,16 @@ def _speed_rows(m: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             ratio("keyword_search_p50_ms_100k", "ripgrep_p50_ms_100k"),
         ),
         ("vector-only search p50, socket", fmt(m.get("vector_search_p50_ms_100k"), "ms"), "", ""),
+        (
+            "hybrid p50 with --since keeping "
+            f"{fmt(_num(m.get('filtered_share_100k')) and 100 * m['filtered_share_100k'], '%', 2)}"
+            " of the chunks, socket",
+            fmt(m.get("filtered_search_p50_ms_100k"), "ms"),
+            f"unfiltered in the same rounds {fmt(m.get('unfiltered_search_p50_ms_100k'), 'ms')}; "
+            f"{fmt(m.get('filtered_results_mean_100k'), '', 2)} results on average, "
+            f"{m.get('filtered_hits_outside_100k')} dated before since",
+            ratio("filtered_search_p50_ms_100k", "unfiltered_search_p50_ms_100k"),
+        ),
         (
             "hybrid searches per second, 1 / 4 / 16 clients, 100k scale home (median round)",
             f"{fmt(m.get('throughput_1_clients_100k'), '', 1)} / "

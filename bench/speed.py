@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from bench import corpora
+from bench import corpora, filtered_search
 from bench.cache import EMBED_GROUP, VectorCache
 from bench.common import OUT, VENV_BIN, Sampler, Sheet, Sizes, log, median, percentile
 from bench.corpora import Doc
@@ -480,6 +480,7 @@ def large_index(ctx: Ctx) -> None:
                 )
                 kw, _ = _search_loop(c, queries, mode="keyword")
                 vec, _ = _search_loop(c, queries, mode="vector")
+                filtered_search.measure(s, c, home / "index.sqlite", queries, "100k")
                 recall = _recall(vindex, qvecs, matrix, ids_arr)
                 _pyspy(ctx, d, c, queries)
             time.sleep(1.0)

@@ -51,6 +51,10 @@ def test_search_result_contract(engine: Engine) -> None:
         "citation",
         "kind",
         "scores",
+        "modified",
+        "indexed",
+        "date",
+        "stale",
     }
     assert top["source"] == "memory" and top["kind"] == "note"
     assert top["citation"] == f"{top['path']}#L{top['start_line']}-L{top['end_line']}"

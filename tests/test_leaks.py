@@ -30,7 +30,7 @@ from recalld.ingest.redactor import redact
 from recalld.ingest.sessions.decoded import decode_line
 from recalld.ingest.sessions.formats import parse_lines
 from recalld.ingest.sessions.redaction import redact_line
-from recalld.security import ScrubbingFormatter
+from recalld.serve.log_guard import ScrubbingFormatter
 from recalld_client import Client, RecalldClientError
 
 PARTS = key_parts()

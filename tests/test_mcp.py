@@ -78,6 +78,11 @@ def test_mcp_tools_over_stdio(home: Path) -> None:
                 "pathPrefix",
                 "maxTokens",
                 "kinds",
+                "tags",
+                "since",
+                "until",
+                "project",
+                "session",
             }
             assert search_schema["properties"]["source"]["enum"] == ["memory", "sessions"]
             kinds = search_schema["properties"]["kinds"]["items"]["enum"]

@@ -179,12 +179,20 @@ class Client:
         max_tokens: int | None = None,
         explain: bool = False,
         kinds: str | Sequence[str] | None = None,
+        tags: str | Sequence[str] | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        project: str | None = None,
+        session: str | None = None,
     ) -> SearchResponse:
         """Search memory and transcripts; options left None use the daemon's configured defaults.
 
         ``max_tokens`` trims snippets (and drops the lowest results) so that the whole answer
         fits; ``explain`` adds each result's channel ranks and what the fusion did. ``kinds``
         keeps only some kinds of content: ``note``, ``message``, ``tool_call``, ``tool_output``.
+        Filters, applied before ranking: ``tags`` (any of them), ``since`` / ``until`` (an ISO
+        date or time, or a span back from now such as ``"7d"`` or ``"12h"``), ``project`` (a
+        session's working folder, or a note's top folder) and ``session`` (a transcript's id).
         """
         params: dict[str, Any] = {"query": query}
         if max_results is not None:
@@ -203,6 +211,16 @@ class Client:
             params["explain"] = True
         if kinds is not None:
             params["kinds"] = [kinds] if isinstance(kinds, str) else list(kinds)
+        if tags is not None:
+            params["tags"] = [tags] if isinstance(tags, str) else list(tags)
+        for name, value in (
+            ("since", since),
+            ("until", until),
+            ("project", project),
+            ("session", session),
+        ):
+            if value is not None:
+                params[name] = value
         return cast("SearchResponse", self.call("search", params))
 
     def get(

@@ -42,6 +42,10 @@ class _SearchResultBase(TypedDict):
     citation: str  # "path#L12-L30"
     kind: Kind  # note (memory), message, tool_call, tool_output (transcripts)
     scores: Scores
+    modified: str | None  # the file's mtime on disk (ISO 8601, UTC)
+    indexed: str | None  # when the file was last indexed (ISO 8601, UTC)
+    date: str | None  # the content's date: a note's, or the message's own time (ISO 8601)
+    stale: bool  # the file on disk changed after it was indexed (or is gone)
 
 
 class SearchResult(_SearchResultBase, total=False):

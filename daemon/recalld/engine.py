@@ -48,7 +48,8 @@ from recalld.retrieval.channel_overlap import InFlight
 from recalld.retrieval.common_terms import tune_reader
 from recalld.retrieval.keyword_postings import PostingsCache
 from recalld.retrieval.keyword_preload import Preloader
-from recalld.retrieval.search import SearchContext, parse_request, run_search
+from recalld.retrieval.search import run_search
+from recalld.retrieval.search_request import SearchContext, parse_request
 from recalld.retrieval.term_stats import TermStats
 
 log = logging.getLogger(__name__)

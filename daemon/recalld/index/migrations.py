@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from recalld.index import chunk_facts
+
 MIGRATIONS: tuple[str, ...] = (
     # 1: the base schema.
     """
@@ -151,6 +153,9 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX chunks_keyword_only ON chunks(id) WHERE embed = 0;
     """,
+    # 6: what searches filter by (content date, tags, a transcript's project and session) and
+    # each hit's date; rows already indexed are back-filled by the writer (chunk_facts).
+    chunk_facts.MIGRATION,
 )
 
 

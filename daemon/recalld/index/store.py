@@ -22,6 +22,7 @@ import numpy.typing as npt
 import sqlite_vec
 
 from recalld.errors import IndexError_
+from recalld.index.chunk_facts import FactFilter, filter_sql, put_tags
 from recalld.index.ident_tokens import ident_text
 from recalld.index.migrations import migrate
 
@@ -75,6 +76,8 @@ class NewChunk:
     kind: str = "note"  # note | message | tool_call | tool_output
     tool: str = ""  # tool chunks: the tool's name
     embed: bool = True  # False: keyword channel only, by policy (never backfilled)
+    date: float | None = None  # content date, seconds since the epoch (chunk_facts)
+    tags: tuple[str, ...] = ()  # lower-case, for the search filters (chunk_facts)
 
 
 @dataclass(frozen=True)
@@ -285,7 +288,7 @@ class Store:
             for chunk in chunks:
                 self.conn.execute(
                     "INSERT INTO chunks(path, source, start_line, end_line, hash, text, context, "
-                    "ident, kind, tool, embed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "ident, kind, tool, embed, date) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         row.path,
                         row.source,
@@ -298,9 +301,12 @@ class Store:
                         chunk.kind,
                         chunk.tool,
                         int(chunk.embed),
+                        chunk.date,
                     ),
                 )
                 chunk_id = self.conn.last_insert_rowid()
+                if chunk.tags:
+                    put_tags(self.conn, chunk_id, chunk.tags)
                 inserted.append(chunk_id)
                 if has_vec and vectors is not None and chunk.embed and chunk.hash in vectors:
                     vec = vectors[chunk.hash]
@@ -377,9 +383,10 @@ class Store:
         sources: Sequence[str] | None,
         path_prefix: str | None,
         kinds: Sequence[str] | None = None,
+        facts: FactFilter | None = None,
     ) -> list[int]:
         """Ids of the chunks that pass the filters (for the vector channel's mask)."""
-        where, args = _filters(sources, path_prefix, alias="", kinds=kinds)
+        where, args = _filters(sources, path_prefix, alias="", kinds=kinds, facts=facts)
         sql = "SELECT id FROM chunks" + (f" WHERE {where}" if where else "")
         return [int(r[0]) for r in self.conn.execute(sql, args)]
 
@@ -459,13 +466,14 @@ class Store:
         context_weight: float = 1.0,
         ident_weight: float = 1.0,
         kinds: Sequence[str] | None = None,
+        facts: FactFilter | None = None,
     ) -> list[tuple[int, float]]:
         """(chunk id, bm25) best first; bm25 is negative, lower is better (FTS5's convention).
 
         ``context_weight`` weighs a match in the title/heading column against one in the text,
         ``ident_weight`` one in the derived identifier/CJK tokens.
         """
-        where, args = _filters(sources, path_prefix, alias="c.", kinds=kinds)
+        where, args = _filters(sources, path_prefix, alias="c.", kinds=kinds, facts=facts)
         weights = f"1.0, {float(context_weight)!r}, {float(ident_weight)!r}"
         rank = f"bm25(chunks_fts, {weights}) AS rank"
         if where:
@@ -746,9 +754,14 @@ def _filters(
     *,
     alias: str,
     kinds: Sequence[str] | None = None,
+    facts: FactFilter | None = None,
 ) -> tuple[str, tuple[Any, ...]]:
     clauses: list[str] = []
     args: list[Any] = []
+    if facts is not None and not facts.empty:
+        clause, more = filter_sql(facts, alias)
+        clauses.append(clause)
+        args.extend(more)
     if kinds:
         clauses.append(f"{alias}kind IN ({','.join('?' * len(kinds))})")
         args.extend(kinds)

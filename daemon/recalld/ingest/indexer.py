@@ -27,8 +27,10 @@ from recalld.index.index_health import is_index_failure
 from recalld.index.store import FileChange, FileRow, Identity, NewChunk, Store
 from recalld.ingest.chunking import Chunk, chunk_markdown
 from recalld.ingest.embed_ahead import EmbedAhead
+from recalld.ingest.facts_backfill import backfill_facts
 from recalld.ingest.filters import PathFilter, make_filter
 from recalld.ingest.front_matter import FrontMatter, card_context, read_front_matter
+from recalld.ingest.note_facts import date_of_note, tags_of_chunk
 from recalld.ingest.path_rule import (
     PathRule,
     Swapped,
@@ -237,6 +239,7 @@ class Indexer:
     def sync(self, paths: Iterable[Path] | None = None) -> SyncReport:
         """Reconcile all memory files (``paths`` None) or just the given ones (watcher batches)."""
         started = time.monotonic()
+        backfill_facts(self.store)  # rows indexed before the search filters' facts existed
         report = SyncReport()
         self.progress = self.job if self.job is not None else Progress()
         self.progress.phase = "scanning"
@@ -429,10 +432,14 @@ class Indexer:
             log.warning("%s: %s; indexed as plain text", shown(path), fm.error)
             report.skipped.append({"path": shown(path), "reason": f"{fm.error}: names not read"})
         title = (fm.title if fm else "") or _title(pieces, path)
+        # The search filters' facts: the note's date, its front matter and inline tags.
+        file_tags = (fm if self.front_matter else read_front_matter(text)) or FrontMatter()
+        date = date_of_note(str(path), text, st.st_mtime_ns)
         chunks = [
-            NewChunk(c.start_line, c.end_line, c.text, text_hash(c.text), context)
+            NewChunk(c.start_line, c.end_line, c.text, text_hash(c.text), context, date=date,
+                     tags=tags_of_chunk(file_tags.tags, c.text))
             for c, context in zip(pieces, _contexts(pieces, title, fm), strict=True)
-        ]
+        ]  # fmt: skip
         lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
         row = FileRow(str(path), "memory", st.st_size, st.st_mtime_ns, digest, lines)
         report.files_changed += 1

@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 
 from recalld.config import Config
 from recalld.embedding.base import Embedder
+from recalld.index.chunk_facts import put_file_facts
 from recalld.index.index_health import is_index_failure
 from recalld.index.store import FileChange, FileRow, NewChunk, Store
 from recalld.ingest.path_rule import Swapped, Verdict, inside, name_problem, open_checked, shown
@@ -32,6 +33,7 @@ from recalld.ingest.sessions import (
     read_delta,
 )
 from recalld.ingest.sessions.chunking import carried, checked_kinds, to_carry
+from recalld.ingest.sessions.session_facts import LineTimes, scan_ident
 from recalld.paths import glob_base
 
 log = logging.getLogger(__name__)
@@ -231,6 +233,11 @@ class SessionIndexer:
                     self._save_state(key, saved, extra, delta.state, long_lines)
                 return
             messages = parser.feed(delta.lines)
+            # The search filters' facts: each chunk's first message time, the project, session.
+            times = LineTimes(None if fresh else extra.get("times"))
+            times.add(messages)
+            known = ("", "") if fresh else tuple(extra.get("ident") or ("", ""))
+            ident = scan_ident(delta.lines, (str(known[0]), str(known[1])))
             final = chunker.feed(messages)
             pending = chunker.pending()
             # Final message chunks on the open chunk's first line are rewritten with it
@@ -238,7 +245,9 @@ class SessionIndexer:
             carry = [] if fresh else carried(extra)
             written = carry + final + pending
             open_start = pending[0].start_line if pending else None
-            chunks = [new_chunk(c) for c in written]
+            chunks = [
+                new_chunk(c, times.date_of(c.start_line, c.end_line, c.text)) for c in written
+            ]
             stats = parser.stats
             dropped = stats.skipped_invalid + stats.skipped_unknown + stats.skipped_huge
             skipped += dropped + delta.skipped_lines
@@ -253,6 +262,8 @@ class SessionIndexer:
                 "carry": to_carry(carry + final, open_start),
                 "tail": _tail_extra(new_tail),
                 "long_lines": long_lines,
+                "times": times.saved(open_start or new_tail.line_count + 1),
+                "ident": list(ident),
             }
             vectors = self.vectors_for({c.hash: c.text for c in chunks if c.embed})
             row = FileRow(
@@ -263,14 +274,16 @@ class SessionIndexer:
                 new_tail.last_line_hash,
                 new_tail.line_count,
             )
-            change = self.store.replace_file(
-                row,
-                chunks,
-                vectors,
-                keep_from_line=keep_from,
-                session_state=state,
-                rewrite_kinds=None if fresh else ["message"],  # tool chunks are final
-            )
+            with self.store.transaction():
+                change = self.store.replace_file(
+                    row,
+                    chunks,
+                    vectors,
+                    keep_from_line=keep_from,
+                    session_state=state,
+                    rewrite_kinds=None if fresh else ["message"],  # tool chunks are final
+                )
+                put_file_facts(self.store.conn, key, *ident)
             self._change(change)
             report.files_changed += 1
             report.lines += len(delta.lines)
@@ -317,11 +330,12 @@ def _tail_extra(tail: TailState) -> dict[str, Any]:
     return {k: v for k, v in tail.to_dict().items() if k not in _COLUMNS}
 
 
-def new_chunk(c: SessionChunk) -> NewChunk:
-    """The store row of a transcript chunk."""
+def new_chunk(c: SessionChunk, date: float | None = None) -> NewChunk:
+    """The store row of a transcript chunk (``date``: its first message's time)."""
     return NewChunk(
-        c.start_line, c.end_line, c.text, _hash(c.text), kind=c.kind, tool=c.tool, embed=c.embed
-    )
+        c.start_line, c.end_line, c.text, _hash(c.text), kind=c.kind, tool=c.tool, embed=c.embed,
+        date=date,
+    )  # fmt: skip
 
 
 def _hash(text: str) -> str:

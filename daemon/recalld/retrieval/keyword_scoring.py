@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 import apsw
 import numpy as np
+import numpy.typing as npt
 
 from recalld.index.fts_postings import RowIds, contained, query_tokens
 from recalld.retrieval.keyword_postings import PostingsCache, Snapshot
@@ -95,9 +96,11 @@ def search(
     terms: Sequence[Term],
     limit: int,
     weights: tuple[float, float, float],
+    allowed: npt.NDArray[np.int64] | None = None,
 ) -> Hits | None:
     """(chunk id, bm25) best first, as ``Store.keyword_search`` gives them (FTS5's sign:
-    lower is better), or None when no term is a single word (FTS5 alone is as fast)."""
+    lower is better), or None when no term is a single word (FTS5 alone is as fast).
+    ``allowed``: only these chunk ids (a search's filters)."""
     words: list[tuple[str, bool]] = []
     rest: list[Term] = []
     for expr, restricted in terms:
@@ -117,6 +120,10 @@ def search(
         _add_word(scores, matched, snap, token, restricted, weights)
     if rest:
         scores, matched = _add_phrases(conn, scores, matched, rest, weights)
+    if allowed is not None:
+        keep = np.zeros(len(matched), dtype=bool)
+        keep[allowed[(allowed >= 0) & (allowed < len(matched))]] = True
+        matched &= keep
     return _top(scores, matched, limit)
 
 

@@ -19,7 +19,7 @@ from recalld.retrieval import fusion
 from recalld.retrieval.search_ranking import Ranking
 
 if TYPE_CHECKING:
-    from recalld.retrieval.search import SearchRequest
+    from recalld.retrieval.search_request import SearchRequest
 
 ENDINGS = (".md", ".markdown", ".txt", ".jsonl", ".json")
 MAX_MATCHES = 3  # a suffix shared by more files than this names none of them

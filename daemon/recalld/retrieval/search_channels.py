@@ -14,15 +14,17 @@ from typing import TYPE_CHECKING
 
 import apsw
 import numpy as np
+import numpy.typing as npt
 
 from recalld.retrieval import coordination, fusion, keyword_scoring, prf
 from recalld.retrieval.common_terms import common_checker
+from recalld.retrieval.filters import require_facts
 from recalld.retrieval.fts_query import match_terms, or_terms
 from recalld.retrieval.keyword_scoring import Term, match_of
 from recalld.retrieval.query_shape import QueryShape
 
 if TYPE_CHECKING:
-    from recalld.retrieval.search import SearchContext, SearchRequest
+    from recalld.retrieval.search_request import SearchContext, SearchRequest
 
 Hits = list[tuple[int, float]]
 log = logging.getLogger(__name__)
@@ -52,10 +54,13 @@ def run_channels(
     if req.mode != "keyword" and not vector_ok and degraded is None:
         degraded = "the index has no vectors yet; keyword search only"
 
+    if req.facts is not None:
+        require_facts(ctx.store.conn)
     allowed = None
-    if run_vector and (req.sources or req.path_prefix or req.kinds):
+    if req.filtered and (run_vector or (req.facts and ctx.postings)):
         allowed = np.asarray(
-            ctx.store.chunk_ids(req.sources, req.path_prefix, req.kinds), dtype=np.int64
+            ctx.store.chunk_ids(req.sources, req.path_prefix, req.kinds, req.facts),
+            dtype=np.int64,
         )
 
     vector_future: Future[Hits] | None = None
@@ -80,7 +85,7 @@ def run_channels(
 
     terms = _keyword_terms(req, ctx) if run_keyword else []
     match = match_of(terms) if terms else None
-    keyword_hits = _keyword_channel(req, ctx, shape, terms, want) if terms else []
+    keyword_hits = _keyword_channel(req, ctx, shape, terms, want, allowed) if terms else []
     # Coordination needs only the keyword hits: it runs here, while the vector channel (the
     # query embedding, the scan) is usually still busy on the executor.
     keyword_scores, coverage = coordination.credit(
@@ -110,19 +115,28 @@ def _keyword_terms(req: SearchRequest, ctx: SearchContext) -> list[Term]:
 
 
 def _keyword_channel(
-    req: SearchRequest, ctx: SearchContext, shape: QueryShape | None, terms: list[Term], want: int
+    req: SearchRequest,
+    ctx: SearchContext,
+    shape: QueryShape | None,
+    terms: list[Term],
+    want: int,
+    allowed: npt.NDArray[np.int64] | None,
 ) -> Hits:
     """BM25 hits of ``terms``; prose queries get pseudo-relevance feedback (``search.prf``)."""
     cfg = ctx.config
     weights = (1.0, cfg.float("search.context_weight"), cfg.float("search.ident_weight"))
-    # Held postings score single words without FTS5's per-row cost; a filtered search (its
-    # rows joined with ``chunks``) and a query of phrases only are FTS5's.
-    postings = None if (req.sources or req.path_prefix or req.kinds) else ctx.postings
+    # Held postings score single words without FTS5's per-row cost; a query of phrases only
+    # is FTS5's, and so is a search filtered by source, prefix or kind alone (its rows joined
+    # with ``chunks``). The stored-facts filters keep the held postings, masked by the ids
+    # both channels may return: a filter that keeps 1 % then costs nothing extra.
+    postings = ctx.postings if not req.filtered or (req.facts and allowed is not None) else None
 
     def keyword_search(these: list[Term]) -> Hits:
         if postings is not None:
             try:
-                hits = keyword_scoring.search(ctx.store.conn, postings, these, want, weights)
+                hits = keyword_scoring.search(
+                    ctx.store.conn, postings, these, want, weights, allowed
+                )
             except (apsw.Error, ValueError) as exc:  # FTS5's own query still answers
                 postings.stats["failed"] += 1
                 log.warning("held postings failed (%s); this search asks FTS5", exc)
@@ -137,6 +151,7 @@ def _keyword_channel(
             context_weight=weights[1],
             ident_weight=weights[2],
             kinds=req.kinds,
+            facts=req.facts,
         )
 
     hits = keyword_search(terms)

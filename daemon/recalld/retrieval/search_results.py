@@ -18,7 +18,7 @@ from recalld.retrieval.note_dates import decay, is_evergreen, note_date
 from recalld.retrieval.search_ranking import Ranking
 
 if TYPE_CHECKING:
-    from recalld.retrieval.search import SearchContext, SearchRequest
+    from recalld.retrieval.search_request import SearchContext, SearchRequest
 
 
 def shortlist(

@@ -10,7 +10,7 @@ the one redactor (:mod:`recalld.ingest.redactor`):
   :func:`snippet`, although the index holds redacted text already (notes and transcripts are
   redacted before they are chunked): a gate that does not depend on how the index was built;
 - error messages and ``status`` text: :func:`message`, :func:`status_texts`; log lines are
-  redacted by the log formatter (:class:`recalld.security.ScrubbingFormatter`).
+  redacted by the log formatter (:class:`recalld.serve.log_guard.ScrubbingFormatter`).
 
 ``also`` ranges and citations are paths and line numbers, never text.
 """

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recalld import security
 from recalld.config import SETTINGS, Config
 from recalld.errors import ConfigError, RecalldError, Unavailable
 from recalld.ingest.indexer import chunking_identity
+from recalld.serve import log_guard
 
 if TYPE_CHECKING:
     from recalld.serve.daemon import Daemon, Job
@@ -198,7 +198,7 @@ class LiveConfig:
         daemon = self.daemon
         daemon.config = new
         daemon.engine.reconfigure(new, reranker=change.reranker)
-        security.protect_logs(new)  # a new key must not reach the log either
+        log_guard.protect_logs(new)  # a new key must not reach the log either
         if change.rewatch_memory:
             daemon.restart_watcher()
         elif daemon.watcher is not None:

@@ -33,7 +33,8 @@ from recalld.ingest.missed_events import MissedEvents
 from recalld.ingest.vector_backfill import BackgroundChunker
 from recalld.ingest.watcher import Watcher
 from recalld.retrieval import served
-from recalld.retrieval.search import parse_request
+from recalld.retrieval.search_request import parse_request
+from recalld.serve import log_guard
 from recalld.serve.allocator import note_activity
 from recalld.serve.backlog import Backlog, JobQueue
 from recalld.serve.config_watch import LiveConfig
@@ -696,7 +697,7 @@ def serve(config: Config, config_path: Path | None = None) -> int:
 
     config_path = config_path or config.source or paths.config_path()
     tune_allocator()  # before the model loads; freed memory goes back to the system when idle
-    security.protect_logs(config)  # no API key in the log, whatever prints it
+    log_guard.protect_logs(config)  # no API key in the log, whatever prints it
     socket_path: Path = paths.socket_path()
     # The index holds every note and transcript: private files, whatever the login umask.
     os.umask(os.umask(security.PRIVATE_UMASK) | security.PRIVATE_UMASK)

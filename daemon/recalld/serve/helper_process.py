@@ -23,8 +23,8 @@ from typing import Any
 
 from recalld.config import Config
 from recalld.errors import RecalldError
-from recalld.security import ScrubbingFormatter
 from recalld.serve.helper_wire import Channel, change_from_wire
+from recalld.serve.log_guard import ScrubbingFormatter
 
 # Two keep a core busy beside the daemon's searches; more handed over (the daemon gives it up to
 # half of what is in flight) wait in the pool's queue.

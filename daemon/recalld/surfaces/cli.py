@@ -26,6 +26,7 @@ from recalld.surfaces.cli_output import (
     print_search,
     print_status,
 )
+from recalld.surfaces.filter_options import add_filter_options, cli_filter_params
 
 if TYPE_CHECKING:
     import argparse
@@ -148,6 +149,7 @@ def _add_search(sub: Any) -> None:
         help="fit what is printed in this many tokens (at least 100): the best result whole, "
         "the others trimmed, the lowest dropped",
     )
+    add_filter_options(s)
     s.add_argument(
         "--explain", action="store_true", help="per result: channel ranks, scores, fusion"
     )
@@ -359,6 +361,7 @@ def _search_params(args: argparse.Namespace) -> dict[str, Any]:
         params["explain"] = True
     if args.kinds:
         params["kinds"] = args.kinds
+    params.update(cli_filter_params(args))
     return params
 
 

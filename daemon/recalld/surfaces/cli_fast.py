@@ -30,6 +30,11 @@ _SEARCH: dict[str, tuple[str, Any]] = {
     "--source": ("sources", ("memory", "sessions")),
     "--path-prefix": ("path_prefix", "str"),
     "--kind": ("kinds", ("note", "message", "tool_call", "tool_output")),
+    "--tag": ("tags", "str"),
+    "--since": ("since", "str"),
+    "--until": ("until", "str"),
+    "--project": ("project", "str"),
+    "--session": ("session", "str"),
     "--mode": ("mode", ("hybrid", "keyword", "vector")),
     "--max-tokens": ("max_tokens", "int"),
     "--explain": ("explain", "flag"),
@@ -38,7 +43,7 @@ _SEARCH: dict[str, tuple[str, Any]] = {
 _GET: dict[str, tuple[str, Any]] = {"--decoded": ("decoded", "flag"), "--json": ("json", "flag")}
 _STATUS: dict[str, tuple[str, Any]] = {"--json": ("json", "flag")}
 _OPTIONS = {"search": _SEARCH, "get": _GET, "status": _STATUS}
-_REPEATED = ("sources", "kinds")  # action="append" in the full parser
+_REPEATED = ("sources", "kinds", "tags")  # action="append" in the full parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from recalld.surfaces.filter_options import STALE_NOTE
+
 
 def _json(obj: Any, **kw: Any) -> str:
     import json  # only --json needs it: the fast path's text answers do not pay for it
@@ -68,7 +70,11 @@ def search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
         ]
         what = r["source"] if r.get("kind") in (None, "note") else f"{r['source']} {r['kind']}"
         what += f" {r['tool']}" if r.get("tool") else ""
-        out.append(f"{i}. {r['citation']}  score {r['score']:.3f} ({', '.join(parts)}) [{what}]")
+        out.append(
+            f"{i}. {r['citation']}  score {r['score']:.3f} ({', '.join(parts)}) [{what}]"
+            + (f" {r['date'][:10]}" if r.get("date") else "")
+            + (f" {STALE_NOTE}" if r.get("stale") else "")
+        )
         out.extend(f"   also at {p['citation']} [{p['source']}]" for p in r.get("also", []))
         if "explain" in r:
             out.append(f"   explain: {explain_line(r['explain'])}")

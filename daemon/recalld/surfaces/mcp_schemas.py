@@ -13,6 +13,33 @@ from typing import Any
 KINDS = ("note", "message", "tool_call", "tool_output")
 MAX_RESULTS_CAP = 50
 
+_WHEN = "an ISO date or time ('2026-03-14', '2026-03-14T09:30Z') or a span back ('12h', '7d')"
+
+#: The search filters (recalld.retrieval.filters), applied before ranking.
+FILTER_PROPERTIES: dict[str, Any] = {
+    "tags": {
+        "type": "array",
+        "items": {"type": "string", "minLength": 1},
+        "description": "Only notes with one of these tags (front matter 'tags' or inline "
+        "#tag), e.g. ['decision'].",
+    },
+    "since": {
+        "type": "string",
+        "description": f"Only content dated from then on: {_WHEN}. A note's date is its front "
+        "matter date, its daily-note name or its mtime; a message's is its own time.",
+    },
+    "until": {
+        "type": "string",
+        "description": f"Only content dated before then: {_WHEN}; a bare date includes that day.",
+    },
+    "project": {
+        "type": "string",
+        "description": "Only this project: a session's working folder (name or path) or a "
+        "note's top folder.",
+    },
+    "session": {"type": "string", "description": "Only this session transcript (its id)."},
+}
+
 SEARCH_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -56,6 +83,7 @@ SEARCH_SCHEMA: dict[str, Any] = {
             "user or agent said), 'tool_call' (commands run, files edited or written), "
             "'tool_output' (what tools printed or read).",
         },
+        **FILTER_PROPERTIES,
     },
     "required": ["query"],
     "additionalProperties": False,
@@ -113,6 +141,16 @@ SEARCH_OUTPUT_SCHEMA: dict[str, Any] = {
                         "type": "array",
                         "items": _STRING,
                         "description": "Citations of the same passage elsewhere.",
+                    },
+                    "date": {
+                        "type": "string",
+                        "description": "When the content is from (ISO 8601): the note's date "
+                        "or the message's time.",
+                    },
+                    "changed": {
+                        "type": "string",
+                        "description": "Present when the file changed since it was indexed: "
+                        "read the lines with memory_get before relying on the snippet.",
                     },
                 },
                 "required": ["citation", "source", "score", "snippet"],

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from recalld import __version__, paths
 from recalld.surfaces.cli_output import pending_note
+from recalld.surfaces.filter_options import STALE_NOTE, mcp_filter_params
 from recalld.surfaces.mcp_schemas import (
     GET_OUTPUT_SCHEMA,
     GET_SCHEMA,
@@ -64,7 +65,10 @@ SEARCH_DESCRIPTION = (
     "from your own context when memory may know. Returns JSON: results ranked by score, each "
     "with a citation 'path#Lx-Ly', its source, kind (note, message, tool_call, tool_output; "
     "tool content names its tool), score (0-1) and a short snippet; plus a "
-    "'degraded' note when semantic search is off (keyword-only). Snippets are previews: call "
+    "'degraded' note when semantic search is off (keyword-only). Narrow it with tags, since / "
+    "until ('7d', '2026-03-14'), project or session when the question is about a time, a topic "
+    "or a project; each hit has its date, and 'changed' when its file changed since it was "
+    "indexed. Snippets are previews: call "
     f"{GET_TOOL} with the citation to read the exact lines before relying on them, and cite "
     "sources in your answer as path#Lx-Ly. No results means memory holds nothing on it: say so."
 )
@@ -89,6 +93,7 @@ _ALIASES = {
     "from_line": "from",
     "fromLine": "from",
     "kind": "kinds",
+    "tag": "tags",
 }
 
 
@@ -161,6 +166,7 @@ def search_params(args: Mapping[str, Any] | None) -> dict[str, Any]:
         if not isinstance(kinds, list) or not kinds or not all(k in KINDS for k in kinds):
             raise ToolError(f"kinds must be a list of {', '.join(KINDS)}, not {kinds!r}")
         out["kinds"] = list(kinds)
+    out.update(mcp_filter_params(a, ToolError))
     return out
 
 
@@ -219,6 +225,8 @@ def search_payload(res: Mapping[str, Any]) -> dict[str, Any]:
             "score": round(float(r["score"]), 3),
             "snippet": r.get("snippet", ""),
             **({"also": [p["citation"] for p in r["also"]]} if r.get("also") else {}),
+            **({"date": r["date"]} if r.get("date") else {}),
+            **({"changed": STALE_NOTE} if r.get("stale") else {}),
         }
         for r in res.get("results", [])
     ]
