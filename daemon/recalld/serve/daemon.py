@@ -36,6 +36,7 @@ from recalld.serve.allocator import note_activity
 from recalld.serve.backlog import Backlog, JobQueue
 from recalld.serve.config_watch import LiveConfig
 from recalld.serve.search_helper import MAX_VECTORS, SearchHelper
+from recalld.serve.write_handlers import WriteHandlers
 
 log = logging.getLogger(__name__)
 
@@ -509,6 +510,7 @@ class Daemon:
             "sync": self.h_sync,
             "reindex": self.h_reindex,
             "pause": self.h_pause,
+            **{m: self._index_guard(h) for m, h in WriteHandlers(self).table().items()},
         }
 
     def h_search(self, params: Mapping[str, Any]) -> dict[str, Any]:
