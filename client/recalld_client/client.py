@@ -247,6 +247,51 @@ class Client:
             params["decoded"] = True
         return cast("GetResponse", self.call("get", params))
 
+    def remember(
+        self,
+        text: str,
+        note: str | None = None,
+        tags: Sequence[str] = (),
+        replace: str | None = None,
+    ) -> dict[str, Any]:
+        """Write ``text`` as a timestamped entry (default: today's daily note) and return
+        ``{"citation", "path", "start_line", "end_line", "redacted", "duplicate"}``.
+
+        When it returns, every client's keyword search finds the entry. ``note``: a note name
+        such as ``MEMORY.md`` or ``projects/billing.md``; ``replace``: the citation of an
+        earlier entry to correct in place. Secrets are redacted before the text reaches disk.
+        """
+        params: dict[str, Any] = {"text": text}
+        if note is not None:
+            params["note"] = note
+        if tags:
+            params["tags"] = [tags] if isinstance(tags, str) else list(tags)
+        if replace is not None:
+            params["replace"] = replace
+        return self.call("write", params)
+
+    def forget(
+        self,
+        target: str | Path | None = None,
+        session: str | None = None,
+        project: str | None = None,
+        undo: bool = False,
+    ) -> dict[str, Any]:
+        """Forget a citation's lines (removed from the note), or a path, glob, session or
+        project (kept out of the index, files untouched); ``undo`` brings the latter back."""
+        params: dict[str, Any] = {"undo": undo}
+        if target is not None:
+            params["target"] = str(target)
+        if session is not None:
+            params["session"] = session
+        if project is not None:
+            params["project"] = project
+        return self.call("forget", params)
+
+    def forgotten(self) -> list[dict[str, Any]]:
+        """What is forgotten: ``[{"kind", "value", "created_at"}]`` (``forget --list``)."""
+        return list(self.call("forget", {"list": True})["forgotten"])
+
     def status(self) -> StatusResponse:
         """Index state, provider, pending work, counts."""
         return cast("StatusResponse", self.call("status"))

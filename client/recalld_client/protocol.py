@@ -45,7 +45,9 @@ ERROR_CODES: Final = frozenset(
 
 METHODS: Final = ("hello", "search", "get", "status", "sync", "reindex", "watch", "shutdown")
 # Never resent after a lost connection (every other request is resent once on a new one).
-NOT_IDEMPOTENT: Final = frozenset({"shutdown"})
+# A forget resent after a lost answer would find its lines gone and refuse; a write is resent
+# (an exact repeat of an entry is not written twice).
+NOT_IDEMPOTENT: Final = frozenset({"shutdown", "forget"})
 
 
 class SupportsRecv(Protocol):

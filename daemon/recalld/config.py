@@ -67,6 +67,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "memory.max_file_bytes", 10_000_000, "Larger files are skipped with a log line.", 1, 1 << 40
     ),
+    Setting(
+        "memory.daily_note",
+        "YYYY-MM-DD.md",
+        "Note `remember` appends to by default, in the first memory folder (YYYY, MM, DD: today).",
+    ),
+    Setting(
+        "memory.max_entry_chars",
+        20_000,
+        "Longest text `remember` writes as one entry; longer is refused with an error.",
+        1,
+        1_000_000,
+    ),
     Setting("sessions.paths", DEFAULT_SESSION_GLOBS, "Globs of agent transcript JSONL files."),
     Setting(
         "sessions.delta_bytes", 100_000, "New transcript bytes that trigger indexing.", 1, 1 << 40

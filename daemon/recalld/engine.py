@@ -627,6 +627,17 @@ class Engine:
         for item in report.skipped:
             self.skipped[item["path"]] = item["reason"]
 
+    def index_now(self, paths_: Iterable[Path]) -> SyncReport:
+        """Index these notes at once, whole and keyword-searchable when it returns (a note that
+        recalld just wrote: chunked here, not in the background; the content hash decides)."""
+        if self.writer is None:
+            raise IndexError_("this engine is read-only")
+        indexer = self._indexer(self.writer, self.apply_change)
+        indexer.background, indexer.trust_stat, indexer.job = None, False, None
+        report = indexer.sync(list(paths_))
+        self.last_sync = time.time()
+        return report
+
     def sync_sessions(self, paths_: Iterable[Path] | None = None) -> dict[str, Any]:
         """Index new transcript lines (the given files, or every file the globs match)."""
         if self.writer is None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from recalld.index import index_files
+from recalld.index import index_files, tombstones
 from recalld.index.store import Store
 
 
@@ -46,6 +46,7 @@ def start(index_path: Path, tmp: Path) -> Store:
     try:
         if index_path.exists():
             new.copy_cache_from(index_path)
+            tombstones.copy_from(new.conn, index_path)  # what was forgotten stays forgotten
     except BaseException:
         new.close()
         raise

@@ -162,6 +162,9 @@ class Store:
         if not readonly:
             self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute("PRAGMA synchronous = NORMAL")
+            # Deleted rows are overwritten with zeros: forgotten text leaves the file's bytes
+            # (recalld.index.erase; cost measured in docs/DECISIONS.md).
+            self.conn.execute("PRAGMA secure_delete = ON")
             # Migration 3 derives the ident column of existing chunks in SQL.
             self.conn.create_scalar_function("recalld_ident", _sql_ident, 1, deterministic=True)
             try:

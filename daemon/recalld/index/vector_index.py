@@ -307,6 +307,10 @@ class VectorIndex:
                 self._offsets[row] = self._offsets[last]
             self._ids[row] = moved
             self._row_of[moved] = row
+        # The vacated row is zeroed: a removed (forgotten) vector must not linger in rows.f32.
+        self._matrix[last] = 0
+        if self._proj is not None:
+            self._low[:, last] = 0
         self._count -= 1
 
     def vectors_of(self, chunk_ids: Sequence[int]) -> dict[int, F32]:

@@ -23,12 +23,14 @@ import numpy.typing as npt
 
 from recalld.config import Config
 from recalld.embedding.base import Embedder
+from recalld.index import tombstones
 from recalld.index.index_health import is_index_failure
 from recalld.index.store import FileChange, FileRow, Identity, NewChunk, Store
 from recalld.ingest.chunking import Chunk, chunk_markdown
 from recalld.ingest.embed_ahead import EmbedAhead
 from recalld.ingest.facts_backfill import backfill_facts
 from recalld.ingest.filters import PathFilter, make_filter
+from recalld.ingest.forgotten import Forgotten
 from recalld.ingest.front_matter import FrontMatter, card_context, read_front_matter
 from recalld.ingest.note_facts import date_of_note, tags_of_chunk
 from recalld.ingest.path_rule import (
@@ -183,6 +185,9 @@ class Indexer:
         self.background: BackgroundChunker[list[Chunk]] | None = None
         self.ahead: EmbedAhead | None = None
         self.backlog: VectorBacklog | None = None  # the engine's count of chunks due a vector
+        # False for a note recalld just wrote: two writes within one tick of the file system's
+        # clock may leave the same size and mtime, so the content hash decides.
+        self.trust_stat = True
 
     # discovery --------------------------------------------------------------------------------
 
@@ -254,6 +259,7 @@ class Indexer:
         else:
             files, gone = self._expand(paths, report)
         gone = [g for g in gone if self._really_gone(g, report)]
+        files, gone = self._leave_out_forgotten(files, gone)
         report.files_seen = len(files)
         self.progress.phase = "indexing"
         self.progress.add(gone)
@@ -293,6 +299,17 @@ class Indexer:
             self.progress.release()
         self._emit()
         return report
+
+    def _leave_out_forgotten(
+        self, files: list[Path], gone: list[str]
+    ) -> tuple[list[Path], list[str]]:
+        """Files a tombstone covers are not read; their rows, if any, go (ingest.forgotten)."""
+        forgotten = Forgotten(tombstones.all_of(self.store.conn), self.roots)
+        if not forgotten:
+            return files, gone
+        kept = [f for f in files if forgotten.covers(f) is None]
+        dropped = {str(f) for f in files} - {str(f) for f in kept}
+        return kept, gone + sorted(d for d in dropped if self.store.file(d) is not None)
 
     def _expand(self, paths: Iterable[Path], report: SyncReport) -> tuple[list[Path], list[str]]:
         """Dirty paths (watcher batches, explicit sync paths) into files to read and rows to drop.
@@ -380,7 +397,12 @@ class Indexer:
             return None
         st = verdict.st
         assert st is not None
-        if known and known.size == st.st_size and known.mtime_ns == st.st_mtime_ns:
+        if (
+            self.trust_stat
+            and known
+            and known.size == st.st_size
+            and known.mtime_ns == st.st_mtime_ns
+        ):
             report.files_unchanged += 1
             return None
         if st.st_size > self.max_bytes:

@@ -9,6 +9,7 @@ file has been quiet for a few seconds.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import os
@@ -21,9 +22,11 @@ from typing import Any, BinaryIO
 
 from recalld.config import Config
 from recalld.embedding.base import Embedder
+from recalld.index import tombstones
 from recalld.index.chunk_facts import put_file_facts
 from recalld.index.index_health import is_index_failure
 from recalld.index.store import FileChange, FileRow, NewChunk, Store
+from recalld.ingest.forgotten import Forgotten
 from recalld.ingest.path_rule import Swapped, Verdict, inside, name_problem, open_checked, shown
 from recalld.ingest.sessions import (
     SessionChunk,
@@ -179,6 +182,7 @@ class SessionIndexer:
                 elif self.store.file(str(p)) is not None:
                     self._change(self.store.remove_file(str(p)))
                     report.files_removed += 1
+        files = self._leave_out_forgotten(files, report)
         report.files = len(files)
         for path in files:
             try:
@@ -191,6 +195,23 @@ class SessionIndexer:
                 log.warning("skipping transcript %s: %s", path, exc, exc_info=True)
                 self.skipped[str(path)] = f"indexing failed: {exc}"
         return report
+
+    def _leave_out_forgotten(self, files: list[Path], report: SessionReport) -> list[Path]:
+        """Transcripts a tombstone covers are not read, however they grow; their rows go."""
+        forgotten = Forgotten(tombstones.all_of(self.store.conn), self.config.memory_roots())
+        if not forgotten:
+            return files
+        kept = []
+        for path in files:
+            if forgotten.covers(path) is None:
+                kept.append(path)
+                continue
+            with contextlib.suppress(OSError):  # the poller counts it as seen at this size
+                report.indexed_sizes[str(path)] = path.stat().st_size
+            if self.store.file(str(path)) is not None:
+                self._change(self.store.remove_file(str(path)))
+                report.files_removed += 1
+        return kept
 
     def _open(self, path: Path) -> BinaryIO:
         """``path`` opened as checked: never through a link swapped in out of the folders."""

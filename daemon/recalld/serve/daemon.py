@@ -41,6 +41,7 @@ from recalld.serve.config_watch import LiveConfig
 from recalld.serve.idle_stop import IDLE_KEY, IdleStop
 from recalld.serve.search_helper import MAX_VECTORS, SearchHelper
 from recalld.serve.shared_link import SharedLink
+from recalld.serve.write_handlers import WriteHandlers
 
 log = logging.getLogger(__name__)
 
@@ -525,6 +526,7 @@ class Daemon:
             "sync": self.h_sync,
             "reindex": self.h_reindex,
             "pause": self.h_pause,
+            **{m: self._index_guard(h) for m, h in WriteHandlers(self).table().items()},
         }
 
     def h_search(self, params: Mapping[str, Any]) -> dict[str, Any]:

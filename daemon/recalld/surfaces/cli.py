@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from recalld import __version__
 from recalld.errors import BadRequest, IndexError_, RecalldError
 from recalld.retrieval.answer_budget import check_budget
-from recalld.surfaces import exit_codes, shared_cli
+from recalld.surfaces import cli_memory, exit_codes, shared_cli
 from recalld.surfaces.cli_output import (
     describe_sync_report as describe_sync_report,  # where callers have imported it from
 )
@@ -97,8 +97,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help=_JSON_HELP)
 
     _add_eval(sub)
+    cli_memory.add_parsers(sub)  # remember, forget
 
-    sub.add_parser("mcp", help="MCP server over stdio (memory_search, memory_get)")
+    sub.add_parser(
+        "mcp", help="MCP server over stdio (memory_search, memory_get, memory_write, memory_forget)"
+    )
     sub.add_parser("tray", help="tray icon showing sync state")
     shared_cli.add_parser(sub)
     sv = sub.add_parser("service", help="systemd / launchd service files")
@@ -334,6 +337,12 @@ def _run(args: argparse.Namespace) -> int:
         return service_main(args.action)
     if cmd in ("search", "get", "status", "sync", "reindex"):
         return _client_or_local(args)
+    if cmd in ("remember", "forget"):
+        client = None if args.daemon_absent else _daemon_client()
+        if client is None:
+            return cli_memory.run(args, None)
+        with client:
+            return cli_memory.run(args, client)
     raise BadRequest(f"unknown command {cmd}")
 
 

@@ -1,0 +1,54 @@
+"""Forgotten text out of the index file's bytes, not only out of its answers.
+
+Deleting a row from SQLite normally leaves its bytes in the freed page, FTS5 normally records a
+delete as a marker beside the old entry, the WAL keeps every page written since the last
+checkpoint, and the embedding cache keeps a vector per text hash forever. So the store's writer
+runs with ``PRAGMA secure_delete = ON`` (freed content is zeroed, see ``Store``) and the FTS5
+table with its ``secure-delete`` option (migration 6: a delete removes the entry itself, SQLite
+>= 3.42). What is left for a forget is :func:`scrub`: drop the cache entries of text no chunk
+holds any more, then checkpoint the WAL into the file and truncate it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+CHECKPOINT_TRIES = 50  # a reader in the middle of a query holds the WAL for a moment
+CHECKPOINT_PAUSE_S = 0.02
+
+
+def chunk_hashes(conn: Any, path: str) -> set[str]:
+    """The text hashes of a file's chunks (read before they are removed)."""
+    return {str(r[0]) for r in conn.execute("SELECT hash FROM chunks WHERE path = ?", (path,))}
+
+
+def drop_cached(conn: Any, hashes: Iterable[str]) -> int:
+    """Remove the cached embeddings of these texts unless a live chunk still holds the text."""
+    removed = 0
+    with conn:
+        for text_hash in set(hashes):
+            conn.execute(
+                "DELETE FROM embedding_cache WHERE text_hash = ? "
+                "AND NOT EXISTS (SELECT 1 FROM chunks WHERE hash = ?)",
+                (text_hash, text_hash),
+            )
+            removed += conn.changes()
+    return removed
+
+
+def checkpoint(conn: Any) -> bool:
+    """Copy the WAL into the file and truncate it to nothing; False when readers kept it."""
+    for _ in range(CHECKPOINT_TRIES):
+        row = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if row is None or int(row[0]) == 0:
+            return True
+        time.sleep(CHECKPOINT_PAUSE_S)
+    return False
+
+
+def scrub(conn: Any, hashes: Iterable[str]) -> dict[str, Any]:
+    """After a forget's rows are deleted: the cache entries, then the WAL (writer only)."""
+    cached = drop_cached(conn, hashes)
+    return {"cache_entries_removed": cached, "wal_truncated": checkpoint(conn)}
