@@ -28,6 +28,7 @@ from recalld.ingest import memory_write, note_names
 from recalld.ingest.filters import make_filter
 from recalld.ingest.forgotten import Forgotten
 from recalld.ingest.indexer import content_hash
+from recalld.paths import glob_base
 from recalld.retrieval import access
 
 T = TypeVar("T")
@@ -248,7 +249,7 @@ class MemoryEdits:
             text = str(memory_roots[0] / text)
         text = os.path.normpath(text)
         if glob.has_magic(text):
-            base = access.glob_base(text)
+            base = glob_base(text)
             if not any(_inside(Path(os.path.realpath(base)), r) or _inside(base, r) for r in roots):
                 raise Forbidden(f"{value[:300]} is outside the memory and session folders")
             return Tombstone("glob", text)
