@@ -182,9 +182,14 @@ def project_memory(cwd: str, deadline: float) -> list[Item]:
     folder = claude_transcript_folder(cwd)
     if folder.is_dir():
         sessions = _ask(
-            deadline, "search", f"{name} decided next", sources=["sessions"],
-            path_prefix=str(folder) + os.sep, max_results=SESSIONS, min_score=0.0,
-        )  # fmt: skip
+            deadline,
+            "search",
+            f"{name} decided next",
+            sources=["sessions"],
+            path_prefix=str(folder) + os.sep,
+            max_results=SESSIONS,
+            min_score=0.0,
+        )
         items += [Item(h["citation"], h["snippet"], "session") for h in sessions.get("results", [])]
     return items
 

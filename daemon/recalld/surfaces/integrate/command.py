@@ -25,13 +25,22 @@ def add_parser(sub: Any) -> None:
         "run changes nothing; --remove undoes it.",
     )
     p.add_argument("agent", nargs="?", choices=NAMES, help="the agent to wire recalld into")
-    p.add_argument("--scope", choices=["user", "project"], default="user",
-                   help="user (default): every project; project: this folder only")  # fmt: skip
-    p.add_argument("--print", action="store_true", dest="dry_run",
-                   help="show the changes without making them")  # fmt: skip
+    p.add_argument(
+        "--scope",
+        choices=["user", "project"],
+        default="user",
+        help="user (default): every project; project: this folder only",
+    )
+    p.add_argument(
+        "--print", action="store_true", dest="dry_run", help="show the changes without making them"
+    )
     p.add_argument("--remove", action="store_true", help="undo what integrate did")
-    p.add_argument("--list", action="store_true", dest="list_",
-                   help="which agents are installed and wired to recalld")  # fmt: skip
+    p.add_argument(
+        "--list",
+        action="store_true",
+        dest="list_",
+        help="which agents are installed and wired to recalld",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,13 +49,16 @@ def run(args: argparse.Namespace) -> int:
         print_list()
         return exit_codes.OK
     if args.agent is None:
-        print("recalld integrate: name an agent (" + ", ".join(NAMES) + ") or --list",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "recalld integrate: name an agent (" + ", ".join(NAMES) + ") or --list", file=sys.stderr
+        )
         return exit_codes.USAGE
     agent = agents()[args.agent]
     if args.scope not in agent.scopes:
-        print(f"recalld integrate: {agent.title} has only the {agent.scopes[0]} scope",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"recalld integrate: {agent.title} has only the {agent.scopes[0]} scope",
+            file=sys.stderr,
+        )
         return exit_codes.USAGE
     edits = all_edits(agent, args.scope)
     try:
