@@ -69,6 +69,7 @@ def server_edit(command: list[str]) -> Any:
                 table = tomlkit.table()
                 table.add("command", command[0])
                 table.add("args", command[1:])
+                table.add(tomlkit.nl())  # a blank line before the user's next table
                 servers.add(SERVER_NAME, table)
         return tomlkit.dumps(doc).encode("utf-8")
 
