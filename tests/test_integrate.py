@@ -152,3 +152,21 @@ def test_gemini_adds_its_transcripts_to_sessions_paths_and_remove_restores(
 def test_codex_has_no_project_scope(fresh_home: Path) -> None:
     done = recalld(agent_env(fresh_home), "integrate", "codex", "--scope", "project")
     assert done.returncode == exit_codes.USAGE and "only the user scope" in done.stderr
+
+
+def test_doctor_without_a_daemon_fails_and_says_what_to_do(fresh_home: Path) -> None:
+    env = agent_env(fresh_home)
+    assert recalld(env, "integrate", "codex").returncode == 0  # registered, agent not installed
+    done = recalld(env, "doctor", "--json")
+    assert done.returncode == exit_codes.ERROR
+    report = json.loads(done.stdout)
+    assert report["ok"] is False
+    checks = {c["name"]: c for c in report["checks"]}
+    assert set(checks["daemon"]) == {"name", "ok", "detail", "fix"}
+    assert not checks["daemon"]["ok"] and "recalld serve" in checks["daemon"]["fix"]
+    assert not checks["index"]["ok"] and "not running" in checks["index"]["detail"]
+    # The registered command answers a real MCP handshake even with no daemon running yet.
+    assert checks["codex: MCP server"]["ok"], checks["codex: MCP server"]
+    assert "claude-code: MCP server" not in checks  # not installed, not wired: not checked
+    human = recalld(env, "doctor")
+    assert "FAIL daemon" in human.stdout and "fix: start it" in human.stdout
