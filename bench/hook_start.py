@@ -35,7 +35,12 @@ NOTE = "# heronry\n\nDecision (heronry): the heronry sync keeps 3 retries; see A
 
 
 def _home(user_home: Path) -> None:
-    """The recalld home (RECALLD_HOME = user_home/rh) and a user HOME with one transcript."""
+    """The recalld home (RECALLD_HOME = user_home/rh) and a user HOME with one transcript
+    (kept for the next run while its recipe is the same)."""
+    recipe = json.dumps({"chunks": TARGET_CHUNKS, "per_file": PER_FILE, "note": NOTE})
+    marker = user_home / "recipe.json"
+    if marker.exists() and marker.read_text() == recipe:
+        return
     if user_home.exists():
         shutil.rmtree(user_home)
     rh = user_home / "rh"
@@ -69,21 +74,27 @@ def _home(user_home: Path) -> None:
         "message": {"role": "user", "content": "heronry: the nightly export stalled"},
     }
     (folder / "s1.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    marker.write_text(recipe)
     (rh / "config.toml").write_text(
         '[embedding]\nprovider = "none"\n[sessions]\npaths = ["~/.claude/projects/**/*.jsonl"]\n',
         encoding="utf-8",
     )
 
 
-def _timed(cmd: list[str], env: dict[str, str], stdin: Path | None) -> float:
-    """Wall ms of one run (stdin from a file); a failed run or one that said why raises."""
+def _timed(cmd: list[str], env: dict[str, str], stdin: Path | None) -> tuple[float, float]:
+    """(wall ms, CPU ms) of one run (stdin from a file); a run that failed or said why raises.
+    CPU time (user + system, from wait4) hardly depends on the machine's load."""
     t = time.perf_counter()
-    with open(stdin or os.devnull, "rb") as f:
-        proc = subprocess.run(cmd, env=env, stdin=f, capture_output=True, check=False)
-    wall = (time.perf_counter() - t) * 1000
-    if proc.returncode != 0 or proc.stderr:
-        raise RuntimeError(f"{' '.join(cmd)}: exit {proc.returncode}, {proc.stderr[-300:]!r}")
-    return wall
+    with open(stdin or os.devnull, "rb") as f, open(HOME / "stderr.txt", "wb+") as err:
+        proc = subprocess.Popen(cmd, env=env, stdin=f, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = (time.perf_counter() - t) * 1000
+        err.seek(0)
+        said = err.read()
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0 or said:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {code}, {said[-300:]!r}")
+    return wall, (usage.ru_utime + usage.ru_stime) * 1000
 
 
 def run(sheet: Sheet, runs: int = RUNS) -> None:
@@ -137,30 +148,39 @@ def run(sheet: Sheet, runs: int = RUNS) -> None:
             "sync": ([recalld, "hook", "sync"], sync_in),
             "bare": ([str(VENV_BIN / "python"), "-c", "pass"], None),
         }
-        times: dict[str, list[float]] = {k: [] for k in cmds}
+        times: dict[str, list[tuple[float, float]]] = {k: [] for k in cmds}
         for i in range(runs + WARMUP):
             order = list(cmds) if i % 2 else list(reversed(cmds))  # neither always first
             for key in order:
                 cmd, stdin = cmds[key]
                 times[key].append(_timed(cmd, env, stdin))
-    p50 = {k: median(v[WARMUP:]) for k, v in times.items()}
+    p50 = {k: median([w for w, _ in v[WARMUP:]]) for k, v in times.items()}
+    cpu = {k: median([c for _, c in v[WARMUP:]]) for k, v in times.items()}
     sheet.put("hook_session_start_ms_p50", p50["start"], 1)
     sheet.put("hook_sync_ms_p50", p50["sync"], 1)
     sheet.put("hook_bare_python_ms", p50["bare"], 1)
     sheet.put("hook_session_start_vs_bare_python", p50["start"] / p50["bare"], 2)
     sheet.put("hook_sync_vs_bare_python", p50["sync"] / p50["bare"], 2)
+    sheet.put("hook_session_start_cpu_ms", cpu["start"], 1)
+    sheet.put("hook_sync_cpu_ms", cpu["sync"], 1)
+    sheet.put("hook_bare_python_cpu_ms", cpu["bare"], 1)
     sheet.note(
         "hook_session_start_ms_p50",
         f"median wall of {runs} `recalld hook session-start` runs (stdin: Claude Code's "
         f"SessionStart JSON; a daemon at {chunks} chunks, provider none; both searches: notes "
         f"and the project's transcripts), {runs} `recalld hook sync` (SessionEnd JSON, returns "
         f"once the daemon queued the transcript) and {runs} `python -c pass`, interleaved, "
-        f"after {WARMUP} warm-up rounds",
+        f"after {WARMUP} warm-up rounds; CPU times (user + system) of the same runs beside them",
     )
 
 
 def main() -> int:
     """Run the part alone and print its figures."""
+    import compileall
+
+    root = Path(__file__).resolve().parents[1]  # byte-compiled, as pip leaves an install
+    for folder in ("daemon/recalld", "client/recalld_client"):
+        compileall.compile_dir(root / folder, quiet=1)
     sheet = Sheet()
     run(sheet)
     for key, value in sheet.metrics.items():

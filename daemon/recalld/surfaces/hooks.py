@@ -19,9 +19,8 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 DEADLINE_S = {"session-start": 4.0, "sync": 2.0}  # within the timeouts written into settings.json
 MAX_INPUT_BYTES = 1 << 20
@@ -122,8 +121,7 @@ def _ask(deadline: float, method: str, *args: Any, **params: Any) -> Any:
 # --- session-start --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Item:
+class Item(NamedTuple):  # not a dataclass: importing dataclasses costs every session start
     """One piece of memory for the session, and where it is."""
 
     citation: str

@@ -22,6 +22,8 @@ GEMINI_CLI = "gemini_cli"
 GEMINI_TYPES = frozenset({"user", "gemini", "info", "error", "warning"})
 _SEEN = "\x00gemini-seen:"  # prefix of the "already taken" marks among the open tool calls
 _DONE = frozenset({"success", "error", "cancelled"})
+# The context Gemini CLI sends as the first user message of every session (date, OS, folders).
+_BOILERPLATE = ("<session_context>",)
 
 
 def is_gemini(rec: Mapping[str, Any]) -> bool:
@@ -69,6 +71,15 @@ def read_gemini(rec: Mapping[str, Any], out: MessageBuilder) -> int:
     """One Gemini CLI record into messages (only what an earlier copy did not give)."""
     if not is_gemini(rec):
         return UNKNOWN_RECORD
+    update = rec.get("$set")
+    if isinstance(update, Mapping) and isinstance(update.get("messages"), list):
+        # The whole conversation restated (a resumed or rewritten session): new parts only.
+        found = [_message(m, out) for m in update["messages"] if isinstance(m, Mapping)]
+        return OK if OK in found else META
+    return _message(rec, out)
+
+
+def _message(rec: Mapping[str, Any], out: MessageBuilder) -> int:
     kind, msg_id = rec.get("type"), rec.get("id")
     if kind not in GEMINI_TYPES or not isinstance(msg_id, str):
         return META  # the header, $set and $rewindTo updates
@@ -76,6 +87,10 @@ def read_gemini(rec: Mapping[str, Any], out: MessageBuilder) -> int:
         out.meta(rec.get("content"))
         return META
     role = "user" if kind == "user" else "assistant"
+    if role == "user" and _parts_text(rec.get("content")).lstrip().startswith(_BOILERPLATE):
+        if _first_time(out, f"{msg_id}:text"):
+            out.meta(rec.get("content"))
+        return META
     if (text := _parts_text(rec.get("content"))) and _first_time(out, f"{msg_id}:text"):
         out.text(role, text)
     thoughts = rec.get("thoughts")
