@@ -127,3 +127,39 @@ def test_gemini_cli_connects_in_a_trusted_folder(trial: tuple[dict[str, str], Pa
     assert "Connected" in row, listed
     config = (home / "rh" / "config.toml").read_text()
     assert "~/.gemini/tmp/*/chats/session-*.jsonl" in config
+
+
+def test_a_real_gemini_cli_session_is_read(trial: tuple[dict[str, str], Path]) -> None:
+    """The real Gemini CLI, its API stood in for at the network edge, writes a session file;
+    recalld reads its question, tool call, tool result and answer, each once."""
+    from fake_gemini_api import FakeGeminiApi
+    from recalld.ingest.sessions.formats import GEMINI_CLI, parse_file
+
+    env, home = trial
+    project = home / "tern"
+    notes = write(project / "importer-notes.txt", "load_rows() drops rows whose region is NULL\n")
+    write(
+        home / ".gemini" / "settings.json",
+        json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}),
+    )
+    write(home / ".gemini" / "trustedFolders.json", json.dumps({str(project): "TRUST_FOLDER"}))
+    answer = "The tern importer skips NULL regions in load_rows()."
+    with FakeGeminiApi(str(notes), answer) as api:
+        run_env = {**env, "GEMINI_API_KEY": "test-key", "GOOGLE_GEMINI_BASE_URL": api.url}
+        said = agent(run_env, "gemini", "-p", "Why does the tern importer drop rows?", cwd=project)
+    assert answer in said
+    files = list((home / ".gemini" / "tmp").glob("*/chats/session-*.jsonl"))
+    assert len(files) == 1, files
+    messages, stats, fmt = parse_file(files[0])
+    assert fmt == GEMINI_CLI and stats.skipped_unknown == 0
+    kinds = [(m.role, m.kind) for m in messages]
+    assert kinds == [
+        ("user", "text"),
+        ("assistant", "tool_call"),
+        ("tool", "tool_result"),
+        ("assistant", "text"),
+    ], (kinds, files[0].read_text()[:3000])
+    assert messages[0].text == "Why does the tern importer drop rows?"
+    assert str(notes) in messages[1].text and "read_file" in messages[1].text
+    assert "region is NULL" in messages[2].text and messages[2].tool == "read_file"
+    assert messages[3].text == answer
