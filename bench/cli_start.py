@@ -112,6 +112,13 @@ def run_part(sheet: Sheet) -> None:
     except Exception as exc:  # noqa: BLE001 - as speed.run_all does for its parts
         log(f"cli_start FAILED: {type(exc).__name__}: {exc}")
         sheet.errors["cli_start"] = f"{type(exc).__name__}: {exc}"
+    from bench import hook_start  # the hooks' start-up, beside a bare interpreter as above
+
+    try:
+        hook_start.run(sheet)
+    except Exception as exc:  # noqa: BLE001 - as above
+        log(f"hook_start FAILED: {type(exc).__name__}: {exc}")
+        sheet.errors["hook_start"] = f"{type(exc).__name__}: {exc}"
 
 
 def main() -> int:

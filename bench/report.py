@@ -146,6 +146,20 @@ TARGETS = (
         True,
         "x",
     ),
+    Target(
+        "`recalld hook session-start` at 100k chunks / bare `python -c pass` (issue 35)",
+        "hook_session_start_vs_bare_python",
+        2.5,
+        True,
+        "x",
+    ),
+    Target(
+        "`recalld hook sync` / bare `python -c pass` (issue 35)",
+        "hook_sync_vs_bare_python",
+        2.0,
+        True,
+        "x",
+    ),
     Target("status round trip p50", "status_rtt_p50_ms", 1.0, True, "ms"),
     Target(
         "locomo: hybrid recall@10 minus best single channel",

@@ -341,6 +341,13 @@ SETTINGS: tuple[Setting, ...] = (
         1_048_576,
     ),
     Setting(
+        "integrate.context_tokens",
+        1200,
+        "Budget of the memory a Claude Code session starts with (`recalld hook session-start`).",
+        100,
+        100_000,
+    ),
+    Setting(
         "rerank.provider",
         "none",
         "none|cohere|voyage|jina|ollama|onnx.",

@@ -41,6 +41,7 @@ from recalld.serve.config_watch import LiveConfig
 from recalld.serve.idle_stop import IDLE_KEY, IdleStop
 from recalld.serve.search_helper import MAX_VECTORS, SearchHelper
 from recalld.serve.shared_link import SharedLink
+from recalld.serve.sync_paths import transcript_paths
 from recalld.serve.write_handlers import WriteHandlers
 
 log = logging.getLogger(__name__)
@@ -644,6 +645,9 @@ class Daemon:
         return {"queued": False, "job": job.kind, "report": report}
 
     def h_sync(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        if "paths" in params:  # an agent's hook: read these transcripts now
+            found = transcript_paths(params, self.config.session_globs())
+            return self._run_job(Job("sessions", paths=found), params)
         return self._run_job(Job("full"), params)
 
     def h_reindex(self, params: Mapping[str, Any]) -> dict[str, Any]:

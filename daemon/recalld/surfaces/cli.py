@@ -111,6 +111,12 @@ def _parser() -> argparse.ArgumentParser:
         help="install: write the systemd user unit / launchd agent and start it; uninstall: "
         "stop and remove it; print: show the file without installing",
     )
+    from recalld.surfaces import doctor, hooks
+    from recalld.surfaces.integrate import command as integrate
+
+    integrate.add_parser(sub)
+    hooks.add_parser(sub)
+    doctor.add_parser(sub)
     return p
 
 
@@ -343,6 +349,18 @@ def _run(args: argparse.Namespace) -> int:
             return cli_memory.run(args, None)
         with client:
             return cli_memory.run(args, client)
+    if cmd == "integrate":
+        from recalld.surfaces.integrate.command import run as integrate_run
+
+        return integrate_run(args)
+    if cmd == "doctor":
+        from recalld.surfaces.doctor import run as doctor_run
+
+        return doctor_run(args)
+    if cmd == "hook":
+        from recalld.surfaces.hooks import main as hook_main
+
+        return hook_main([args.event])
     raise BadRequest(f"unknown command {cmd}")
 
 

@@ -49,6 +49,10 @@ _REPEATED = ("sources", "kinds", "tags")  # action="append" in the full parser
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``recalld`` console script: this fast path, else the full CLI (:mod:`.cli`)."""
     args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["hook"] and len(args) == 2:  # runs at every agent session start: no argparse
+        from recalld.surfaces.hooks import main as hook_main
+
+        return hook_main(args[1:])
     code = run(args)
     if isinstance(code, int):
         return code

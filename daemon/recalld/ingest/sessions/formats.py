@@ -13,6 +13,8 @@ Formats (detected per file from its first records, see :func:`detect_format`):
 - ``openclaw``: OpenClaw / pi-coding-agent sessions. ``session`` header, ``message`` entries whose
   ``message.role`` is user / assistant (text, thinking, toolCall blocks) / toolResult /
   bashExecution, and ``compaction``, ``model_change``, ``custom``... entries.
+- ``gemini_cli``: Gemini CLI's ``~/.gemini/tmp/*/chats/session-*.jsonl`` (header, messages
+  appended again as they change, ``$set`` updates): :mod:`recalld.ingest.sessions.gemini_reader`.
 - ``generic``: one ``{"role", "content"}`` object a line, content a string or a list of
   ``{"type": "text", "text"}`` blocks; ``speaker``/``name`` kept as :attr:`Message.name`.
 
@@ -44,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld.ingest.sessions.content import call_text, record_time, tool_line
+from recalld.ingest.sessions.gemini_reader import GEMINI_CLI, is_gemini
 from recalld.ingest.sessions.messages import (
     KINDS,
     MAX_LINE_BYTES,
@@ -70,6 +73,7 @@ __all__ = [
     "CLAUDE_CODE",
     "CODEX",
     "FORMATS",
+    "GEMINI_CLI",
     "GENERIC",
     "KINDS",
     "OPENCLAW",
@@ -87,7 +91,7 @@ __all__ = [
 
 UNKNOWN = "unknown"
 #: Known formats, in the order that breaks ties in :func:`detect_format`.
-FORMATS = (CLAUDE_CODE, CODEX, OPENCLAW, GENERIC)
+FORMATS = (CLAUDE_CODE, CODEX, OPENCLAW, GEMINI_CLI, GENERIC)
 #: Valid records :func:`detect_format` looks at.
 DETECT_RECORDS = 20
 
@@ -100,6 +104,8 @@ def _classify(rec: Mapping[str, Any]) -> str | None:
     kind = rec.get("type")
     if not isinstance(kind, str | None):
         return None
+    if is_gemini(rec):
+        return GEMINI_CLI
     nested = isinstance(rec.get("message"), Mapping)
     if kind in ("user", "assistant") and nested:
         return CLAUDE_CODE

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from recalld.ingest.sessions.content import fuller_result, plain
+from recalld.ingest.sessions.gemini_reader import GEMINI_CLI, read_gemini
 from recalld.ingest.sessions.messages import META, OK, UNKNOWN_RECORD, MessageBuilder, Reader
 
 CLAUDE_CODE, CODEX, OPENCLAW, GENERIC = "claude_code", "codex", "openclaw", "generic"
@@ -237,4 +238,5 @@ READERS: dict[str, Reader] = {
     CODEX: _codex,
     OPENCLAW: _openclaw,
     GENERIC: _generic,
+    GEMINI_CLI: read_gemini,
 }
