@@ -229,7 +229,7 @@ def test_bad_files_are_skipped_not_fatal(home: Path, local_embedder: Any) -> Non
         from recalld.ingest.indexer import SyncReport
 
         gone = home / "memory" / "vanished.md"
-        assert eng._indexer(eng.writer, None)._prepare(gone, SyncReport()) is None  # type: ignore[arg-type]
+        assert eng.writes.indexer(eng.writer, None)._prepare(gone, SyncReport()) is None  # type: ignore[arg-type]
     finally:
         eng.close()
 

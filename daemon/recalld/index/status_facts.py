@@ -11,11 +11,13 @@ file gets new readers, hence nothing of the old file's.
 from __future__ import annotations
 
 import json
+import os
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from recalld.index.store import Identity, Store
+from recalld.index.store import Identity, Store, prefix_bounds
 
 
 @dataclass(frozen=True)
@@ -54,3 +56,25 @@ def mount_roots(store: Store) -> list[str]:
     except ValueError:
         return []
     return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def identity_dict(identity: Identity | None) -> dict[str, Any] | None:
+    """The ``identity`` block of ``status``."""
+    if identity is None:
+        return None
+    return {
+        "provider": identity.label,
+        "provider_key": identity.provider_key,
+        "model": identity.model,
+        "dims": identity.dims,
+        "chunking": identity.chunking,
+    }
+
+
+def files_under(store: Store, root: Path) -> int:
+    """Indexed files under a folder (what a missing root still has in the index)."""
+    lo, hi = prefix_bounds(str(root) + os.sep)
+    row = store.conn.execute(
+        "SELECT count(*) FROM files WHERE path >= ? AND path < ?", (lo, hi)
+    ).fetchone()
+    return int(row[0]) if row else 0

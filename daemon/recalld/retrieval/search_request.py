@@ -6,9 +6,11 @@ results, path queries) can name these types without importing the pipeline that 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from recalld.config import Config
@@ -165,3 +167,13 @@ class SearchContext:
         """The term counts of this search (``recalld.retrieval.term_stats``)."""
         assert self.counts is not None
         return self.counts
+
+
+def absolute_prefix(request: SearchRequest, roots: list[Path]) -> SearchRequest:
+    """A relative ``path_prefix`` is taken relative to the first memory root."""
+    prefix = request.path_prefix
+    if prefix and not os.path.isabs(os.path.expanduser(prefix)) and roots:
+        prefix = str(roots[0] / prefix) + (os.sep if prefix.endswith(("/", os.sep)) else "")
+    elif prefix:
+        prefix = os.path.expanduser(prefix)
+    return replace(request, path_prefix=prefix)
