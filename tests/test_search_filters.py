@@ -219,12 +219,13 @@ def test_rows_indexed_before_the_facts_are_back_filled(home: Path, local_embedde
     eng.sync()
     index = eng.index_path
     eng.close()
-    # The index as schema 5 left it: no date column, no tags, no file facts.
+    # The index as schema 5 left it: no date column, no tags, no file facts, no tombstones.
     store = Store(index)
     with store.conn:
         store.conn.execute(
             "DROP TRIGGER chunk_tags_ad; DROP TRIGGER file_facts_ad; DROP INDEX chunks_by_date;"
             "ALTER TABLE chunks DROP COLUMN date; DROP TABLE chunk_tags; DROP TABLE file_facts;"
+            "DROP TABLE tombstones;"
             "PRAGMA user_version = 5"
         )
     store.close()
