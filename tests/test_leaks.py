@@ -362,3 +362,27 @@ def test_get_refuses_an_indexed_file_that_became_a_link_while_paused(tmp_path: P
             d.stop()
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_search_helper_serves_no_secret(home: Path) -> None:
+    """Snippets answered by the search helper process go through the same gate (the helper
+    starts with the local model on, as in test_search_helper)."""
+    from test_search_helper import _hammer, _helper, _until_ready
+
+    (home / "config.toml").write_text("[sessions]\npaths = []\n[sync]\ndebounce_s = 0.3\n")
+    write(home / "memory" / "ops.md", NOTE)
+    for i in range(30):
+        write(home / "memory" / f"n{i}.md", f"# Note {i}\n\nThe lighthouse deploy key {i}.\n")
+    queries = ["lighthouse deploy key", "rotate the lighthouse key", "harbor cluster", "curl"]
+    d = DaemonProcess(home).start()
+    try:
+        d.wait_idle()
+        before = _until_ready(d, queries)["searches"]
+
+        def clean(query: str, result: Any) -> None:
+            assert not _leaks(json.dumps(result)), query
+
+        _hammer(d, queries, 3.0, clean)
+        assert _helper(d)["searches"] > before  # some answers came from the helper
+    finally:
+        d.stop()

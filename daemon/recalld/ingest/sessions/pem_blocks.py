@@ -74,18 +74,16 @@ def _runs(text: str) -> list[tuple[int, int]]:
     for needle in _NEEDLES:
         i = text.find(needle)
         while i >= 0:
-            run = _B64_RUN.match(text, i)
-            before = text[i - 1] if i else " "
-            if (
-                run is not None
-                and len(run.group(0)) <= _MAX_RUN
-                and not _B64_CHAR.match(before)
-                and _decodes_to_key(run.group(0))
-            ):
-                spans.append(run.span())
-                i = text.find(needle, run.end())
-            else:
+            if i and _B64_CHAR.match(text[i - 1]):  # inside a longer run: not where one starts
                 i = text.find(needle, i + 1)
+                continue
+            run = _B64_RUN.match(text, i)
+            if run is None:
+                i = text.find(needle, i + 1)
+                continue
+            if len(run.group(0)) <= _MAX_RUN and _decodes_to_key(run.group(0)):
+                spans.append(run.span())
+            i = text.find(needle, run.end())  # each run is decoded once
     return sorted(spans)
 
 
