@@ -12,6 +12,7 @@ from tomlkit.exceptions import TOMLKitError
 from recalld.surfaces.integrate.agent import (
     SERVER_NAME,
     Agent,
+    Edit,
     FileEdit,
     Registration,
     home_path,
@@ -41,7 +42,7 @@ def _servers(path: Path, doc: tomlkit.TOMLDocument) -> Any:
     return servers
 
 
-def server_edit(command: list[str]) -> Any:
+def server_edit(command: list[str]) -> Edit:
     """An edit that sets (or takes out) ``[mcp_servers.recalld]``."""
 
     def edit(path: Path, old: bytes | None, remove: bool) -> bytes | None:

@@ -104,14 +104,14 @@ def wiring(agent: Agent) -> dict[str, Any]:
     if agent.name == "claude-code":
         out["hooks"] = claude_hooks_present()
     try:
-        out["transcripts_indexed"] = not_needed(agent)
+        out["transcripts_indexed"] = transcripts_covered(agent)
     except Unparsable:
         out["transcripts_indexed"] = False
     out["transcripts"] = agent.transcripts
     return out
 
 
-def not_needed(agent: Agent) -> bool:
+def transcripts_covered(agent: Agent) -> bool:
     """Whether recalld's config already indexes the agent's transcripts."""
     config = paths.config_path()
     old = read_bytes(config)
