@@ -112,6 +112,13 @@ def test_codex_lists_recalld_enabled_and_doctor_does_the_handshake(
         assert checks["claude-code: MCP server"]["fix"] == "`recalld integrate claude-code`"
         assert recalld(env, "integrate", "codex", "--remove").returncode == 0
         assert not (home / ".codex" / "config.toml").exists()  # it was not there before
+        # `codex mcp add` drops comments in [mcp_servers]: a commented file is edited by recalld.
+        commented = '# mine\n[mcp_servers.other]\ncommand = "other"  # keep me\n'
+        write(home / ".codex" / "config.toml", commented)
+        again = recalld(env, "integrate", "codex")
+        assert "MCP server         ~/.codex/config.toml: changed\n" in again.stdout, again.stdout
+        assert (home / ".codex" / "config.toml").read_text().startswith(commented)
+        assert "recalld " in agent(env, "codex", "mcp", "list")
     finally:
         daemon.stop()
 
