@@ -69,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"recalld integrate: {exc}", file=sys.stderr)
         return exit_codes.CONFIG
     verb = "Taking recalld out of" if args.remove else "Wiring recalld into"
+    if args.dry_run:
+        verb = f"Nothing changed (--print); {verb[0].lower()}{verb[1:]}"
     print(f"{verb} {agent.title} ({args.scope} scope):")
     for o in outcomes:
         note = f" ({o.note})" if o.note else ""
