@@ -113,7 +113,7 @@ def run(sheet: Sheet, runs: int = RUNS) -> None:
         start_in.write_text(
             json.dumps(
                 {
-                    "session_id": "s1",
+                    "session_id": "s2",  # a new session in the folder of s1
                     "cwd": PROJECT,
                     "source": "startup",
                     "hook_event_name": "SessionStart",

@@ -23,6 +23,7 @@ def agent_env(home: Path, extra_path: str = "") -> dict[str, str]:
         XDG_CONFIG_HOME=str(home / ".config"),
         DISABLE_AUTOUPDATER="1",
         DISABLE_TELEMETRY="1",
+        MCP_TIMEOUT="60000",  # Claude Code's wait for an MCP server: a loaded machine is slow
     )
     env.pop("RECALLD_CONFIG", None)
     return env

@@ -180,7 +180,16 @@ def openclaw(command: str, output: str) -> list[dict[str, Any]]:
     ]
 
 
-FORMATS = {"claude": claude_code, "codex": codex, "openclaw": openclaw}
+def generic(command: str, output: str) -> list[dict[str, Any]]:
+    """Role / content messages (the generic reader: OpenAI-style chat logs, other agents)."""
+    return [
+        {"role": "user", "content": f"run {command}", "timestamp": "2026-11-01T10:00:00Z"},
+        {"role": "assistant", "content": f"Running `{command}`."},
+        {"role": "tool", "name": "shell", "content": output},
+    ]
+
+
+FORMATS = {"claude": claude_code, "codex": codex, "openclaw": openclaw, "generic": generic}
 
 
 def transcript(fmt: str, command: str, output: str) -> str:

@@ -114,10 +114,13 @@ def test_session_start_brings_the_project_note_and_sync_indexes_the_transcript(
                 return bool(c.search("quokka lock", sources=["sessions"])["results"])
 
         wait_for(found, timeout=30)
-        again = recalld(
-            env, "hook", "session-start", stdin=json.dumps({**start, "source": "resume"})
-        )
+        later = {**start, "session_id": "s2"}  # a new session in the same folder
+        again = recalld(env, "hook", "session-start", stdin=json.dumps(later))
         assert "earlier session" in again.stdout and str(transcript) in again.stdout
+        # Resuming s1 itself: its own transcript is not offered back to it.
+        resumed = {**start, "source": "resume"}
+        back = recalld(env, "hook", "session-start", stdin=json.dumps(resumed))
+        assert "Redis streams" in back.stdout and str(transcript) not in back.stdout
         # The budget holds: a tiny integrate.context_tokens keeps the output short.
         cfg = home / "rh" / "config.toml"
         cfg.write_text(cfg.read_text() + "[integrate]\ncontext_tokens = 100\n")

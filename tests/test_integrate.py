@@ -170,3 +170,24 @@ def test_doctor_without_a_daemon_fails_and_says_what_to_do(fresh_home: Path) -> 
     assert "claude-code: MCP server" not in checks  # not installed, not wired: not checked
     human = recalld(env, "doctor")
     assert "FAIL daemon" in human.stdout and "fix: start it" in human.stdout
+
+
+def test_claude_code_project_scope_writes_the_projects_files(fresh_home: Path) -> None:
+    env = agent_env(fresh_home)
+    project = fresh_home / "proj"
+    project.mkdir()
+    done = recalld(env, "integrate", "claude-code", "--scope", "project", cwd=project)
+    assert done.returncode == 0, done.stderr
+    servers = json.loads((project / ".mcp.json").read_text())["mcpServers"]
+    assert servers["recalld"]["args"] == ["mcp"]
+    hooks = json.loads((project / ".claude" / "settings.json").read_text())["hooks"]
+    assert set(hooks) == {"SessionStart", "PreCompact", "SessionEnd"}
+    assert not (fresh_home / ".claude.json").exists()  # the user scope is left alone
+    assert (
+        recalld(
+            env, "integrate", "claude-code", "--scope", "project", "--remove", cwd=project
+        ).returncode
+        == 0
+    )
+    assert not (project / ".mcp.json").exists()
+    assert not (project / ".claude" / "settings.json").exists()

@@ -137,6 +137,16 @@ def test_a_note_keeps_its_line_numbers() -> None:
     assert redact(out) == (out, 0)  # idempotent
 
 
+def test_a_block_cut_before_its_begin_line_goes_too() -> None:
+    tail = "log: started\n" + "\n".join(RSA_PEM.splitlines()[-4:]) + "\nlog: done\n"
+    out, count = redact(tail)
+    assert count == 1 and not _leaks(out)
+    assert out.splitlines()[0] == "log: started" and out.splitlines()[-1] == "log: done"
+    assert out.count("\n") == tail.count("\n")
+    raw = json.dumps({"c": tail})
+    assert not _leaks(redact_line(raw)) and json.loads(redact_line(raw))
+
+
 def test_log_lines_are_redacted_without_any_configured_key() -> None:
     fmt = ScrubbingFormatter(logging.Formatter("%(message)s"), ())
     record = logging.LogRecord("t", logging.WARNING, __file__, 1, "read %s", (RSA_PEM,), None)
@@ -301,6 +311,24 @@ def test_mcp_memory_get_serves_no_secret(leaky: Leaky, monkeypatch: pytest.Monke
     assert not _leaks(found.text + json.dumps(found.structured))
 
 
+def test_mcp_quotes_a_failed_start_log_redacted(home: Path) -> None:
+    """The agent sees the tail of the daemon's log when it cannot start: written by the daemon
+    before its log was scrubbed (a crash), so the tail is redacted on its way out."""
+    from recalld.surfaces import mcp_server
+
+    def spawn(log_path: Path) -> subprocess.Popen[bytes]:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(f"config error near {SHAPES['curl'][0]}\n{RSA_PEM}")
+        return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+
+    link = mcp_server.DaemonLink(start_timeout=10, spawn=spawn)
+    with pytest.raises(mcp_server.ToolError) as failed:
+        mcp_server.run_tool(link, "memory_get", {"path": "a.md"})
+    text = mcp_server.describe_error(failed.value)
+    assert "exited with code 3" in text and "[REDACTED:" in text
+    assert not _leaks(text)
+
+
 # -- item 10: checks at read time, not from the watcher ------------------------------------------
 
 
@@ -362,3 +390,27 @@ def test_get_refuses_an_indexed_file_that_became_a_link_while_paused(tmp_path: P
             d.stop()
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_search_helper_serves_no_secret(home: Path) -> None:
+    """Snippets answered by the search helper process go through the same gate (the helper
+    starts with the local model on, as in test_search_helper)."""
+    from test_search_helper import _hammer, _helper, _until_ready
+
+    (home / "config.toml").write_text("[sessions]\npaths = []\n[sync]\ndebounce_s = 0.3\n")
+    write(home / "memory" / "ops.md", NOTE)
+    for i in range(30):
+        write(home / "memory" / f"n{i}.md", f"# Note {i}\n\nThe lighthouse deploy key {i}.\n")
+    queries = ["lighthouse deploy key", "rotate the lighthouse key", "harbor cluster", "curl"]
+    d = DaemonProcess(home).start()
+    try:
+        d.wait_idle()
+        before = _until_ready(d, queries)["searches"]
+
+        def clean(query: str, result: Any) -> None:
+            assert not _leaks(json.dumps(result)), query
+
+        _hammer(d, queries, 3.0, clean)
+        assert _helper(d)["searches"] > before  # some answers came from the helper
+    finally:
+        d.stop()

@@ -225,9 +225,10 @@ def read_lines(
 
     The file is streamed, never read whole: a get of a few lines of a 1 GB transcript costs two
     passes over it but at most :data:`MAX_GET_BYTES` of memory; a single line longer than that
-    is cut there. ``redact`` is applied to each line; ``whole`` to the whole file's text before
-    lines are taken (a secret that spans lines; it must keep the line count), except in a file
-    over :data:`MAX_WHOLE_BYTES`, whose lines it is applied to one at a time.
+    is cut there. ``redact`` is applied to each line. ``whole`` is applied to the whole file's
+    text before lines are taken (a secret that spans lines; it must keep the line count), so
+    such a file is read whole, up to :data:`MAX_WHOLE_BYTES`; past that, ``whole`` is applied
+    to one line at a time.
     """
     if not isinstance(from_line, int) or isinstance(from_line, bool) or from_line < 1:
         raise BadRequest(f"from must be a line number >= 1, got {_short(from_line)}")

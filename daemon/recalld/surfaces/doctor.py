@@ -224,11 +224,11 @@ def _handshake(command: list[str]) -> list[str]:
 def check_transcripts(agent: Any, status: dict[str, Any] | None) -> Check:
     """The agent's transcript folder: there, matched by sessions.paths, indexed by the daemon."""
     from recalld.paths import glob_base
-    from recalld.surfaces.integrate.command import not_needed
+    from recalld.surfaces.integrate.command import transcripts_covered
 
     label = f"{agent.name}: transcripts"
     base = glob_base(os.path.expanduser(agent.transcripts))
-    if not not_needed(agent):
+    if not transcripts_covered(agent):
         return Check(
             label,
             False,

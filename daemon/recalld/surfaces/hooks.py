@@ -134,7 +134,8 @@ def session_start(data: dict[str, Any], deadline: float) -> dict[str, Any] | Non
     cwd = data.get("cwd")
     if not isinstance(cwd, str) or not os.path.isabs(cwd):
         raise HookFailed("the hook input has no absolute cwd")
-    items = project_memory(cwd, deadline)
+    session = data.get("session_id")
+    items = project_memory(cwd, deadline, session if isinstance(session, str) else "")
     text = render(cwd, items, context_tokens())
     if not text:
         return None
@@ -161,8 +162,9 @@ def claude_transcript_folder(cwd: str) -> Path:
     return Path(base) / "projects" / re.sub(r"[^A-Za-z0-9]", "-", cwd)
 
 
-def project_memory(cwd: str, deadline: float) -> list[Item]:
-    """What matters for the project in ``cwd``: notes that name it, the last sessions run there.
+def project_memory(cwd: str, deadline: float, session_id: str = "") -> list[Item]:
+    """What matters for the project in ``cwd``: notes that name it, the last sessions run there
+    (not the session ``session_id`` itself: a resumed session has its own text already).
 
     The one place that decides; once search takes project and date filters it can ask for
     them here instead of matching the project's name in the results.
@@ -188,7 +190,12 @@ def project_memory(cwd: str, deadline: float) -> list[Item]:
             max_results=SESSIONS,
             min_score=0.0,
         )
-        items += [Item(h["citation"], h["snippet"], "session") for h in sessions.get("results", [])]
+        own = f"{session_id}.jsonl" if session_id else None
+        items += [
+            Item(h["citation"], h["snippet"], "session")
+            for h in sessions.get("results", [])
+            if own is None or Path(h["path"]).name != own
+        ]
     return items
 
 

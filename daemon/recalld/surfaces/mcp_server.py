@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -360,10 +361,15 @@ class DaemonLink:
             )
 
     def _log_tail(self, lines: int = 5) -> str:
+        from recalld.ingest.redactor import redact  # lines written before the log was scrubbed
+
         try:
-            tail = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+            with self.log_path.open("rb") as fh:
+                fh.seek(max(0, fh.seek(0, os.SEEK_END) - 65_536))  # a key's block is in there whole
+                text = fh.read().decode("utf-8", errors="replace")
         except OSError:
             return "no log written"
+        tail = [line for line in redact(text, "served")[0].splitlines() if line.strip()]
         return " | ".join(tail[-lines:]) or "empty log"
 
     def close(self) -> None:

@@ -5,7 +5,8 @@ A tool that prints a credentials file puts the key inside a JSON string (``"priv
 JSON string, so in the raw JSONL line each newline is ``\\\\n``, and one level deeper
 ``\\\\\\\\n``. The body scan takes a newline escape with any number of backslashes in front (and
 the escaped ``/`` or ``\\u00XX`` some encoders write), so the block is replaced whole at every
-depth, from ``BEGIN`` to ``END``.
+depth, from ``BEGIN`` to ``END``; a block whose ``BEGIN`` was cut off (the tail of a log, a
+window of a file) from its body to ``END``.
 
 ``kubectl get secret -o json`` shows the key base64-encoded (``"tls.key": "LS0tLS1CRUdJTi..."``,
 the encoding of ``-----BEGIN``); such a run is decoded and replaced whole when it holds a key.
@@ -47,6 +48,39 @@ def redact_pem(text: str, keep_lines: bool = False) -> str:
         if keep_lines:
             out.append("\n" * gone.count("\n"))
         pos = cut
+    text = "".join(out) + text[pos:] if out else text
+    return _redact_headless(text, keep_lines) if "-----END" in text else text
+
+
+# A line break, real or escaped at any depth, and what a line of a key's body looks like.
+_LINE_BREAK = re.compile(r"\r?\n|\\++[rn]")
+_BODY_LINE = re.compile(
+    r"[ \t]*+(?:[A-Za-z0-9+/=]*+|(?:Proc-Type|DEK-Info):[^\\\n]{0,200}+)[ \t]*+"
+)
+
+
+def _body_start(text: str, stop: int, floor: int) -> int:
+    """Where the body lines that end at ``stop`` begin (no earlier than ``floor``)."""
+    starts = [floor] + [m.end() for m in _LINE_BREAK.finditer(text, floor, stop)]
+    ends = [m.start() for m in _LINE_BREAK.finditer(text, floor, stop)] + [stop]
+    start = stop
+    for a, b in zip(reversed(starts), reversed(ends), strict=True):
+        if _BODY_LINE.fullmatch(text, a, b) is None:
+            break
+        start = a
+    return start
+
+
+def _redact_headless(text: str, keep_lines: bool) -> str:
+    """A block whose BEGIN line was cut off (a log tail, a window of a file): from the END line
+    back over the body characters before it, at most as far as a body may be long."""
+    out: list[str] = []
+    pos = 0
+    for end in _END.finditer(text):
+        start = _body_start(text, end.start(), max(pos, end.start() - 20_000))
+        gone = text[start : end.end()]
+        out += [text[pos:start], TOKEN, "\n" * gone.count("\n") if keep_lines else ""]
+        pos = end.end()
     return "".join(out) + text[pos:] if out else text
 
 
@@ -74,18 +108,16 @@ def _runs(text: str) -> list[tuple[int, int]]:
     for needle in _NEEDLES:
         i = text.find(needle)
         while i >= 0:
-            run = _B64_RUN.match(text, i)
-            before = text[i - 1] if i else " "
-            if (
-                run is not None
-                and len(run.group(0)) <= _MAX_RUN
-                and not _B64_CHAR.match(before)
-                and _decodes_to_key(run.group(0))
-            ):
-                spans.append(run.span())
-                i = text.find(needle, run.end())
-            else:
+            if i and _B64_CHAR.match(text[i - 1]):  # inside a longer run: not where one starts
                 i = text.find(needle, i + 1)
+                continue
+            run = _B64_RUN.match(text, i)
+            if run is None:
+                i = text.find(needle, i + 1)
+                continue
+            if len(run.group(0)) <= _MAX_RUN and _decodes_to_key(run.group(0)):
+                spans.append(run.span())
+            i = text.find(needle, run.end())  # each run is decoded once
     return sorted(spans)
 
 

@@ -7,7 +7,9 @@ Design rules, all load-bearing:
 
 - Linear time. Token patterns start with a literal (so the regex engine skips ahead with a fast
   substring search) and use possessive quantifiers, so a failed attempt never rescans; the one
-  multi-line pattern (PEM blocks) is a bounded two-step scan in code.
+  multi-line pattern (PEM blocks, :mod:`pem_blocks`) is a bounded two-step scan in code; shapes
+  with no literal to skip to (Telegram, Discord tokens) are found from their middle
+  (:mod:`command_secrets`).
 - Case-insensitive patterns run on an ASCII-folded *bytes* copy of the text (non-ASCII characters
   become ``?``, so offsets are unchanged): ``re.IGNORECASE`` and ``str.lower()`` are each several
   times slower on real transcripts.

@@ -10,7 +10,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 SERVER_NAME = "recalld"  # the MCP server's name in every agent's config
@@ -54,7 +54,7 @@ class Agent:
     transcripts: str  # the transcript glob recalld must index
     edits: Callable[[str, list[str]], list[FileEdit]]  # (scope, recalld command) -> edits
     registration: Callable[[str], Registration | None]  # scope -> the MCP entry, if any
-    installed_marker: Callable[[], Path] = field(default=lambda: Path.home())
+    installed_marker: Callable[[], Path]  # the agent's own folder (there once it has run)
 
     def cli_path(self) -> str | None:
         """The agent's executable on PATH, if installed."""

@@ -6,6 +6,7 @@ hooks in ``~/.claude/settings.json`` (user) or ``.claude/settings.json`` (projec
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from recalld.surfaces.integrate import json_servers
@@ -27,8 +28,9 @@ def config_dir() -> Path:
 def mcp_file(scope: str) -> Path:
     if scope == "project":
         return Path.cwd() / ".mcp.json"
-    explicit = home_path("CLAUDE_CONFIG_DIR", Path())
-    return explicit / ".claude.json" if explicit != Path() else Path.home() / ".claude.json"
+    # Claude Code keeps .claude.json in CLAUDE_CONFIG_DIR when set, else beside ~/.claude.
+    moved = os.environ.get("CLAUDE_CONFIG_DIR")
+    return Path(moved).expanduser() / ".claude.json" if moved else Path.home() / ".claude.json"
 
 
 def settings_file(scope: str) -> Path:

@@ -12,6 +12,7 @@ from tomlkit.exceptions import TOMLKitError
 from recalld.surfaces.integrate.agent import (
     SERVER_NAME,
     Agent,
+    Edit,
     FileEdit,
     Registration,
     home_path,
@@ -41,7 +42,7 @@ def _servers(path: Path, doc: tomlkit.TOMLDocument) -> Any:
     return servers
 
 
-def server_edit(command: list[str]) -> Any:
+def server_edit(command: list[str]) -> Edit:
     """An edit that sets (or takes out) ``[mcp_servers.recalld]``."""
 
     def edit(path: Path, old: bytes | None, remove: bool) -> bytes | None:
@@ -76,14 +77,24 @@ def server_edit(command: list[str]) -> Any:
     return edit
 
 
+def _has_comments(path: Path) -> bool:
+    """Whether the file may hold a comment (a ``#`` anywhere: inside a string too, to be safe)."""
+    data = read_bytes(path)
+    return data is not None and b"#" in data
+
+
 def edits(scope: str, command: list[str]) -> list[FileEdit]:
+    path = config_file(scope)
+    # `codex mcp add/remove` (0.169) rewrites the [mcp_servers] tables without their comments:
+    # a file with comments is edited here instead, where tomlkit keeps them.
+    cli = not _has_comments(path)
     return [
         FileEdit(
-            config_file(scope),
+            path,
             "MCP server",
             server_edit(command),
-            cli_add=["mcp", "add", SERVER_NAME, "--", *command],
-            cli_remove=["mcp", "remove", SERVER_NAME],
+            cli_add=["mcp", "add", SERVER_NAME, "--", *command] if cli else (),
+            cli_remove=["mcp", "remove", SERVER_NAME] if cli else (),
         )
     ]
 

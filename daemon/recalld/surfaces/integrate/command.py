@@ -69,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"recalld integrate: {exc}", file=sys.stderr)
         return exit_codes.CONFIG
     verb = "Taking recalld out of" if args.remove else "Wiring recalld into"
+    if args.dry_run:
+        verb = f"Nothing changed (--print); {verb[0].lower()}{verb[1:]}"
     print(f"{verb} {agent.title} ({args.scope} scope):")
     for o in outcomes:
         note = f" ({o.note})" if o.note else ""
@@ -104,14 +106,14 @@ def wiring(agent: Agent) -> dict[str, Any]:
     if agent.name == "claude-code":
         out["hooks"] = claude_hooks_present()
     try:
-        out["transcripts_indexed"] = not_needed(agent)
+        out["transcripts_indexed"] = transcripts_covered(agent)
     except Unparsable:
         out["transcripts_indexed"] = False
     out["transcripts"] = agent.transcripts
     return out
 
 
-def not_needed(agent: Agent) -> bool:
+def transcripts_covered(agent: Agent) -> bool:
     """Whether recalld's config already indexes the agent's transcripts."""
     config = paths.config_path()
     old = read_bytes(config)
