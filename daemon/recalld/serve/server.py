@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from recalld import __version__
 from recalld.errors import ConfigError, RecalldError, Unavailable
+from recalld.serve.admission import Admission
 from recalld.serve.allocator import note_activity
 from recalld.serve.connection import MAX_INFLIGHT, MAX_UNSENT, Connection
 from recalld.serve.instance import LOCK_NAME, AlreadyRunning, answers, private_dir, take_lock
@@ -197,7 +198,7 @@ class Server:
         self._conns: dict[Connection, asyncio.Task[Any] | None] = {}
         self._requests: set[asyncio.Task[None]] = set()
         self._closing = False
-        self._last_refusal_log = -1e9
+        self.admission = Admission(max_connections)
         # What requests read and not yet answered hold, per connection and in total.
         self.budget = RequestBudget()
         self._closed: asyncio.Future[None] | None = None
@@ -213,6 +214,9 @@ class Server:
             return
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        # What clients may hold is counted from the descriptors open now (the index, the model).
+        self.admission = Admission(self.max_connections)
+        self._loop.set_exception_handler(self.admission.on_loop_error)
         runtime = self.socket_path.parent
         private_dir(runtime)
         self._lock_fd = take_lock(runtime / LOCK_NAME, self.socket_path)
@@ -223,7 +227,9 @@ class Server:
                 sock = self._bind()
                 self._listeners = [
                     await asyncio.start_unix_server(
-                        self._on_connection, sock=sock, backlog=LISTEN_BACKLOG
+                        self._on_connection,
+                        sock=sock,
+                        backlog=self.admission.backlog(LISTEN_BACKLOG),
                     )
                 ]
         except BaseException:
@@ -380,20 +386,23 @@ class Server:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         conn = Connection(writer)
+        admission = self.admission
+        verdict = admission.verdict()
         refusal: tuple[str, str] | None = None
         if self._closing:
             refusal = ("unavailable", "the daemon is shutting down: retry in a moment")
-        elif len(self._conns) >= self.max_connections:
+        elif verdict != "serve":
             refusal = (
                 "too_many_connections",
                 f"too many connections: the daemon (pid {os.getpid()}) runs but already "
-                f"serves its maximum of {self.max_connections}: close idle clients or retry",
+                f"serves its maximum of {admission.max_connections}: close idle clients or retry",
             )
         elif why := self._peer_refusal(writer):
             refusal = ("forbidden", why)
         if refusal is not None:
-            await self._refuse(reader, conn, *refusal)
+            await self._refuse(reader, conn, *refusal, linger=verdict != "refuse_now")
             return
+        admission.served += 1
         self._conns[conn] = asyncio.current_task()
         try:
             await self._read_requests(reader, conn)
@@ -406,30 +415,35 @@ class Server:
             logger.exception("connection failed")
         finally:
             del self._conns[conn]
+            admission.served -= 1
             await conn.close()
 
     async def _refuse(
-        self, reader: asyncio.StreamReader, conn: Connection, code: str, why: str
+        self, reader: asyncio.StreamReader, conn: Connection, code: str, why: str, *, linger: bool
     ) -> None:
         """Answer a refused connection with one error frame, then hang up.
 
-        The write side is shut first and what the client sends is read (up to a second) before
-        closing: closing at once could make the client's first request fail with a broken pipe
-        before it reads why it was refused.
+        With ``linger``, the write side is shut first and what the client sends is read (up to
+        a second) before closing: closing at once could make the client's first request fail
+        with a broken pipe before it reads why it was refused. Without (a flood of clients),
+        the connection's descriptor goes back at once.
         """
-        now = asyncio.get_running_loop().time()
-        if now - self._last_refusal_log >= 10.0:  # a flood of clients must not flood the log
-            self._last_refusal_log = now
-            logger.warning("connection refused: %s", why)
-        await conn.send(encode_frame(error_response(None, code, why)))
-        with contextlib.suppress(OSError, RuntimeError):
-            if conn.writer.can_write_eof():
-                conn.writer.write_eof()
-        with contextlib.suppress(TimeoutError, ConnectionError, OSError):
-            async with asyncio.timeout(1.0):
-                while await reader.read(_CHUNK):
-                    pass
-        await conn.close()
+        admission = self.admission
+        admission.note_refusal(why)  # one line now and then, however many clients
+        admission.lingering += 1
+        try:
+            await conn.send(encode_frame(error_response(None, code, why)))
+            if linger:
+                with contextlib.suppress(OSError, RuntimeError):
+                    if conn.writer.can_write_eof():
+                        conn.writer.write_eof()
+                with contextlib.suppress(TimeoutError, ConnectionError, OSError):
+                    async with asyncio.timeout(1.0):
+                        while await reader.read(_CHUNK):
+                            pass
+            await conn.close()
+        finally:
+            admission.lingering -= 1
 
     async def _read_requests(self, reader: asyncio.StreamReader, conn: Connection) -> None:
         decoder = _RequestDecoder(self.max_request)
