@@ -50,14 +50,18 @@ class _Every:
 class Admission:
     """Counts the connections open (served and being refused) and says what to do with one."""
 
-    def __init__(self, max_connections: int) -> None:
+    def __init__(self, max_connections: int, listen_backlog: int) -> None:
         soft, in_use = soft_limit(), open_fds()
         # Descriptors clients may hold at once (None: no limit known).
         self.fd_cap: int | None = None
         if soft is not None:
             self.fd_cap = max(16, soft - RESERVE - (in_use or 0))
         self.soft_limit = soft
-        self.max_connections = min(max_connections, self.fd_cap or max_connections)
+        self.max_connections = max_connections
+        if self.fd_cap is not None:
+            # Served, refusals lingering, and one batch just accepted: all within fd_cap.
+            room = self.fd_cap - MAX_LINGERING - self.backlog(listen_backlog)
+            self.max_connections = max(8, min(max_connections, room))
         self.served = 0
         self.lingering = 0
         self.refused = 0
@@ -70,7 +74,7 @@ class Admission:
         descriptor before any is looked at, so it stays well within what clients may hold."""
         if self.fd_cap is None:
             return wanted
-        return max(16, min(wanted, self.fd_cap // 4))
+        return max(8, min(wanted, self.fd_cap // 8))
 
     def verdict(self) -> Verdict:
         """For a connection just accepted (it is counted by the caller afterwards)."""

@@ -198,7 +198,7 @@ class Server:
         self._conns: dict[Connection, asyncio.Task[Any] | None] = {}
         self._requests: set[asyncio.Task[None]] = set()
         self._closing = False
-        self.admission = Admission(max_connections)
+        self.admission = Admission(max_connections, LISTEN_BACKLOG)
         # What requests read and not yet answered hold, per connection and in total.
         self.budget = RequestBudget()
         self._closed: asyncio.Future[None] | None = None
@@ -215,7 +215,7 @@ class Server:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         # What clients may hold is counted from the descriptors open now (the index, the model).
-        self.admission = Admission(self.max_connections)
+        self.admission = Admission(self.max_connections, LISTEN_BACKLOG)
         self._loop.set_exception_handler(self.admission.on_loop_error)
         runtime = self.socket_path.parent
         private_dir(runtime)
