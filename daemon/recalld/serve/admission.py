@@ -61,7 +61,7 @@ class Admission:
         if self.fd_cap is not None:
             # Served, refusals lingering, and one batch just accepted: all within fd_cap.
             room = self.fd_cap - MAX_LINGERING - self.backlog(listen_backlog)
-            self.max_connections = max(8, min(max_connections, room))
+            self.max_connections = min(max_connections, max(8, room))
         self.served = 0
         self.lingering = 0
         self.refused = 0
