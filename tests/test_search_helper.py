@@ -143,7 +143,28 @@ def test_a_lone_search_starts_no_helper(daemon: DaemonProcess) -> None:
     with daemon.client() as c:
         for q in QUERIES * 3:
             c.search(q)
-    assert _helper(daemon)["state"] == "idle" and _helper(daemon)["started"] == 0
+    state = _helper(daemon)
+    assert state["state"] == "idle" and state["started"] == 0, state
+    assert state["why"].startswith("starts when 8 searches arrive while others run"), state
+
+
+def test_why_no_helper_starts_is_said(home: Path) -> None:
+    """Issue 41 item 11: under 4 clients a keyword-only daemon never started a helper, and
+    nothing said why. The reason is in status (and once in the log)."""
+    _config(home, '[embedding]\nprovider = "none"\n')
+    _notes(home / "memory", 20)
+    d = DaemonProcess(home).start()
+    try:
+        d.wait_idle()
+        deadline = time.monotonic() + 60  # searches overlap for as long as it takes to last
+        while "no search helper may start" not in d.log_tail(20000):
+            assert time.monotonic() < deadline, d.log_tail()
+            _hammer(d, QUERIES, 1.0, lambda q, r: None)
+        state = _helper(d)
+        assert state["state"] == "idle" and state["started"] == 0, state
+        assert state["why"] == "may not start: searches do not use the local model now", state
+    finally:
+        d.stop()
 
 
 def test_helper_answers_exactly_as_the_daemon(daemon: DaemonProcess) -> None:

@@ -58,17 +58,26 @@ def count_values(body: bytes | bytearray | memoryview, limit: int = MAX_VALUES) 
     A malformed or truncated body is counted as far as it goes: decoding it reports the error.
     """
     data = memoryview(body).cast("B")
+    try:
+        count = _walk(data, limit)
+    finally:
+        data.release()  # raised below, not in the walk: a traceback must not hold the frame
+    if count > limit:
+        raise TooManyValues(
+            f"a request holds more than {limit:,} values: send fewer (a real request holds "
+            "a few dozen)"
+        )
+    return count
+
+
+def _walk(data: memoryview, limit: int) -> int:
+    """The values in ``data``'s one object, stopping at ``limit + 1``."""
     end, pos, pending, count = len(data), 0, 1, 0
-    while pending and pos < end:
+    while pending and pos < end and count <= limit:
         kind = data[pos]
         pos += 1
         pending -= 1
         count += 1
-        if count > limit:
-            raise TooManyValues(
-                f"a request holds more than {limit:,} values: send fewer (a real request holds "
-                "a few dozen)"
-            )
         if kind <= 0x7F or kind >= 0xE0:  # fixint
             continue
         if kind <= 0x8F:  # fixmap

@@ -101,11 +101,6 @@ class _RequestDecoder(FrameDecoder):
     declared = 0
     _counted: tuple[int, int] = (-1, 0)  # (offset of a frame, its values)
 
-    def next_frame(self) -> dict[str, Any] | None:
-        if self._error is None and self.buffered >= HEADER.size:
-            (self.declared,) = HEADER.unpack_from(self._buf, self._pos)
-        return super().next_frame()
-
     def next_cost(self) -> int | None:
         """What the next frame costs decoded, None until it is all in (0 for a frame over the
         cap: decoding it raises); :class:`TooManyValues` for one past the cap of values."""
@@ -125,8 +120,24 @@ class _RequestDecoder(FrameDecoder):
                     self._counted = (self._pos, count_values(view))
             except TooManyValues as exc:
                 self._error = exc
+                self._drop()
                 raise
         return cost(length, self._counted[1])
+
+    def next_frame(self) -> dict[str, Any] | None:
+        if self._error is None and self.buffered >= HEADER.size:
+            (self.declared,) = HEADER.unpack_from(self._buf, self._pos)
+        try:
+            return super().next_frame()
+        except ProtocolError as exc:
+            if not isinstance(exc, FrameTooLarge):  # (its count of bytes read is still needed)
+                self._drop()
+            raise
+
+    def _drop(self) -> None:
+        """Let the bytes go at once: the stream is broken, and the error's traceback (a
+        cycle through this decoder) would keep up to a frame of them until a collection."""
+        self._buf, self._pos = bytearray(), 0
 
     def _decode(self, body: memoryview) -> dict[str, Any]:
         return unpack(body, max_items=MAX_VALUES)
