@@ -10,7 +10,8 @@ a bounded thread pool, never on the event loop) and async ``StreamHandler`` gene
 One daemon per home (:mod:`recalld.serve.instance`): an exclusive lock on ``recalld.lock`` held for
 the daemon's life (it also holds the pid). The runtime dir is 0700, the socket 0600, and on
 Linux the peer's uid is checked with ``SO_PEERCRED``. Back-pressure per connection lives in
-:mod:`recalld.serve.connection`.
+:mod:`recalld.serve.connection`, what requests may cost in :mod:`recalld.serve.request_limits`,
+and which connections are served (file descriptors) in :mod:`recalld.serve.admission`.
 """
 
 from __future__ import annotations
