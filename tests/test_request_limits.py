@@ -174,6 +174,9 @@ def test_expansion_frames_from_clients_that_never_read_keep_the_daemon_bounded(
     figures = attack(daemon, frame, connections=8, seconds=6.0)
     _check(daemon, figures, "8 expansion connections")
     assert figures["hangups"] > 8  # each was refused, not decoded
+    log = daemon.log.read_text(errors="replace")
+    assert 1 <= log.count("closing a connection") <= 3, log[-2000:]  # a line now and then
+    assert "more than 4,096 values" in log
 
 
 def test_nested_short_arrays_are_bounded_too(daemon: DaemonProcess) -> None:

@@ -29,7 +29,7 @@ MAX_LINGERING: Final = 32
 Verdict = Literal["serve", "refuse", "refuse_now"]
 
 
-class _Every:
+class LogEvery:
     """A log line at most every ``seconds``, saying how many events it stands for."""
 
     def __init__(self, seconds: float) -> None:
@@ -66,8 +66,8 @@ class Admission:
         self.lingering = 0
         self.refused = 0
         self.accept_failures = 0
-        self._refusals = _Every(LOG_EVERY_S)
-        self._accepts = _Every(LOG_EVERY_S)
+        self._refusals = LogEvery(LOG_EVERY_S)
+        self._accepts = LogEvery(LOG_EVERY_S)
 
     def backlog(self, wanted: int) -> int:
         """The listen backlog; asyncio also accepts up to this many at once, each taking a

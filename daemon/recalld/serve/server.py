@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from recalld import __version__
 from recalld.errors import ConfigError, RecalldError, Unavailable
-from recalld.serve.admission import Admission
+from recalld.serve.admission import LOG_EVERY_S, Admission, LogEvery
 from recalld.serve.allocator import note_activity
 from recalld.serve.connection import MAX_INFLIGHT, MAX_UNSENT, Connection
 from recalld.serve.instance import LOCK_NAME, AlreadyRunning, answers, private_dir, take_lock
@@ -211,6 +211,8 @@ class Server:
         self._requests: set[asyncio.Task[None]] = set()
         self._closing = False
         self.admission = Admission(max_connections, LISTEN_BACKLOG)
+        # Connections closed for bad input: a line every few seconds, however many clients.
+        self._closings = LogEvery(LOG_EVERY_S)
         # What requests read and not yet answered hold, per connection and in total.
         self.budget = RequestBudget()
         self._closed: asyncio.Future[None] | None = None
@@ -471,7 +473,7 @@ class Server:
                     f"incomplete frame: {decoder.buffered} bytes, then nothing for "
                     f"{self.frame_timeout:g} s"
                 )
-                logger.warning("closing a connection: %s", why)
+                self._closings.log("closing a connection: %s", why)
                 await conn.send(encode_frame(error_response(None, "protocol", why)))
                 return
             except (ConnectionError, OSError):
@@ -514,7 +516,7 @@ class Server:
                         await self._discard(
                             reader, decoder.declared + HEADER.size - decoder.buffered
                         )
-                logger.warning("closing a connection: %s", _clip(why))
+                self._closings.log("closing a connection: %s", _clip(why))
                 await conn.send(encode_frame(error_response(None, code, why)))
                 return
 
