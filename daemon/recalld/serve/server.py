@@ -37,23 +37,15 @@ from recalld.serve.admission import LOG_EVERY_S, Admission, LogEvery
 from recalld.serve.allocator import note_activity
 from recalld.serve.connection import MAX_INFLIGHT, MAX_UNSENT, Connection
 from recalld.serve.instance import LOCK_NAME, AlreadyRunning, answers, private_dir, take_lock
-from recalld.serve.request_limits import (
-    MAX_VALUES,
-    RequestBudget,
-    TooManyValues,
-    cost,
-    count_values,
-)
+from recalld.serve.request_limits import RequestBudget, RequestDecoder, TooManyValues
 from recalld_client.errors import FrameTooLarge, ProtocolError
 from recalld_client.protocol import (
     ERROR_CODES,
     HEADER,
     MAX_FRAME,
     PROTOCOL_VERSION,
-    FrameDecoder,
     encode_frame,
     error_response,
-    unpack,
 )
 
 logger = logging.getLogger(__name__)
@@ -93,55 +85,6 @@ class _WireError(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-class _RequestDecoder(FrameDecoder):
-    """A :class:`FrameDecoder` of requests: it remembers the length the current frame declares,
-    and says what the next frame will cost decoded before decoding it (request_limits)."""
-
-    declared = 0
-    _counted: tuple[int, int] = (-1, 0)  # (offset of a frame, its values)
-
-    def next_cost(self) -> int | None:
-        """What the next frame costs decoded, None until it is all in (0 for a frame over the
-        cap: decoding it raises); :class:`TooManyValues` for one past the cap of values."""
-        if self._error is not None:
-            raise self._error
-        if self.buffered < HEADER.size:
-            return None
-        (length,) = HEADER.unpack_from(self._buf, self._pos)
-        start = self._pos + HEADER.size
-        if length > self.max_frame:
-            return 0
-        if len(self._buf) - start < length:
-            return None
-        if self._counted[0] != self._pos:
-            try:
-                with memoryview(self._buf)[start : start + length] as view:
-                    self._counted = (self._pos, count_values(view))
-            except TooManyValues as exc:
-                self._error = exc
-                self._drop()
-                raise
-        return cost(length, self._counted[1])
-
-    def next_frame(self) -> dict[str, Any] | None:
-        if self._error is None and self.buffered >= HEADER.size:
-            (self.declared,) = HEADER.unpack_from(self._buf, self._pos)
-        try:
-            return super().next_frame()
-        except ProtocolError as exc:
-            if not isinstance(exc, FrameTooLarge):  # (its count of bytes read is still needed)
-                self._drop()
-            raise
-
-    def _drop(self) -> None:
-        """Let the bytes go at once: the stream is broken, and the error's traceback (a
-        cycle through this decoder) would keep up to a frame of them until a collection."""
-        self._buf, self._pos = bytearray(), 0
-
-    def _decode(self, body: memoryview) -> dict[str, Any]:
-        return unpack(body, max_items=MAX_VALUES)
 
 
 class Server:
@@ -460,7 +403,7 @@ class Server:
             admission.lingering -= 1
 
     async def _read_requests(self, reader: asyncio.StreamReader, conn: Connection) -> None:
-        decoder = _RequestDecoder(self.max_request)
+        decoder = RequestDecoder(self.max_request)
         slots = asyncio.Semaphore(self.max_inflight)
         while True:
             try:
