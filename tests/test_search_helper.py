@@ -322,6 +322,28 @@ def test_a_start_slower_than_the_idle_limit_is_not_idle(home: Path, local_embedd
         helper.close()
 
 
+def test_a_helper_that_never_gets_ready_is_a_failure(home: Path, local_embedder: Any) -> None:
+    """A start is slow, never endless: one not ready after ``start_s`` is given up (here a
+    stopped process; the check is called directly, not left to the watchdog's clock)."""
+    from recalld.serve.search_helper import START_AFTER
+
+    helper = _lone_helper(home, local_embedder, idle_s=3600.0)
+    helper.start_s = 1.0
+    try:
+        for _ in range(START_AFTER):
+            helper.search({"query": "deploy"}, running=1)
+        pid = helper._link.process.pid
+        os.kill(pid, signal.SIGSTOP)  # alive, never ready
+        time.sleep(1.2)
+        helper.check_idle()
+        status = helper.status()
+        assert status["state"] == "idle" and status["last_error"] == "not ready within 1 s", status
+        assert status["idle_stops"] == 0 and status["load_s"] is None, status
+        wait_for(lambda: not _alive(pid), timeout=15)  # killed after the polite stop
+    finally:
+        helper.close()
+
+
 def test_the_helper_goes_with_the_daemon(daemon: DaemonProcess) -> None:
     pid = _until_ready(daemon, QUERIES)["pid"]
     daemon.stop()
