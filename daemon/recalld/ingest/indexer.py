@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from recalld.config import Config
 from recalld.embedding.base import Embedder
+from recalld.fd_limits import OUT_OF_RESOURCES
 from recalld.index import tombstones
 from recalld.index.index_health import is_index_failure
 from recalld.index.store import FileChange, FileRow, Identity, NewChunk, Store
@@ -417,6 +418,8 @@ class Indexer:
             self._skip(report, path, f"not read: {exc.strerror}")
             return None
         except OSError as exc:
+            if exc.errno in OUT_OF_RESOURCES:  # the process is out of fds, not the file bad
+                report.files_to_retry += 1
             self._skip(report, path, f"cannot read: {exc.strerror or exc}")
             return None
         if len(data) > self.max_bytes:  # grew between the stat and the read

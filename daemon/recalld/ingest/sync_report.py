@@ -111,6 +111,8 @@ class SyncReport:
     skipped: list[dict[str, str]] = field(default_factory=list)  # {path, reason}, capped
     files_deferred: int = 0  # big notes handed to the background chunker
     vectors_pending: bool = False  # chunks still wait for vectors (the next step back-fills)
+    # Files not read for want of a resource (no file descriptor left): a retry reads them.
+    files_to_retry: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """Wire form."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recalld import paths, security
+from recalld import fd_limits, paths, security
 from recalld.config import Config
 from recalld.engine import Engine
 from recalld.errors import BadRequest, IndexError_, Unavailable
@@ -105,6 +105,7 @@ class Daemon:
         self.engine.background, self.engine.keyword_first = self.chunker, True
         self.live: LiveConfig | None = None  # set by serve(): the config file's watcher
         self.idle: IdleStop | None = None  # set by serve(): who started it, the on-demand stop
+        self.connections: Callable[[], dict[str, Any]] | None = None  # set by serve()
         # One job's progress across back-to-back syncs; progress lines in the log.
         self.backlog = Backlog(
             self.engine, self._waiting_paths, config.float("sync.progress_log_s")
@@ -399,7 +400,8 @@ class Daemon:
         or left chunks without vectors (provider down): the dirty paths of a failed batch are
         not lost, and back-filling resumes by itself. Backoff 2, 4, 8, 16, then every 30 s."""
         self.shared.poke()
-        if error is not None or report.get("embed_error"):
+        # Files not read for want of descriptors are read again by the retry's full sync.
+        if error is not None or report.get("embed_error") or report.get("files_to_retry"):
             self._schedule_retry()
         elif kinds & {"full", "reindex"}:
             with self._retry_lock:
@@ -598,6 +600,7 @@ class Daemon:
             "retry_in_s": self.retry_in(),
             "search_helper": self.helper.status(),
             "missed_events": self.missed.status(),
+            "connections": self.connections() if self.connections is not None else None,
         }
         sessions = self.sessions
         if sessions is not None:
@@ -703,6 +706,7 @@ def serve(config: Config, config_path: Path | None = None) -> int:
 
     config_path = config_path or config.source or paths.config_path()
     tune_allocator()  # before the model loads; freed memory goes back to the system when idle
+    fd_limits.raise_soft_limit()  # systemd's 1,024 is too few under a flood of clients
     log_guard.protect_logs(config)  # no API key in the log, whatever prints it
     socket_path: Path = paths.socket_path()
     # The index holds every note and transcript: private files, whatever the login umask.
@@ -735,6 +739,7 @@ def serve(config: Config, config_path: Path | None = None) -> int:
             keep_lock=True,
         )
         servers.append(server)
+        daemon.connections = lambda: server.admission.stats()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
