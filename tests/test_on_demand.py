@@ -55,3 +55,23 @@ def test_a_daemon_started_by_hand_keeps_running_when_idle(home: Path) -> None:
     finally:
         assert daemon.proc is not None
         stop_process(daemon.proc)
+
+
+def test_status_says_no_config_file_rather_than_loaded(home: Path) -> None:
+    from recalld.surfaces.overview import status_head
+
+    daemon = DaemonProcess(home, env={"HOME": str(home)}).start(timeout=120)
+    try:
+        with daemon.client() as client:
+            status = client.status()
+        assert status["config"]["exists"] is False
+        line = next(x for x in status_head(status) if x.startswith("config:"))
+        assert "no file: the defaults" in line and "loaded" not in line
+        write(home / "config.toml", "[sync]\ndebounce_s = 0.4\n")
+        with daemon.client() as client:
+            wait_for(lambda: client.status()["config"]["exists"] is True, timeout=30)
+            line = next(x for x in status_head(client.status()) if x.startswith("config:"))
+        assert "loaded" in line and "no file" not in line
+    finally:
+        assert daemon.proc is not None
+        stop_process(daemon.proc)
