@@ -25,6 +25,9 @@ def test_a_daemon_started_by_mcp_is_announced_and_stops_when_idle(home: Path) ->
             assert daemon["started_by"] == "mcp" and daemon["on_demand"] is True
             assert daemon["idle_stop"]["after_s"] == 3.0
             assert daemon["idle_stop"]["key"] == "daemon.on_demand_idle_s"
+            stream = client.watch()  # what the tray shows
+            assert next(stream)["on_demand"] == "mcp"
+            stream.close()
             # Requests keep it alive: a search every 0.3 s for 6 s (twice the limit).
             for _ in range(20):
                 client.search("Kubernetes")

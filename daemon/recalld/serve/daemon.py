@@ -463,6 +463,7 @@ class Daemon:
             "time": time.time(),
             "watch_warnings": self._watch_warnings(),
             "config_error": self.live.error if self.live is not None else None,
+            "on_demand": self.idle.started_by if self.idle and self.idle.on_demand else None,
         }
 
     def _watch_warnings(self) -> list[str]:
