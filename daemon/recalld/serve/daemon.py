@@ -572,6 +572,7 @@ class Daemon:
             "pending": pending + self.chunker.pending(),
             "retry_in_s": self.retry_in(),
             "search_helper": self.helper.status(),
+            **(self.idle.status() if self.idle is not None else {}),  # who started it
         }
         sessions = self.sessions
         if sessions is not None:
@@ -581,8 +582,6 @@ class Daemon:
             status["warnings"].append(self.health_note)
         if self.live is not None:
             self.live.annotate(status)
-        if self.idle is not None:
-            status["daemon"].update(self.idle.status())
         return status
 
     def _run_job(self, job: Job, params: Mapping[str, Any]) -> dict[str, Any]:
