@@ -297,6 +297,7 @@ class Indexer:
         report.seconds = round(time.monotonic() - started, 3)
         self.progress.phase = "idle"
         if self.job is None:
+            self.progress.end()
             self.progress.release()
         self._emit()
         return report

@@ -480,6 +480,7 @@ class Daemon:
             "time": time.time(),
             "watch_warnings": self._watch_warnings(),
             "config_error": self.live.error if self.live is not None else None,
+            "on_demand": self.idle.started_by if self.idle and self.idle.on_demand else None,
         }
         return served.status_texts(event)  # the tray shows its errors: through the gate
 
@@ -601,6 +602,7 @@ class Daemon:
             "search_helper": self.helper.status(),
             "missed_events": self.missed.status(),
             "connections": self.connections() if self.connections is not None else None,
+            **(self.idle.status() if self.idle is not None else {}),  # who started it
         }
         sessions = self.sessions
         if sessions is not None:
@@ -610,8 +612,6 @@ class Daemon:
             status["warnings"].append(self.health_note)
         if self.live is not None:
             self.live.annotate(status)
-        if self.idle is not None:
-            status["daemon"].update(self.idle.status())
         shared = self.shared.status()
         if shared is not None:
             status["shared"] = shared
