@@ -249,7 +249,6 @@ class Indexer:
             gone = [p for p in indexed if p not in present]
         else:
             files, gone = self._expand(paths, report)
-        gone = [g for g in gone if self._really_gone(g, report)]
         files.sort(key=self._newest_first)  # an edit made during a storm is not the last
         report.files_seen = len(files)
         self.progress.phase = "indexing"
@@ -281,7 +280,8 @@ class Indexer:
         # After the files: the sources of 20,000 renames are 20,000 removals, which must not
         # hold up the edits among the files (a removal has nothing newer to show).
         for gone_path in gone:
-            self._remove(gone_path, report)
+            if self._really_gone(gone_path, report):
+                self._remove(gone_path, report)
             self.progress.finish(gone_path)
         self._known = self._sorted_keys = None
         self._verdicts.clear()

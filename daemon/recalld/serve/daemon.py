@@ -477,7 +477,8 @@ class Daemon:
         }
 
     def _watch_warnings(self) -> list[str]:
-        """Folders the watcher cannot watch (inotify limits) and that are scanned instead."""
+        """Folders the watcher cannot watch (inotify limits) and that are scanned instead;
+        events it missed (a queue overflow) while the reconcile has not caught up."""
         watcher = self.watcher  # read once: a config edit may swap it meanwhile
         return (watcher.warnings() if watcher is not None else []) + self.missed.warnings()
 
