@@ -39,6 +39,7 @@ from recalld.serve.allocator import note_activity
 from recalld.serve.backlog import Backlog, JobQueue
 from recalld.serve.config_watch import LiveConfig
 from recalld.serve.idle_stop import IDLE_KEY, IdleStop
+from recalld.serve.path_slices import split_paths
 from recalld.serve.search_helper import MAX_VECTORS, SearchHelper
 from recalld.serve.shared_link import SharedLink
 from recalld.serve.sync_paths import transcript_paths
@@ -61,6 +62,7 @@ class Job:
     kind: str  # "paths" | "full" | "reindex" | "sessions" | "recover" | "call"
     paths: set[Path] = field(default_factory=set)
     run: Callable[[], None] | None = None  # "call": run on the writer thread before the rest
+    deferred: bool = False  # "paths": the rest of a big batch, behind fresh ones (path_slices)
     done: threading.Event = field(default_factory=threading.Event)
     result: dict[str, Any] | None = None
     error: str | None = None
@@ -323,8 +325,13 @@ class Daemon:
                 elif "full" in kinds:
                     report = self.engine.sync().as_dict()
                 elif "paths" in kinds:
-                    dirty: set[Path] = set().union(*(j.paths for j in batch if j.kind == "paths"))
-                    report = self.engine.sync(sorted(dirty)).as_dict()
+                    now, later = split_paths(
+                        [(sorted(j.paths), j.deferred) for j in batch if j.kind == "paths"]
+                    )
+                    if later:  # a storm: the rest after edits that arrive meanwhile
+                        with contextlib.suppress(Unavailable):  # stopping: the start resyncs
+                            self.submit(Job("paths", set(later), deferred=True))
+                    report = self.engine.sync(now).as_dict()
                 if "sessions" in kinds and not kinds & {"full", "reindex"}:
                     due: set[Path] = set().union(*(j.paths for j in batch if j.kind == "sessions"))
                     report["sessions"] = self.engine.sync_sessions(sorted(due))
@@ -485,7 +492,8 @@ class Daemon:
         return served.status_texts(event)  # the tray shows its errors: through the gate
 
     def _watch_warnings(self) -> list[str]:
-        """Folders the watcher cannot watch (inotify limits) and that are scanned instead."""
+        """Folders the watcher cannot watch (inotify limits) and that are scanned instead;
+        events it missed (a queue overflow) while the reconcile has not caught up."""
         watcher = self.watcher  # read once: a config edit may swap it meanwhile
         return (watcher.warnings() if watcher is not None else []) + self.missed.warnings()
 
