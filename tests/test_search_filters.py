@@ -272,3 +272,19 @@ def test_vector_channel_scores_a_filters_rows_exactly(tmp_path: Path, keep: int)
         exact = sorted(((float(by_id[int(i)] @ q), int(i)) for i in allowed), reverse=True)[:24]
         assert [i for i, _ in got] == [i for _, i in exact]
         assert all(abs(s - e) < 1e-5 for (_, s), (e, _) in zip(got, exact, strict=True))
+
+
+def test_a_growing_transcript_keeps_its_message_times(engine: Engine, home: Path) -> None:
+    """Lines appended later (a delta sync, the open chunk rewritten) are dated by their own
+    times, to the second; the transcript keeps its session and project."""
+    transcript = home / "sessions" / "-home-dev-src-billing-api" / f"{SESSION_ID}.jsonl"
+    when = (NOW - timedelta(minutes=10)).replace(microsecond=0)
+    with transcript.open("a") as f:
+        f.write(claude_record("user", "zanzibar checkout totals look wrong", when))
+        f.write(claude_record("assistant", "The zanzibar totals skip the tax line.", when))
+    engine.sync()
+    found = hits(engine, query="zanzibar totals", since="1h", session=SESSION_ID)
+    assert found and all(r["date"] == iso(when) for r in found), found
+    older = hits(engine, query="zanzibar totals", until="1h")
+    assert not any("zanzibar" in r["snippet"] for r in older)
+    assert hits(engine, query="zanzibar totals", project="billing-api")

@@ -1,7 +1,7 @@
 """What a search can be narrowed by, stored per chunk and per file (schema migration 6).
 
 - ``chunks.date``: the content's date in seconds since the epoch (a note's date, a transcript
-  chunk's first message time); indexed, so ``--since 7d`` reads only the rows it keeps.
+  chunk's last message time); indexed, so ``--since 7d`` reads only the rows it keeps.
 - ``chunk_tags``: (tag, chunk id) pairs, lower-cased; a trigger drops a chunk's pairs with it.
 - ``file_facts``: a transcript's project (its cwd) and session id; a trigger drops the row with
   the file's. A note's project is its top folder under a memory root: a path prefix, nothing
