@@ -254,7 +254,7 @@ class SessionIndexer:
                     self._save_state(key, saved, extra, delta.state, long_lines)
                 return
             messages = parser.feed(delta.lines)
-            # The search filters' facts: each chunk's first message time, the project, session.
+            # The search filters' facts: each chunk's last message time, the project, session.
             times = LineTimes(None if fresh else extra.get("times"))
             times.add(messages)
             known = ("", "") if fresh else tuple(extra.get("ident") or ("", ""))
@@ -352,7 +352,7 @@ def _tail_extra(tail: TailState) -> dict[str, Any]:
 
 
 def new_chunk(c: SessionChunk, date: float | None = None) -> NewChunk:
-    """The store row of a transcript chunk (``date``: its first message's time)."""
+    """The store row of a transcript chunk (``date``: its last message's time)."""
     return NewChunk(
         c.start_line, c.end_line, c.text, _hash(c.text), kind=c.kind, tool=c.tool, embed=c.embed,
         date=date,
