@@ -13,8 +13,10 @@ EXTRAS_STAMP := $(VENV)/.extras-installed
 LINK_DIR ?= $(HOME)/.local/bin
 
 install: $(STAMP)
-	@# Said on every install, but only while a plain `recalld` would not run this checkout's.
-	@if [ "$$(readlink -f "$$(command -v recalld)" 2>/dev/null)" != "$$(readlink -f $(BIN)/recalld)" ]; then \
+	@# Said on every install, but only while a plain `recalld` would not run this checkout's
+	@# (and not on the way to `make link`, which says what is left to do itself).
+	@if [ -z "$(filter link,$(MAKECMDGOALS))" ] && \
+	  [ "$$(readlink -f "$$(command -v recalld)" 2>/dev/null)" != "$$(readlink -f $(BIN)/recalld)" ]; then \
 	  echo "recalld is installed as $(CURDIR)/$(BIN)/recalld (not on your PATH). Either:"; \
 	  echo "  make link                              # symlink it into $(LINK_DIR)"; \
 	  echo "  export PATH=\"$(CURDIR)/$(BIN):\$$PATH\"   # this shell only (add it to ~/.bashrc to keep it)"; \

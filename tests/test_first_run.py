@@ -82,7 +82,7 @@ def test_init_proposes_what_it_finds_and_writes_only_when_confirmed(user_home: P
     steps = written.stdout.split("Next:\n", 1)[1].splitlines()
     assert [s.split()[:2] for s in steps] == [
         ["recalld", "start"],
-        ["recalld", "status"],
+        ["recalld", "sync"],
         ["recalld", "search"],
     ]
     settings = tomllib.loads(config.read_text())

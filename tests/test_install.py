@@ -83,9 +83,8 @@ def test_a_wheel_of_the_checkout_installs_and_searches_without_the_checkout(
     elsewhere = tmp_path  # not the checkout: nothing may be found through the working folder
 
     def recalld(*args: str) -> subprocess.CompletedProcess[str]:
-        code = "import sys; from recalld.surfaces.cli import main; sys.exit(main(sys.argv[1:]))"
         return subprocess.run(
-            [sys.executable, "-c", code, *args],
+            [sys.executable, "-m", "recalld", *args],
             cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
 

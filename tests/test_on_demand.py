@@ -25,6 +25,9 @@ def test_a_daemon_started_by_mcp_is_announced_and_stops_when_idle(home: Path) ->
             assert daemon["started_by"] == "mcp" and daemon["on_demand"] is True
             assert daemon["idle_stop"]["after_s"] == 3.0
             assert daemon["idle_stop"]["key"] == "daemon.on_demand_idle_s"
+            stream = client.watch()  # what the tray shows
+            assert next(stream)["on_demand"] == "mcp"
+            stream.close()
             # Requests keep it alive: a search every 0.3 s for 6 s (twice the limit).
             for _ in range(20):
                 client.search("Kubernetes")
@@ -52,6 +55,26 @@ def test_a_daemon_started_by_hand_keeps_running_when_idle(home: Path) -> None:
             assert "idle_stop" not in status
         time.sleep(3)
         assert daemon.proc is not None and daemon.proc.poll() is None
+    finally:
+        assert daemon.proc is not None
+        stop_process(daemon.proc)
+
+
+def test_status_says_no_config_file_rather_than_loaded(home: Path) -> None:
+    from recalld.surfaces.overview import status_head
+
+    daemon = DaemonProcess(home, env={"HOME": str(home)}).start(timeout=120)
+    try:
+        with daemon.client() as client:
+            status = client.status()
+        assert status["config"]["exists"] is False
+        line = next(x for x in status_head(status) if x.startswith("config:"))
+        assert "no file: the defaults" in line and "loaded" not in line
+        write(home / "config.toml", "[sync]\ndebounce_s = 0.4\n")
+        with daemon.client() as client:
+            wait_for(lambda: client.status()["config"]["exists"] is True, timeout=30)
+            line = next(x for x in status_head(client.status()) if x.startswith("config:"))
+        assert "loaded" in line and "no file" not in line
     finally:
         assert daemon.proc is not None
         stop_process(daemon.proc)

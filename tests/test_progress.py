@@ -305,3 +305,25 @@ def test_bar_on_a_terminal_redraws_one_line() -> None:
     assert frame.startswith("\rsyncing    [######------------------] 2/8 files · 5 chunks")
     bar.close(keep=True)
     assert out.getvalue() == frame + "\n"  # status --watch leaves its last line
+
+
+def test_rates_are_those_of_the_job_not_of_the_time_since(home: Path, local_embedder: Any) -> None:
+    for i in range(3):
+        write(home / "memory" / f"n{i}.md", f"# Note {i}\n\nText {i}.\n")
+    eng = make_engine(home, local_embedder)
+    try:
+        eng.sync()
+        done = eng.progress.as_dict()
+        assert done["files_done"] == 3 and done["files_per_s"] > 0
+        time.sleep(0.3)  # an idle daemon's status, later: the job's figures, unchanged
+        later = eng.progress.as_dict()
+        assert later["files_per_s"] == done["files_per_s"]
+        assert later["elapsed_s"] == done["elapsed_s"]
+    finally:
+        eng.close()
+    job = Progress(phase="indexing")
+    job.add(["a", "b"])
+    job.finish("a")
+    running = job.as_dict()["elapsed_s"]
+    time.sleep(0.05)
+    assert job.as_dict()["elapsed_s"] > running  # a running job's clock runs

@@ -347,3 +347,22 @@ def test_random_lines_stay_valid_json() -> None:
             parsed = json.loads(out)
             assert isinstance(parsed, dict) and len(parsed) == len(record)
             assert OPENAI not in out and GH_PAT not in out
+
+
+def test_each_secret_is_counted_once() -> None:
+    from recalld.ingest.sessions import redaction_tally
+
+    redaction_tally.reset()
+    token = "ghp_" + "Q7w3Er5Ty9Ui1Op4As6Df8Gh2Jk0Lz3Xc5Vb"
+    # A tool call names its command twice (title and arguments); the same text redacted again
+    # (a reindex, a restart's catch-up) hides the same secret: one secret, one count.
+    redact(f"Bash `export GITHUB_TOKEN={token}`\ncommand: export GITHUB_TOKEN={token}")
+    redact(f"export GITHUB_TOKEN={token}")
+    assert redaction_tally.counts()["indexed"]["by_kind"] == {"github_token": 1}
+    redact(f"export GITHUB_TOKEN={token[:-1]}Q")  # another secret of the same kind
+    assert redaction_tally.counts()["indexed"]["total"] == 2
+    assert redaction_tally.counts()["served"]["total"] == 0
+    assert redaction_tally.hidden("a=X b=Y", "a=[REDACTED:k] b=[REDACTED:k]") == [
+        ("k", "X"),
+        ("k", "Y"),
+    ]

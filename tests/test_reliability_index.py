@@ -88,7 +88,10 @@ def rebuilt(d: DaemonProcess) -> dict[str, object]:
 
     def done() -> bool:
         nonlocal status
-        status = d.wait_idle(timeout=300)
+        try:
+            status = d.wait_idle(timeout=300)
+        except IndexUnavailable:  # a status that met the damage first: recovery is under way
+            return False
         counts = status["counts"]
         return isinstance(counts, dict) and counts["files"] == N_NOTES
 

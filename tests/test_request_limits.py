@@ -174,6 +174,9 @@ def test_expansion_frames_from_clients_that_never_read_keep_the_daemon_bounded(
     figures = attack(daemon, frame, connections=8, seconds=6.0)
     _check(daemon, figures, "8 expansion connections")
     assert figures["hangups"] > 8  # each was refused, not decoded
+    log = daemon.log.read_text(errors="replace")
+    assert 1 <= log.count("closing a connection") <= 3, log[-2000:]  # a line now and then
+    assert "more than 4,096 values" in log
 
 
 def test_nested_short_arrays_are_bounded_too(daemon: DaemonProcess) -> None:
@@ -290,3 +293,18 @@ def test_the_budget_holds_per_connection_and_in_total() -> None:
         assert budget.waits == 2
 
     asyncio.run(scenario())
+
+
+def test_every_frame_is_counted_even_after_a_small_one() -> None:
+    """The count is kept for the frame at hand only: a frame at an offset the decoder reuses
+    (its buffer is compacted after a frame) is counted afresh."""
+    from recalld.serve.request_limits import RequestDecoder, TooManyValues
+
+    small = HEADER.pack(len(body := msgpack.packb({"id": 1}))) + body
+    decoder = RequestDecoder(1 << 20)
+    decoder.feed(small)
+    assert decoder.next_cost() is not None
+    assert decoder.next_frame() == {"id": 1}
+    decoder.feed(nested_frame(2, 40, 250))  # 10,000 values in arrays of 250
+    with pytest.raises(TooManyValues):
+        decoder.next_cost()

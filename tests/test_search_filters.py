@@ -19,7 +19,7 @@ import pytest
 from conftest import make_engine, write
 from recalld.engine import Engine
 from recalld.errors import BadRequest
-from recalld.index.store import Store
+from recalld.index.store import FileRow, Identity, NewChunk, Store
 
 MODES = ("hybrid", "keyword", "vector")
 SESSION_ID = "5d1c0f7e-0000-4000-8000-00000000beef"
@@ -241,3 +241,51 @@ def test_rows_indexed_before_the_facts_are_back_filled(home: Path, local_embedde
         assert all(r["date"] for r in hits(eng))
     finally:
         eng.close()
+
+
+@pytest.mark.parametrize("keep", [40, 300, 2500])
+def test_vector_channel_scores_a_filters_rows_exactly(tmp_path: Path, keep: int) -> None:
+    """Few kept rows are scored alone (no scan), more through the masked scan: either way the
+    answer is the exact top k of the kept rows."""
+    import numpy as np
+
+    from recalld.index.vector_index import FEW_ALLOWED_SHARE, VectorIndex
+
+    dims, files, per_file = 32, 300, 20  # 6,000 vectors: the projected prefilter is on
+    store = Store(tmp_path / "index.sqlite")
+    store.set_identity(Identity("k", "t/m", "m", dims, "{}"))
+    rng = np.random.default_rng(5)
+    mat = rng.normal(size=(files * per_file, dims)).astype(np.float32)
+    mat /= np.linalg.norm(mat, axis=1, keepdims=True)
+    for f in range(files):
+        chunks = [NewChunk(j + 1, j + 1, f"t {f}-{j}", f"h{f}-{j}") for j in range(per_file)]
+        vecs = {c.hash: mat[f * per_file + j] for j, c in enumerate(chunks)}
+        store.replace_file(FileRow(f"/m/f{f}.md", "memory", 1, 1, f"x{f}", per_file), chunks, vecs)
+    index = VectorIndex.load(store, dims)
+    ids = np.asarray([r[0] for r in store.conn.execute("SELECT id FROM chunks ORDER BY id")])
+    store.close()
+    assert keep * FEW_ALLOWED_SHARE <= len(ids) or keep == 2500  # both paths are covered
+    allowed = np.sort(rng.choice(ids, keep, replace=False)).astype(np.int64)
+    by_id = dict(zip(ids.tolist(), mat, strict=True))
+    for q in mat[:5] + 0.1:
+        q = (q / np.linalg.norm(q)).astype(np.float32)
+        got = index.search(q, 24, allowed)
+        exact = sorted(((float(by_id[int(i)] @ q), int(i)) for i in allowed), reverse=True)[:24]
+        assert [i for i, _ in got] == [i for _, i in exact]
+        assert all(abs(s - e) < 1e-5 for (_, s), (e, _) in zip(got, exact, strict=True))
+
+
+def test_a_growing_transcript_keeps_its_message_times(engine: Engine, home: Path) -> None:
+    """Lines appended later (a delta sync, the open chunk rewritten) are dated by their own
+    times, to the second; the transcript keeps its session and project."""
+    transcript = home / "sessions" / "-home-dev-src-billing-api" / f"{SESSION_ID}.jsonl"
+    when = (NOW - timedelta(minutes=10)).replace(microsecond=0)
+    with transcript.open("a") as f:
+        f.write(claude_record("user", "zanzibar checkout totals look wrong", when))
+        f.write(claude_record("assistant", "The zanzibar totals skip the tax line.", when))
+    engine.sync()
+    found = hits(engine, query="zanzibar totals", since="1h", session=SESSION_ID)
+    assert found and all(r["date"] == iso(when) for r in found), found
+    older = hits(engine, query="zanzibar totals", until="1h")
+    assert not any("zanzibar" in r["snippet"] for r in older)
+    assert hits(engine, query="zanzibar totals", project="billing-api")

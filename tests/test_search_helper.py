@@ -143,7 +143,28 @@ def test_a_lone_search_starts_no_helper(daemon: DaemonProcess) -> None:
     with daemon.client() as c:
         for q in QUERIES * 3:
             c.search(q)
-    assert _helper(daemon)["state"] == "idle" and _helper(daemon)["started"] == 0
+    state = _helper(daemon)
+    assert state["state"] == "idle" and state["started"] == 0, state
+    assert state["why"].startswith("starts when 8 searches arrive while others run"), state
+
+
+def test_why_no_helper_starts_is_said(home: Path) -> None:
+    """Issue 41 item 11: under 4 clients a keyword-only daemon never started a helper, and
+    nothing said why. The reason is in status (and once in the log)."""
+    _config(home, '[embedding]\nprovider = "none"\n')
+    _notes(home / "memory", 20)
+    d = DaemonProcess(home).start()
+    try:
+        d.wait_idle()
+        deadline = time.monotonic() + 60  # searches overlap for as long as it takes to last
+        while "no search helper may start" not in d.log_tail(20000):
+            assert time.monotonic() < deadline, d.log_tail()
+            _hammer(d, QUERIES, 1.0, lambda q, r: None)
+        state = _helper(d)
+        assert state["state"] == "idle" and state["started"] == 0, state
+        assert state["why"] == "may not start: searches do not use the local model now", state
+    finally:
+        d.stop()
 
 
 def test_helper_answers_exactly_as_the_daemon(daemon: DaemonProcess) -> None:
@@ -297,6 +318,28 @@ def test_a_start_slower_than_the_idle_limit_is_not_idle(home: Path, local_embedd
         status = helper.status()
         assert status["load_s"] is not None and status["last_error"] is None, status
         assert status["started"] == 1 and status["state"] == "idle", status
+    finally:
+        helper.close()
+
+
+def test_a_helper_that_never_gets_ready_is_a_failure(home: Path, local_embedder: Any) -> None:
+    """A start is slow, never endless: one not ready after ``start_s`` is given up (here a
+    stopped process; the check is called directly, not left to the watchdog's clock)."""
+    from recalld.serve.search_helper import START_AFTER
+
+    helper = _lone_helper(home, local_embedder, idle_s=3600.0)
+    helper.start_s = 1.0
+    try:
+        for _ in range(START_AFTER):
+            helper.search({"query": "deploy"}, running=1)
+        pid = helper._link.process.pid
+        os.kill(pid, signal.SIGSTOP)  # alive, never ready
+        time.sleep(1.2)
+        helper.check_idle()
+        status = helper.status()
+        assert status["state"] == "idle" and status["last_error"] == "not ready within 1 s", status
+        assert status["idle_stops"] == 0 and status["load_s"] is None, status
+        wait_for(lambda: not _alive(pid), timeout=15)  # killed after the polite stop
     finally:
         helper.close()
 

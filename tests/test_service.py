@@ -296,6 +296,10 @@ def test_systemd_install_and_uninstall(home: Path, tmp_path: Path) -> None:
     ]
     assert f"wrote {unit}" in out and "$ systemctl --user enable --now recalld.service" in out
     assert (home / "logs").is_dir() and (home / "memory").is_dir()
+    # The suite runs from a checkout's .venv: the unit depends on that folder, and says so.
+    root = Path(__file__).resolve().parents[1]
+    assert f"from the checkout {root}: moving or deleting that folder stops it" in out
+    assert f"pipx install {root}" in out
 
     runner = Recorder()
     rc, out = run_main("uninstall", user, runner)
@@ -305,6 +309,17 @@ def test_systemd_install_and_uninstall(home: Path, tmp_path: Path) -> None:
         ["systemctl", "--user", "disable", "--now", "recalld.service"],
         ["systemctl", "--user", "daemon-reload"],
     ]
+
+
+def test_an_install_outside_any_checkout_needs_no_warning(tmp_path: Path) -> None:
+    tool = tmp_path / "pipx" / "venvs" / "recalld"
+    package = tool / "lib" / "site-packages" / "recalld" / "__init__.py"
+    assert service.clone_warning([str(tool / "bin" / "recalld")], package) is None
+    (tmp_path / "clone" / ".git").mkdir(parents=True)  # a worktree's .git is a file: either
+    inside = tmp_path / "clone" / ".venv" / "bin" / "recalld"
+    assert service.checkout_of([str(inside)], package) == tmp_path / "clone"
+    editable = tmp_path / "clone" / "daemon" / "recalld" / "__init__.py"
+    assert service.checkout_of([str(tool / "bin" / "recalld")], editable) == tmp_path / "clone"
 
 
 def test_systemd_missing_still_writes_the_unit(

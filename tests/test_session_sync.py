@@ -257,3 +257,31 @@ def test_watcher_asks_once_for_files_indexed_before_it_started(home: Path, tmp_p
     assert w.poll_once(0.0) == {t}
     w.mark_indexed({str(t): t.stat().st_size})
     assert w.poll_once(0.5) == set()
+
+
+def test_a_transcript_that_never_rests_is_indexed_within_the_max_wait(
+    home: Path, tmp_path: Path
+) -> None:
+    """A message every second: never quiet for quiet_s, under both deltas for a long time;
+    indexed anyway once its first unindexed bytes have waited max(3 x quiet_s, 4 s)."""
+    t = tmp_path / "a.jsonl"
+    t.write_text(msg("user", "hello"))
+    cfg = make_config(
+        home,
+        sessions__paths=[str(tmp_path / "*.jsonl")],
+        sessions__delta_bytes=1_000_000,
+        sessions__delta_messages=1000,
+        sessions__quiet_s=2.0,
+    )
+    w = SessionWatcher(cfg, lambda due: None)
+    w._files = [t]
+    assert w.poll_once(0.0) == {t}
+    w.mark_indexed({str(t): t.stat().st_size})
+    due_at = []
+    for second in range(1, 20):
+        with t.open("a") as fh:
+            fh.write(msg("user", f"message {second}"))
+        if w.poll_once(float(second)):
+            due_at.append(second)
+            w.mark_indexed({str(t): t.stat().st_size})
+    assert due_at == [7, 14], due_at  # first unindexed bytes at 1 s, 8 s; max wait 6 s

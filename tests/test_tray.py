@@ -141,6 +141,12 @@ def test_icons_are_distinct_rgba_64() -> None:
 # the watch loop against a real daemon (no display) ----------------------------------------------
 
 
+def test_a_daemon_started_on_demand_is_announced() -> None:
+    title = view_for(event(on_demand="mcp")).title
+    assert "started on demand by recalld mcp: stops when idle" in title
+    assert "on demand" not in view_for(event()).title
+
+
 def test_the_offline_menu_starts_the_daemon(home: Path) -> None:
     (home / "config.toml").write_text("[sessions]\npaths = []\n")
     app = TrayApp(socket_path=home / "run" / "recalld.sock", backoff=(0.05, 0.3))

@@ -153,3 +153,37 @@ def test_missed_events_ask_one_reconcile_per_calm_and_count_episodes() -> None:
     assert missed.due(settle_s=0.3)
     missed.caught_up(missed.asked)
     assert not missed.reconciling() and missed.status()["last_reconciled"] is not None
+
+
+@pytest.mark.slow
+def test_an_edit_after_a_rename_storm_does_not_wait_for_the_storm(home: Path) -> None:
+    memory = home / "memory"
+    renames = 3000
+    for i in range(renames):
+        write(memory / "storm" / f"d{i // 100}" / f"n{i}.md", f"# Note {i}\n\nStorm note {i}.\n")
+    (home / "config.toml").write_text(BASE)
+    daemon = DaemonProcess(home).start()
+    try:
+        daemon.wait_idle(180)
+        with daemon.client(timeout=30) as c:
+            for i in range(renames):
+                path = memory / "storm" / f"d{i // 100}" / f"n{i}.md"
+                path.rename(path.with_name(f"m{i}.md"))
+            write(memory / "unrelated.md", "# Unrelated\n\nThe zanzibar marmalade recipe.\n")
+            edited = time.monotonic()
+            while not c.search("zanzibar marmalade", mode="keyword")["results"]:
+                assert time.monotonic() - edited < 60, "the edit was not indexed in 60 s"
+                time.sleep(0.05)
+            took = time.monotonic() - edited
+            left = c.status()["daemon"]["pending"]
+            daemon.wait_idle(180)
+            done = time.monotonic() - edited
+        # The storm's 6,000 paths take several seconds: the edit went first, not last.
+        assert left > 0, f"the edit was indexed only with the storm's last files ({took:.1f} s)"
+        check_matches_disk(home / "index.sqlite", [memory], "after the rename storm")
+    finally:
+        daemon.stop()
+    print(
+        f"{renames} renames: edit searchable {took:.1f} s after, {left} paths still pending; "
+        f"all done {done:.1f} s after"
+    )

@@ -353,7 +353,17 @@ class Client:
     ) -> dict[str, Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
         conn.transport.settimeout(timeout)
-        conn.transport.send(frame)
+        try:
+            conn.transport.send(frame)
+        except ConnectionLost:
+            # A daemon flooded with clients refuses with a frame and hangs up at once: the
+            # refusal may be waiting to be read even though the request could not be sent.
+            refusal = _refusal_waiting(conn, deadline)
+            if refusal is None:
+                raise
+            self._drop()
+            _unwrap(refusal)
+            raise
         while True:
             msg = conn.next_frame(deadline)
             if msg is None:
@@ -366,6 +376,17 @@ class Client:
                 raise ProtocolError(f"unexpected frame without id: {msg!r}")
             if msg_id == req_id:
                 return _unwrap(msg)
+
+
+def _refusal_waiting(conn: _Connection, deadline: float | None) -> dict[str, Any] | None:
+    """An error frame about the connection already received, or None."""
+    try:
+        msg = conn.next_frame(deadline)
+    except RecalldClientError:
+        return None
+    if msg is not None and msg.get("id") is None and "error" in msg:
+        return msg
+    return None
 
 
 def is_running(socket_path: str | Path | None = None, *, timeout: float = 1.0) -> bool:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from recalld_client import locations
-from recalld_client.errors import ConnectionLost, DaemonNotRunning, Timeout
+from recalld_client.errors import ConnectionLost, DaemonNotRunning, Timeout, TooManyConnections
 
 _PIPE_PREFIX = "\\\\.\\pipe\\"
 
@@ -41,6 +41,20 @@ class Transport(Protocol):
         """Close; idempotent."""
 
 
+def _connect_unix(sock: socket.socket, path: str, timeout: float | None) -> None:
+    """Connect; a full listen queue (EAGAIN: the daemon runs, a flood of clients fills it) is
+    waited out until ``timeout``, then raised as :class:`BlockingIOError`."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            sock.connect(path)
+            return
+        except BlockingIOError:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+
+
 class UnixTransport:
     """A Unix domain socket (Linux, macOS, BSD)."""
 
@@ -56,7 +70,13 @@ class UnixTransport:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:
-            sock.connect(str(self.path))
+            _connect_unix(sock, str(self.path), timeout)
+        except BlockingIOError as exc:
+            sock.close()
+            raise TooManyConnections(
+                f"the daemon at {self.path} runs but its queue of new connections stayed full "
+                f"for {timeout} s (a flood of clients?): retry in a moment"
+            ) from exc
         except TimeoutError as exc:
             sock.close()
             raise Timeout(

@@ -1,7 +1,7 @@
 """What a search can be narrowed by, stored per chunk and per file (schema migration 6).
 
 - ``chunks.date``: the content's date in seconds since the epoch (a note's date, a transcript
-  chunk's first message time); indexed, so ``--since 7d`` reads only the rows it keeps.
+  chunk's last message time); indexed, so ``--since 7d`` reads only the rows it keeps.
 - ``chunk_tags``: (tag, chunk id) pairs, lower-cased; a trigger drops a chunk's pairs with it.
 - ``file_facts``: a transcript's project (its cwd) and session id; a trigger drops the row with
   the file's. A note's project is its top folder under a memory root: a path prefix, nothing
@@ -23,10 +23,9 @@ __all__ = [
     "BACKFILL_KEY",
     "MIGRATION",
     "FactFilter",
-    "chunk_dates",
     "file_facts",
-    "file_times",
     "filter_sql",
+    "hit_facts",
     "put_file_facts",
     "put_tags",
 ]
@@ -152,32 +151,28 @@ def file_facts(conn: Any, path: str) -> tuple[str, str] | None:
     return (str(row[0]), str(row[1])) if row else None
 
 
-def chunk_dates(conn: Any, places: Sequence[tuple[str, int]]) -> dict[tuple[str, int], float]:
-    """The content date of the chunk holding each (path, line), where one is known."""
-    out: dict[tuple[str, int], float] = {}
+def hit_facts(
+    conn: Any, places: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], tuple[float | None, int, int, float]]:
+    """Per (path, line) of an answer: the date of the chunk holding the line, and the file's
+    indexed size, mtime_ns and indexed_at. Hits whose file has no row are left out.
+
+    One statement for all of them: a query per hit cost ~120 us for six at 100k chunks."""
+    if not places:
+        return {}
+    values = ",".join("(?, ?)" for _ in places)
+    sql = (
+        f"WITH hits(path, line) AS (VALUES {values}) SELECT h.path, h.line, "
+        "(SELECT date FROM chunks WHERE path = h.path AND start_line <= h.line "
+        "ORDER BY start_line DESC LIMIT 1), f.size, f.mtime_ns, f.indexed_at "
+        "FROM hits h JOIN files f ON f.path = h.path"
+    )
+    args = [v for place in places for v in place]
     try:
-        for path, line in places:
-            row = conn.execute(
-                "SELECT date FROM chunks WHERE path = ? AND start_line <= ? "
-                "ORDER BY start_line DESC LIMIT 1",
-                (path, line),
-            ).fetchone()
-            if row is not None and row[0] is not None:
-                out[(path, line)] = float(row[0])
+        rows = conn.execute(sql, args).fetchall()
     except apsw.SQLError:  # an index not migrated yet, read without a daemon: no dates
-        return {}
-    return out
-
-
-def file_times(conn: Any, paths: Sequence[str]) -> dict[str, tuple[int, int, float]]:
-    """(size, mtime_ns, indexed_at) of indexed files, by path."""
-    if not paths:
-        return {}
-    marks = ",".join("?" * len(paths))
+        rows = conn.execute(sql.replace("(SELECT date FROM", "(SELECT NULL FROM"), args).fetchall()
     return {
-        str(r[0]): (int(r[1]), int(r[2]), float(r[3]))
-        for r in conn.execute(
-            f"SELECT path, size, mtime_ns, indexed_at FROM files WHERE path IN ({marks})",
-            list(paths),
-        )
+        (str(p), int(n)): (None if d is None else float(d), int(size), int(mtime), float(at))
+        for p, n, d, size, mtime, at in rows
     }

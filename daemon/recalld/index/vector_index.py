@@ -343,7 +343,14 @@ class VectorIndex:
         """Exact scores of a few rows only (a narrow filter): no scan of the whole matrix."""
         if not len(rows) or k <= 0:
             return []
-        exact = np.take(self._matrix, rows, axis=0) @ q
+        # In blocks: one product over thousands of rows went to several BLAS threads and took
+        # 20-40 ms on a busy 2-core host, against 0.3 ms per block of 1,000 rows.
+        exact = np.concatenate(
+            [
+                np.take(self._matrix, rows[i : i + ROWS_BLOCK], axis=0) @ q
+                for i in range(0, len(rows), ROWS_BLOCK)
+            ]
+        )
         k = min(k, len(rows))
         top = np.argpartition(-exact, k - 1)[:k] if k < len(rows) else np.arange(len(rows))
         top = top[np.argsort(-exact[top], kind="stable")]
@@ -401,9 +408,11 @@ class VectorIndex:
         return [(int(ids[cand[r]]), float(exact[r])) for r in top]
 
 
-#: A filter that keeps at most 1/this of the rows is scored exactly, row by row (at 100k
-#: rows: 12,500 rows copied and multiplied cost less than the projected scan of all of them).
+#: A filter that keeps at most 1/this of the rows has just those rows scored exactly, no scan
+#: (100k rows, a busy 2-core host, median of 60 queries: 1,000 kept rows 0.3 ms, 5,000 1.5 ms,
+#: 12,500 16-19 ms, against 12-37 ms for the masked scan of all of them).
 FEW_ALLOWED_SHARE = 8
+ROWS_BLOCK = 1024  # rows scored exactly per BLAS call (see ``_search_rows``)
 
 SAMPLE_STRIDE = 16  # every 16th score estimates the cut
 

@@ -103,9 +103,10 @@ class MissedEvents:
             at = time.strftime("%H:%M:%S", time.localtime(self._last[kind]))
             count = self._counts[kind]
         times = "once" if count == 1 else f"{count} times so far"
+        hint = " (a larger fs.inotify.max_queued_events makes it rarer)" if kind == OVERFLOW else ""
         return [
             f"{_WHAT[kind]} at {at} ({times}): changes made then were not seen, so the memory "
-            "folders are being reconciled with the disk (a full sync)"
+            f"folders are being reconciled with the disk (a full sync){hint}"
         ]
 
 

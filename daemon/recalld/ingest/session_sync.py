@@ -254,7 +254,7 @@ class SessionIndexer:
                     self._save_state(key, saved, extra, delta.state, long_lines)
                 return
             messages = parser.feed(delta.lines)
-            # The search filters' facts: each chunk's first message time, the project, session.
+            # The search filters' facts: each chunk's last message time, the project, session.
             times = LineTimes(None if fresh else extra.get("times"))
             times.add(messages)
             known = ("", "") if fresh else tuple(extra.get("ident") or ("", ""))
@@ -352,7 +352,7 @@ def _tail_extra(tail: TailState) -> dict[str, Any]:
 
 
 def new_chunk(c: SessionChunk, date: float | None = None) -> NewChunk:
-    """The store row of a transcript chunk (``date``: its first message's time)."""
+    """The store row of a transcript chunk (``date``: its last message's time)."""
     return NewChunk(
         c.start_line, c.end_line, c.text, _hash(c.text), kind=c.kind, tool=c.tool, embed=c.embed,
         date=date,
@@ -392,6 +392,10 @@ class SessionWatcher:
         self.rescan_s = rescan_s
         self._indexed: dict[Path, int] = {}
         self._seen: dict[Path, tuple[int, float]] = {}  # size, time it last changed
+        # When the bytes not indexed yet were first seen: a transcript growing by a message
+        # every second is never quiet, and may stay under the deltas for minutes.
+        self._waiting_since: dict[Path, float] = {}
+        self.max_wait_s = max(3 * self.quiet_s, 4.0)
         self._sigs: dict[Path, tuple[int, int, int]] = {}  # size, mtime_ns, ctime_ns
         self._touched: set[Path] = set()  # changed without changing size, not yet synced
         self._requested: set[Path] = set()
@@ -468,16 +472,20 @@ class SessionWatcher:
                     due.add(path)
                     continue
                 if size == indexed:
+                    self._waiting_since.pop(path, None)
                     continue
                 new_bytes = size - indexed
                 quiet = now - self._seen[path][1] >= self.quiet_s
+                waited = now - self._waiting_since.setdefault(path, now) >= self.max_wait_s
                 if (
                     new_bytes < 0
                     or new_bytes >= self.delta_bytes
                     or quiet
+                    or waited
                     or _count_lines(path, indexed, size) >= self.delta_messages
                 ):
                     due.add(path)
+                    self._waiting_since.pop(path, None)
             self._requested |= due
         return due
 

@@ -29,6 +29,7 @@ class Progress:
     chunks_done: int = 0
     chunks_embedded: int = 0
     started: float = field(default_factory=time.monotonic)
+    ended: float | None = None  # set by end(): rates and elapsed stop there, not at "now"
     syncs: int = 0  # syncs run for this job so far
     _seen: set[str] = field(default_factory=set, repr=False)
     _todo: set[str] = field(default_factory=set, repr=False)
@@ -53,6 +54,12 @@ class Progress:
             self._todo.discard(key)
             self.files_done += 1
 
+    def end(self) -> None:
+        """The job is over: its rates stay those of the job (an idle daemon's status showed
+        them falling for hours, as if measured since start-up)."""
+        if self.ended is None:
+            self.ended = time.monotonic()
+
     def release(self) -> None:
         """Forget the file names once the job is over (a full sync may list 100,000)."""
         self._seen, self._todo = set(), set()
@@ -64,7 +71,8 @@ class Progress:
     def as_dict(self, waiting: int = 0) -> dict[str, Any]:
         """Wire form with rate and ETA; ``waiting`` files not yet handed to a sync (the
         watcher's dirty paths, queued batches) count in the total."""
-        elapsed = max(time.monotonic() - self.started, 1e-6)
+        until = self.ended if self.ended is not None else time.monotonic()
+        elapsed = max(until - self.started, 1e-6)
         rate = self.files_done / elapsed
         total = self.files_total + max(waiting, 0)
         left = max(total - self.files_done, 0)
@@ -111,6 +119,8 @@ class SyncReport:
     skipped: list[dict[str, str]] = field(default_factory=list)  # {path, reason}, capped
     files_deferred: int = 0  # big notes handed to the background chunker
     vectors_pending: bool = False  # chunks still wait for vectors (the next step back-fills)
+    # Files not read for want of a resource (no file descriptor left): a retry reads them.
+    files_to_retry: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """Wire form."""

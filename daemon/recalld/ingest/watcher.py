@@ -394,8 +394,8 @@ class Watcher:
         why = self.missed.warnings()
         log.warning("%s", why[0] if why else "events were missed; reconciling with the disk")
         for root in self.roots:
-            if root in self._watches:
-                self.check_coverage(root)
+            if root in self._watches:  # watchdog's rebuilt watches may have left folders out
+                self.check_coverage(root, settled=False)
         if self.on_roots_changed is None:
             for root in self.roots:  # a dirty folder is walked and reconciled by the indexer
                 self.dirty.mark(root)

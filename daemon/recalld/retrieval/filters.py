@@ -76,14 +76,21 @@ def parse_filters(params: Mapping[str, Any], config: Config) -> FactFilter | Non
     """The filters a search's parameters ask for, or None when they ask for none."""
     since = params.get("since")
     until = params.get("until")
+    if (
+        since is None
+        and until is None
+        and not any(params.get(k) is not None for k in ("tags", "project", "session"))
+    ):
+        return None  # the common case, checked without a look at the memory roots
     now = time.time()
+    project = _project(_name(params, "project"))
     found = FactFilter(
         tags=_tags(params.get("tags")),
         since=parse_when("since", since, now) if since is not None else None,
         until=parse_when("until", until, now) if until is not None else None,
-        project=_project(_name(params, "project")),
+        project=project,
         session=_name(params, "session"),
-        note_roots=tuple(str(r) for r in config.memory_roots()),
+        note_roots=tuple(str(r) for r in config.memory_roots()) if project else (),
     )
     if found.since is not None and found.until is not None and found.since >= found.until:
         raise BadRequest(f"since ({since!r}) must be before until ({until!r})")

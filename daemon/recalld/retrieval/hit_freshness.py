@@ -5,7 +5,7 @@
 ``since``/``until`` see the same: :mod:`recalld.index.chunk_facts`), and ``stale`` is true when
 the file on disk is not what was indexed (another size or mtime, or gone): the hit's text may
 differ from the file's now. One ``stat`` per distinct file of the answer, two indexed lookups
-per hit.
+per answer.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from recalld.index.chunk_facts import chunk_dates, file_times
+from recalld.index.chunk_facts import hit_facts
 
 __all__ = ["add_freshness", "iso"]
 
@@ -33,20 +33,18 @@ def iso(seconds: float | None) -> str | None:
 
 def add_freshness(results: Sequence[dict[str, Any]], conn: Any) -> None:
     """Add the four fields to each wire result (in place)."""
-    paths = list(dict.fromkeys(str(r["path"]) for r in results))
-    indexed = file_times(conn, paths)
-    dates = chunk_dates(conn, [(str(r["path"]), int(r["start_line"])) for r in results])
+    facts = hit_facts(conn, [(str(r["path"]), int(r["start_line"])) for r in results])
     on_disk: dict[str, os.stat_result | None] = {}
-    for path in paths:
-        try:
-            on_disk[path] = os.stat(path)
-        except OSError:
-            on_disk[path] = None
     for r in results:
         path = str(r["path"])
-        st, row = on_disk[path], indexed.get(path)
-        mtime = st.st_mtime_ns if st is not None else (row[1] if row else None)
+        if path not in on_disk:
+            try:
+                on_disk[path] = os.stat(path)
+            except OSError:
+                on_disk[path] = None
+        st, row = on_disk[path], facts.get((path, int(r["start_line"])))
+        mtime = st.st_mtime_ns if st is not None else (row[2] if row else None)
         r["modified"] = iso(mtime / 1e9) if mtime is not None else None
-        r["indexed"] = iso(row[2]) if row else None
-        r["date"] = iso(dates.get((path, int(r["start_line"]))))
-        r["stale"] = st is None or row is None or (st.st_size, st.st_mtime_ns) != row[:2]
+        r["indexed"] = iso(row[3]) if row else None
+        r["date"] = iso(row[0]) if row else None
+        r["stale"] = st is None or row is None or (st.st_size, st.st_mtime_ns) != row[1:3]

@@ -11,15 +11,12 @@ score of 1, so that no floor drops it. Filters still apply.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from recalld.index.store import ChunkRow, Store
 from recalld.retrieval import fusion
 from recalld.retrieval.search_ranking import Ranking
-
-if TYPE_CHECKING:
-    from recalld.retrieval.search_request import SearchRequest
 
 ENDINGS = (".md", ".markdown", ".txt", ".jsonl", ".json")
 MAX_MATCHES = 3  # a suffix shared by more files than this names none of them
@@ -51,19 +48,35 @@ def matching_files(store: Store, query: str) -> list[str]:
     return found if 0 < len(found) <= MAX_MATCHES else []
 
 
-def put_first(ranking: Ranking, store: Store, req: SearchRequest) -> Ranking:
-    """``ranking`` with a chunk of each file the query names on top (unchanged when it names
-    none); the request's filters (sources, path prefix, kinds) apply as in the channels."""
-    if not looks_like_path(req.query):
+@dataclass(frozen=True)
+class Filters:
+    """The search's filters, as the channels apply them (the path prefix already absolute)."""
+
+    sources: Sequence[str] | None = None
+    path_prefix: str | None = None
+    kinds: Sequence[str] | None = None
+
+    def admit(self, row: ChunkRow) -> bool:
+        return (
+            (not self.sources or row.source in self.sources)
+            and (not self.kinds or row.kind in self.kinds)
+            and (not self.path_prefix or row.path.startswith(self.path_prefix))
+        )
+
+
+def put_first(ranking: Ranking, store: Store, query: str, filters: Filters) -> Ranking:
+    """``ranking`` with a chunk of each file ``query`` names on top (unchanged when it names
+    none); ``filters`` apply as in the channels."""
+    if not looks_like_path(query):
         return ranking
-    paths = matching_files(store, req.query)
+    paths = matching_files(store, query)
     if not paths:
         return ranking
     by_id = {f.chunk_id: f for f in ranking.fused}
     rows = dict(ranking.rows)
     top: list[fusion.Fused] = []
     for path in paths:
-        chunks = [c for c in store.file_chunks(path) if _admitted(c, req)]
+        chunks = [c for c in store.file_chunks(path) if filters.admit(c)]
         if not chunks:
             continue
         best = _best(chunks, by_id)
@@ -79,14 +92,6 @@ def put_first(ranking: Ranking, store: Store, req: SearchRequest) -> Ranking:
     first = {f.chunk_id for f in top}
     rest = [f for f in ranking.fused if f.chunk_id not in first]
     return replace(ranking, fused=top + rest, rows=rows)
-
-
-def _admitted(row: ChunkRow, req: SearchRequest) -> bool:
-    return (
-        (not req.sources or row.source in req.sources)
-        and (not req.kinds or row.kind in req.kinds)
-        and (not req.path_prefix or row.path.startswith(req.path_prefix))
-    )
 
 
 def _best(chunks: list[ChunkRow], by_id: dict[int, fusion.Fused]) -> ChunkRow:

@@ -35,7 +35,8 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
     shape = analyze(req.query) if cfg.bool("search.query_shape") else None
     hits = run_channels(req, ctx, shape, want)
     ranking = rank(hits, req.mode, ctx.store, shape, cfg, req.explain)
-    ranking = path_query.put_first(ranking, ctx.store, req)
+    filters = path_query.Filters(req.sources, req.path_prefix, req.kinds)
+    ranking = path_query.put_first(ranking, ctx.store, req.query, filters)
     cands, channels, rerank_note = shortlist(req, ctx, ranking)
     degraded = hits.degraded
     if rerank_note:

@@ -67,9 +67,11 @@ class Backlog:
             return
         self.engine.job = None
         job.phase = "idle"
+        job.end()
         job.release()
         # The last progress shown: the job's, or that of a rebuild run as part of it.
         last: Progress = self.engine.progress
+        last.end()
         what = "sync" if last is job else "reindex"
         elapsed = time.monotonic() - job.started
         changed = last.files_changed + last.files_removed

@@ -234,6 +234,7 @@ class LiveConfig:
             last = dict(self.last_change) if self.last_change else None
         out: dict[str, Any] = {
             "path": str(self.path),
+            "exists": self.path.is_file(),  # no file: the defaults, nothing was "loaded"
             "loaded_at": self.loaded_at,
             "error": self.error,
             "last_change": last,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recalld import paths, security
+from recalld import fd_limits, paths, security
 from recalld.config import Config
 from recalld.engine import Engine
 from recalld.errors import BadRequest, IndexError_, Unavailable
@@ -39,6 +39,7 @@ from recalld.serve.allocator import note_activity
 from recalld.serve.backlog import Backlog, JobQueue
 from recalld.serve.config_watch import LiveConfig
 from recalld.serve.idle_stop import IDLE_KEY, IdleStop
+from recalld.serve.path_slices import split_paths
 from recalld.serve.search_helper import MAX_VECTORS, SearchHelper
 from recalld.serve.shared_link import SharedLink
 from recalld.serve.sync_paths import transcript_paths
@@ -61,6 +62,7 @@ class Job:
     kind: str  # "paths" | "full" | "reindex" | "sessions" | "recover" | "call"
     paths: set[Path] = field(default_factory=set)
     run: Callable[[], None] | None = None  # "call": run on the writer thread before the rest
+    deferred: bool = False  # "paths": the rest of a big batch, behind fresh ones (path_slices)
     done: threading.Event = field(default_factory=threading.Event)
     result: dict[str, Any] | None = None
     error: str | None = None
@@ -105,6 +107,7 @@ class Daemon:
         self.engine.background, self.engine.keyword_first = self.chunker, True
         self.live: LiveConfig | None = None  # set by serve(): the config file's watcher
         self.idle: IdleStop | None = None  # set by serve(): who started it, the on-demand stop
+        self.connections: Callable[[], dict[str, Any]] | None = None  # set by serve()
         # One job's progress across back-to-back syncs; progress lines in the log.
         self.backlog = Backlog(
             self.engine, self._waiting_paths, config.float("sync.progress_log_s")
@@ -322,8 +325,13 @@ class Daemon:
                 elif "full" in kinds:
                     report = self.engine.sync().as_dict()
                 elif "paths" in kinds:
-                    dirty: set[Path] = set().union(*(j.paths for j in batch if j.kind == "paths"))
-                    report = self.engine.sync(sorted(dirty)).as_dict()
+                    now, later = split_paths(
+                        [(sorted(j.paths), j.deferred) for j in batch if j.kind == "paths"]
+                    )
+                    if later:  # a storm: the rest after edits that arrive meanwhile
+                        with contextlib.suppress(Unavailable):  # stopping: the start resyncs
+                            self.submit(Job("paths", set(later), deferred=True))
+                    report = self.engine.sync(now).as_dict()
                 if "sessions" in kinds and not kinds & {"full", "reindex"}:
                     due: set[Path] = set().union(*(j.paths for j in batch if j.kind == "sessions"))
                     report["sessions"] = self.engine.sync_sessions(sorted(due))
@@ -399,7 +407,8 @@ class Daemon:
         or left chunks without vectors (provider down): the dirty paths of a failed batch are
         not lost, and back-filling resumes by itself. Backoff 2, 4, 8, 16, then every 30 s."""
         self.shared.poke()
-        if error is not None or report.get("embed_error"):
+        # Files not read for want of descriptors are read again by the retry's full sync.
+        if error is not None or report.get("embed_error") or report.get("files_to_retry"):
             self._schedule_retry()
         elif kinds & {"full", "reindex"}:
             with self._retry_lock:
@@ -478,11 +487,13 @@ class Daemon:
             "time": time.time(),
             "watch_warnings": self._watch_warnings(),
             "config_error": self.live.error if self.live is not None else None,
+            "on_demand": self.idle.started_by if self.idle and self.idle.on_demand else None,
         }
         return served.status_texts(event)  # the tray shows its errors: through the gate
 
     def _watch_warnings(self) -> list[str]:
-        """Folders the watcher cannot watch (inotify limits) and that are scanned instead."""
+        """Folders the watcher cannot watch (inotify limits) and that are scanned instead;
+        events it missed (a queue overflow) while the reconcile has not caught up."""
         watcher = self.watcher  # read once: a config edit may swap it meanwhile
         return (watcher.warnings() if watcher is not None else []) + self.missed.warnings()
 
@@ -598,6 +609,8 @@ class Daemon:
             "retry_in_s": self.retry_in(),
             "search_helper": self.helper.status(),
             "missed_events": self.missed.status(),
+            "connections": self.connections() if self.connections is not None else None,
+            **(self.idle.status() if self.idle is not None else {}),  # who started it
         }
         sessions = self.sessions
         if sessions is not None:
@@ -607,8 +620,6 @@ class Daemon:
             status["warnings"].append(self.health_note)
         if self.live is not None:
             self.live.annotate(status)
-        if self.idle is not None:
-            status["daemon"].update(self.idle.status())
         shared = self.shared.status()
         if shared is not None:
             status["shared"] = shared
@@ -703,6 +714,7 @@ def serve(config: Config, config_path: Path | None = None) -> int:
 
     config_path = config_path or config.source or paths.config_path()
     tune_allocator()  # before the model loads; freed memory goes back to the system when idle
+    fd_limits.raise_soft_limit()  # systemd's 1,024 is too few under a flood of clients
     log_guard.protect_logs(config)  # no API key in the log, whatever prints it
     socket_path: Path = paths.socket_path()
     # The index holds every note and transcript: private files, whatever the login umask.
@@ -735,6 +747,7 @@ def serve(config: Config, config_path: Path | None = None) -> int:
             keep_lock=True,
         )
         servers.append(server)
+        daemon.connections = lambda: server.admission.stats()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):

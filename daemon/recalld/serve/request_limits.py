@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from typing import Final
+from typing import Any, Final
 
-from recalld_client.errors import FrameTooLarge
+from recalld_client.errors import FrameTooLarge, ProtocolError
+from recalld_client.protocol import HEADER, FrameDecoder, unpack
 
 MAX_VALUES: Final = 4096
 # Bytes a decoded value may cost beyond its encoded bytes (an empty list: 56 + 16 of GC header).
@@ -58,17 +59,26 @@ def count_values(body: bytes | bytearray | memoryview, limit: int = MAX_VALUES) 
     A malformed or truncated body is counted as far as it goes: decoding it reports the error.
     """
     data = memoryview(body).cast("B")
+    try:
+        count = _walk(data, limit)
+    finally:
+        data.release()  # raised below, not in the walk: a traceback must not hold the frame
+    if count > limit:
+        raise TooManyValues(
+            f"a request holds more than {limit:,} values: send fewer (a real request holds "
+            "a few dozen)"
+        )
+    return count
+
+
+def _walk(data: memoryview, limit: int) -> int:
+    """The values in ``data``'s one object, stopping at ``limit + 1``."""
     end, pos, pending, count = len(data), 0, 1, 0
-    while pending and pos < end:
+    while pending and pos < end and count <= limit:
         kind = data[pos]
         pos += 1
         pending -= 1
         count += 1
-        if count > limit:
-            raise TooManyValues(
-                f"a request holds more than {limit:,} values: send fewer (a real request holds "
-                "a few dozen)"
-            )
         if kind <= 0x7F or kind >= 0xE0:  # fixint
             continue
         if kind <= 0x8F:  # fixmap
@@ -146,3 +156,53 @@ class RequestBudget:
         holder.amount -= amount
         self.held -= amount
         self._freed.set()
+
+
+class RequestDecoder(FrameDecoder):
+    """A :class:`FrameDecoder` of requests: it remembers the length the current frame declares,
+    and says what the next frame will cost decoded before decoding it."""
+
+    declared = 0
+    _counted: tuple[int, int] = (-1, 0)  # (offset of a frame, its values)
+
+    def next_cost(self) -> int | None:
+        """What the next frame costs decoded, None until it is all in (0 for a frame over the
+        cap: decoding it raises); :class:`TooManyValues` for one past the cap of values."""
+        if self._error is not None:
+            raise self._error
+        if self.buffered < HEADER.size:
+            return None
+        (length,) = HEADER.unpack_from(self._buf, self._pos)
+        start = self._pos + HEADER.size
+        if length > self.max_frame:
+            return 0
+        if len(self._buf) - start < length:
+            return None
+        if self._counted[0] != self._pos:
+            try:
+                with memoryview(self._buf)[start : start + length] as view:
+                    self._counted = (self._pos, count_values(view))
+            except TooManyValues as exc:
+                self._error = exc
+                self._drop()
+                raise
+        return cost(length, self._counted[1])
+
+    def next_frame(self) -> dict[str, Any] | None:
+        if self._error is None and self.buffered >= HEADER.size:
+            (self.declared,) = HEADER.unpack_from(self._buf, self._pos)
+        self._counted = (-1, 0)  # counted for the frame at hand only (offsets are reused)
+        try:
+            return super().next_frame()
+        except ProtocolError as exc:
+            if not isinstance(exc, FrameTooLarge):  # (its count of bytes read is still needed)
+                self._drop()
+            raise
+
+    def _drop(self) -> None:
+        """Let the bytes go at once: the stream is broken, and the error's traceback (a
+        cycle through this decoder) would keep up to a frame of them until a collection."""
+        self._buf, self._pos = bytearray(), 0
+
+    def _decode(self, body: memoryview) -> dict[str, Any]:
+        return unpack(body, max_items=MAX_VALUES)

@@ -241,8 +241,11 @@ class SearchHelper:
         """Start a helper when one may run (lock held)."""
         if self._stopped or self._failures >= MAX_FAILURES:
             return
-        self.blocked = self._eligible()
-        if self.blocked is not None:
+        blocked = self._eligible()
+        if blocked is not None and blocked != self.blocked:  # once a reason, not each search
+            log.info("searches overlap, but no search helper may start: %s", blocked)
+        self.blocked = blocked
+        if blocked is not None:
             return
         if self._watchdog is None:
             self._watchdog = threading.Thread(

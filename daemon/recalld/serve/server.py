@@ -10,7 +10,8 @@ a bounded thread pool, never on the event loop) and async ``StreamHandler`` gene
 One daemon per home (:mod:`recalld.serve.instance`): an exclusive lock on ``recalld.lock`` held for
 the daemon's life (it also holds the pid). The runtime dir is 0700, the socket 0600, and on
 Linux the peer's uid is checked with ``SO_PEERCRED``. Back-pressure per connection lives in
-:mod:`recalld.serve.connection`.
+:mod:`recalld.serve.connection`, what requests may cost in :mod:`recalld.serve.request_limits`,
+and which connections are served (file descriptors) in :mod:`recalld.serve.admission`.
 """
 
 from __future__ import annotations
@@ -33,26 +34,19 @@ from typing import Any, Protocol
 from recalld import __version__
 from recalld.errors import ConfigError, RecalldError, Unavailable
 from recalld.retrieval import served
+from recalld.serve.admission import LOG_EVERY_S, Admission, LogEvery
 from recalld.serve.allocator import note_activity
 from recalld.serve.connection import MAX_INFLIGHT, MAX_UNSENT, Connection
 from recalld.serve.instance import LOCK_NAME, AlreadyRunning, answers, private_dir, take_lock
-from recalld.serve.request_limits import (
-    MAX_VALUES,
-    RequestBudget,
-    TooManyValues,
-    cost,
-    count_values,
-)
+from recalld.serve.request_limits import RequestBudget, RequestDecoder, TooManyValues
 from recalld_client.errors import FrameTooLarge, ProtocolError
 from recalld_client.protocol import (
     ERROR_CODES,
     HEADER,
     MAX_FRAME,
     PROTOCOL_VERSION,
-    FrameDecoder,
     encode_frame,
     error_response,
-    unpack,
 )
 
 logger = logging.getLogger(__name__)
@@ -92,44 +86,6 @@ class _WireError(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-class _RequestDecoder(FrameDecoder):
-    """A :class:`FrameDecoder` of requests: it remembers the length the current frame declares,
-    and says what the next frame will cost decoded before decoding it (request_limits)."""
-
-    declared = 0
-    _counted: tuple[int, int] = (-1, 0)  # (offset of a frame, its values)
-
-    def next_frame(self) -> dict[str, Any] | None:
-        if self._error is None and self.buffered >= HEADER.size:
-            (self.declared,) = HEADER.unpack_from(self._buf, self._pos)
-        return super().next_frame()
-
-    def next_cost(self) -> int | None:
-        """What the next frame costs decoded, None until it is all in (0 for a frame over the
-        cap: decoding it raises); :class:`TooManyValues` for one past the cap of values."""
-        if self._error is not None:
-            raise self._error
-        if self.buffered < HEADER.size:
-            return None
-        (length,) = HEADER.unpack_from(self._buf, self._pos)
-        start = self._pos + HEADER.size
-        if length > self.max_frame:
-            return 0
-        if len(self._buf) - start < length:
-            return None
-        if self._counted[0] != self._pos:
-            try:
-                with memoryview(self._buf)[start : start + length] as view:
-                    self._counted = (self._pos, count_values(view))
-            except TooManyValues as exc:
-                self._error = exc
-                raise
-        return cost(length, self._counted[1])
-
-    def _decode(self, body: memoryview) -> dict[str, Any]:
-        return unpack(body, max_items=MAX_VALUES)
 
 
 class Server:
@@ -198,7 +154,9 @@ class Server:
         self._conns: dict[Connection, asyncio.Task[Any] | None] = {}
         self._requests: set[asyncio.Task[None]] = set()
         self._closing = False
-        self._last_refusal_log = -1e9
+        self.admission = Admission(max_connections, LISTEN_BACKLOG)
+        # Connections closed for bad input: a line every few seconds, however many clients.
+        self._closings = LogEvery(LOG_EVERY_S)
         # What requests read and not yet answered hold, per connection and in total.
         self.budget = RequestBudget()
         self._closed: asyncio.Future[None] | None = None
@@ -214,6 +172,9 @@ class Server:
             return
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        # What clients may hold is counted from the descriptors open now (the index, the model).
+        self.admission = Admission(self.max_connections, LISTEN_BACKLOG)
+        self._loop.set_exception_handler(self.admission.on_loop_error)
         runtime = self.socket_path.parent
         private_dir(runtime)
         self._lock_fd = take_lock(runtime / LOCK_NAME, self.socket_path)
@@ -224,7 +185,9 @@ class Server:
                 sock = self._bind()
                 self._listeners = [
                     await asyncio.start_unix_server(
-                        self._on_connection, sock=sock, backlog=LISTEN_BACKLOG
+                        self._on_connection,
+                        sock=sock,
+                        backlog=self.admission.backlog(LISTEN_BACKLOG),
                     )
                 ]
         except BaseException:
@@ -381,20 +344,23 @@ class Server:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         conn = Connection(writer)
+        admission = self.admission
+        verdict = admission.verdict()
         refusal: tuple[str, str] | None = None
         if self._closing:
             refusal = ("unavailable", "the daemon is shutting down: retry in a moment")
-        elif len(self._conns) >= self.max_connections:
+        elif verdict != "serve":
             refusal = (
                 "too_many_connections",
                 f"too many connections: the daemon (pid {os.getpid()}) runs but already "
-                f"serves its maximum of {self.max_connections}: close idle clients or retry",
+                f"serves its maximum of {admission.max_connections}: close idle clients or retry",
             )
         elif why := self._peer_refusal(writer):
             refusal = ("forbidden", why)
         if refusal is not None:
-            await self._refuse(reader, conn, *refusal)
+            await self._refuse(reader, conn, *refusal, linger=verdict != "refuse_now")
             return
+        admission.served += 1
         self._conns[conn] = asyncio.current_task()
         try:
             await self._read_requests(reader, conn)
@@ -407,33 +373,38 @@ class Server:
             logger.exception("connection failed")
         finally:
             del self._conns[conn]
+            admission.served -= 1
             await conn.close()
 
     async def _refuse(
-        self, reader: asyncio.StreamReader, conn: Connection, code: str, why: str
+        self, reader: asyncio.StreamReader, conn: Connection, code: str, why: str, *, linger: bool
     ) -> None:
         """Answer a refused connection with one error frame, then hang up.
 
-        The write side is shut first and what the client sends is read (up to a second) before
-        closing: closing at once could make the client's first request fail with a broken pipe
-        before it reads why it was refused.
+        With ``linger``, the write side is shut first and what the client sends is read (up to
+        a second) before closing: closing at once could make the client's first request fail
+        with a broken pipe before it reads why it was refused. Without (a flood of clients),
+        the connection's descriptor goes back at once.
         """
-        now = asyncio.get_running_loop().time()
-        if now - self._last_refusal_log >= 10.0:  # a flood of clients must not flood the log
-            self._last_refusal_log = now
-            logger.warning("connection refused: %s", why)
-        await conn.send(encode_frame(error_response(None, code, why)))
-        with contextlib.suppress(OSError, RuntimeError):
-            if conn.writer.can_write_eof():
-                conn.writer.write_eof()
-        with contextlib.suppress(TimeoutError, ConnectionError, OSError):
-            async with asyncio.timeout(1.0):
-                while await reader.read(_CHUNK):
-                    pass
-        await conn.close()
+        admission = self.admission
+        admission.note_refusal(why)  # one line now and then, however many clients
+        admission.lingering += 1
+        try:
+            await conn.send(encode_frame(error_response(None, code, why)))
+            if linger:
+                with contextlib.suppress(OSError, RuntimeError):
+                    if conn.writer.can_write_eof():
+                        conn.writer.write_eof()
+                with contextlib.suppress(TimeoutError, ConnectionError, OSError):
+                    async with asyncio.timeout(1.0):
+                        while await reader.read(_CHUNK):
+                            pass
+            await conn.close()
+        finally:
+            admission.lingering -= 1
 
     async def _read_requests(self, reader: asyncio.StreamReader, conn: Connection) -> None:
-        decoder = _RequestDecoder(self.max_request)
+        decoder = RequestDecoder(self.max_request)
         slots = asyncio.Semaphore(self.max_inflight)
         while True:
             try:
@@ -446,7 +417,7 @@ class Server:
                     f"incomplete frame: {decoder.buffered} bytes, then nothing for "
                     f"{self.frame_timeout:g} s"
                 )
-                logger.warning("closing a connection: %s", why)
+                self._closings.log("closing a connection: %s", why)
                 await conn.send(encode_frame(error_response(None, "protocol", why)))
                 return
             except (ConnectionError, OSError):
@@ -489,7 +460,7 @@ class Server:
                         await self._discard(
                             reader, decoder.declared + HEADER.size - decoder.buffered
                         )
-                logger.warning("closing a connection: %s", _clip(why))
+                self._closings.log("closing a connection: %s", _clip(why))
                 await conn.send(encode_frame(error_response(None, code, why)))
                 return
 

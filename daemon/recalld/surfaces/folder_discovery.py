@@ -52,21 +52,26 @@ def memory_folders(home: Path, own_memory: Path | None = None) -> list[Found]:
     """Folders of notes under ``home``, outermost only (a vault inside a found folder is not
     listed twice: it would be indexed twice)."""
     found: list[Found] = []
+    budget = [MAX_FOLDERS_VISITED]  # shared by every count below: a huge home stays quick
+
+    def notes_in(folder: Path) -> int:
+        return count_notes(folder, budget=budget)
+
     for vault in _vaults(home):
-        found.append(Found(vault, "Obsidian vault", count_notes(vault)))
+        found.append(Found(vault, "Obsidian vault", notes_in(vault)))
     for name in NOTES_NAMES:
         folder = home / name
-        if folder.is_dir() and (n := count_notes(folder)):
+        if folder.is_dir() and (n := notes_in(folder)):
             found.append(Found(folder, "notes folder", n))
     documents = home / "Documents"
     if documents.is_dir():
         for child in sorted(_subfolders(documents)):
-            if (n := count_notes(child)) >= MIN_NOTES:
+            if (n := notes_in(child)) >= MIN_NOTES:
                 found.append(Found(child, "Markdown folder in Documents", n))
     openclaw = home / ".openclaw" / "workspace" / "memory"
     if openclaw.is_dir():
-        found.append(Found(openclaw, "OpenClaw memory", count_notes(openclaw)))
-    if own_memory is not None and own_memory.is_dir() and (n := count_notes(own_memory)):
+        found.append(Found(openclaw, "OpenClaw memory", notes_in(openclaw)))
+    if own_memory is not None and own_memory.is_dir() and (n := notes_in(own_memory)):
         found.append(Found(own_memory, "recalld's own memory folder", n))
     return _outermost(found)
 
@@ -85,10 +90,12 @@ def transcript_folders(home: Path) -> list[Found]:
     return out
 
 
-def count_notes(folder: Path, limit: int = 100_000) -> int:
-    """Markdown files under ``folder`` (hidden and skipped folders left out), up to ``limit``."""
+def count_notes(folder: Path, limit: int = 100_000, budget: list[int] | None = None) -> int:
+    """Markdown files under ``folder`` (hidden and skipped folders left out), up to ``limit``;
+    ``budget``: folders left to visit, shared between calls (default: a budget of its own)."""
     n = 0
-    for _dirpath, _dirs, files in _walk(folder, depth=64, budget=[MAX_FOLDERS_VISITED]):
+    budget = [MAX_FOLDERS_VISITED] if budget is None else budget
+    for _dirpath, _dirs, files in _walk(folder, depth=64, budget=budget):
         n += sum(1 for f in files if f.lower().endswith(NOTE_ENDINGS))
         if n >= limit:
             break

@@ -21,7 +21,7 @@ from recalld.surfaces.folder_discovery import Found, memory_folders, transcript_
 
 NEXT_STEPS = (
     ("recalld start", "the daemon in the background: it indexes, then keeps watching"),
-    ("recalld status --watch", "follow the first indexing (Ctrl-C stops watching only)"),
+    ("recalld sync --wait", "wait for the first indexing, with a progress bar"),
     ('recalld search "what did we decide"', "ask your memory"),
 )
 

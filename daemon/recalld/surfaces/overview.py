@@ -28,6 +28,8 @@ def status_head(status: dict[str, Any]) -> list[str]:
         config_path = config.get("path") or config_path
         when = time.strftime("%H:%M:%S", time.localtime(config.get("loaded_at") or 0))
         state = f"loaded {when}, edits apply live"
+        if config.get("exists") is False:
+            state = "no file: the defaults; a file written there applies live (`recalld init`)"
         if config.get("error"):
             state = "NOT APPLIED, see the warning below"
     else:

@@ -112,6 +112,33 @@ def executable() -> list[str]:
     return [str(python), "-m", "recalld"]
 
 
+def checkout_of(command: Sequence[str], package: Path | None = None) -> Path | None:
+    """The source checkout (a folder with ``.git``) the service would run from, if any: the
+    executable's, or that of the ``recalld`` package it imports (an editable install)."""
+    if package is None:
+        import recalld
+
+        package = Path(recalld.__file__).resolve()
+    for start in (Path(command[0]).absolute(), package):
+        for folder in start.parents:
+            if (folder / ".git").exists():
+                return folder
+    return None
+
+
+def clone_warning(command: Sequence[str], package: Path | None = None) -> str | None:
+    """What to say when the service would break with the checkout it runs from."""
+    clone = checkout_of(command, package)
+    if clone is None:
+        return None
+    return (
+        f"note: the service runs {command[0]}, from the checkout {clone}: moving or deleting "
+        "that folder stops it. For an install that outlives the checkout: "
+        f"`pipx install {clone}` (or `uv tool install {clone}`), then run "
+        "`~/.local/bin/recalld service install` again"
+    )
+
+
 def _under_tmp(folder: Path) -> bool:
     return any(folder.is_relative_to(t) for t in (Path("/tmp"), Path("/var/tmp")))
 
@@ -253,6 +280,8 @@ class Installer:
         self.target.parent.mkdir(parents=True, exist_ok=True)
         self.target.write_text(render(self.kind, self.layout), encoding="utf-8")
         self.out(f"wrote {self.target}")
+        if warning := clone_warning(self.layout.command):
+            self.out(warning)
         # One daemon per home: one started by hand or by `recalld mcp` would hold the socket and
         # make the service's own exit at once, so it hands over to the service manager.
         note = self.stop_running()

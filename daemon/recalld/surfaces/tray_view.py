@@ -96,6 +96,8 @@ def view_for(
     lines.append(f"last sync: {_when(event.get('last_sync'), now)}")
     if paused and state != "paused":
         lines.append("watching paused")
+    if event.get("on_demand"):  # started by `recalld mcp` or a hook: it stops when idle
+        lines.append(f"started on demand by recalld {event['on_demand']}: stops when idle")
     return View(state, _title(lines, note, limit), progress, paused, online=True)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from recalld.ingest.sessions.formats import Message, TranscriptParser
 from recalld.ingest.sessions.redaction import redact_line
+from recalld.ingest.sessions.redaction_tally import served_here
 
 __all__ = ["decode_line", "render"]
 
@@ -28,7 +29,8 @@ def render(message: Message) -> str:
 def decode_line(raw: str) -> str:
     """The decoded, redacted text of one raw transcript line (see the module docstring)."""
     parser = TranscriptParser(include_thinking=True, include_meta=True, redact=True)
-    messages = parser.feed([(1, raw)])
+    with served_here():  # the indexing parser, but these lines are served
+        messages = parser.feed([(1, raw)])
     if not messages:
         if parser.stats.skipped_invalid or parser.stats.skipped_huge:
             return redact_line(raw)

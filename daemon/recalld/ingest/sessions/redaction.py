@@ -21,14 +21,13 @@ Design rules, all load-bearing:
 from __future__ import annotations
 
 import re
-import threading
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from recalld.ingest.sessions import command_secrets, pem_blocks, prose_secrets
 from recalld.ingest.sessions.json_escapes import ESCAPE_HINT, map_strings, unescape
+from recalld.ingest.sessions.redaction_tally import count as _count
+from recalld.ingest.sessions.redaction_tally import counts as counts  # status reads it here
 
 __all__ = ["KINDS", "counts", "redact", "redact_line", "redact_lines"]
 
@@ -402,35 +401,6 @@ def _value_in_context(key: str | None, value: str) -> str:
 def _hides_characters(literal: str) -> bool:
     """A literal with an escape that can stand for a character of a secret (not ``\\n``)."""
     return ESCAPE_HINT.search(literal) is not None
-
-
-# Redactions made since the process started: "indexed" (transcript text on its way into the
-# index) and "served" (lines that get returned), by kind.
-_TOKEN = re.compile(r"\[REDACTED:([a-z_]+)\]")
-_TALLY: dict[str, Counter[str]] = {"indexed": Counter(), "served": Counter()}
-_TALLY_LOCK = threading.Lock()
-
-
-def _count(where: str, before: str, after: str) -> int:
-    """Tally the tokens ``after`` has that ``before`` had not; returns how many."""
-    if after is before or after == before:
-        return 0
-    made = Counter(_TOKEN.findall(after))
-    made.subtract(Counter(_TOKEN.findall(before)))
-    new = {k: v for k, v in made.items() if v > 0}
-    if where in _TALLY:  # "log": counted by nobody
-        with _TALLY_LOCK:
-            _TALLY[where].update(new)
-    return sum(new.values())
-
-
-def counts() -> dict[str, Any]:
-    """Redactions since the process started, for ``status``: total and by kind, per path."""
-    with _TALLY_LOCK:
-        return {
-            where: {"total": sum(tally.values()), "by_kind": dict(sorted(tally.items()))}
-            for where, tally in _TALLY.items()
-        }
 
 
 def redact(text: str) -> str:
