@@ -283,3 +283,36 @@ def test_a_store_that_hangs_costs_a_search_at_most_its_timeout(tmp_path: Path) -
         d.stop()
         hole.close()
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_sharing_turned_on_by_a_config_edit_applies_live(store: dict[str, Any]) -> None:
+    home = Path(tempfile.mkdtemp(prefix="rcd-live-", dir="/tmp"))
+    (home / "memory").mkdir()
+    write(home / "memory" / "team" / "osprey.md", "# Osprey\nthe osprey nest cam reboots nightly\n")
+    base = "[sessions]\npaths = []\n[sync]\ndebounce_s = 0.3\n"
+    (home / "config.toml").write_text(base)
+    d = DaemonProcess(home, env={"RECALLD_SHARED_PASSWORD": PASSWORDS["bob"]})
+    try:
+        d.start()
+        d.wait_idle()
+        with d.client() as cl:
+            assert "shared" not in cl.status()
+            (home / "config.toml").write_text(
+                base + f'[shared]\nurl = "{store["url"]}"\nmember = "bob"\n'
+                'collection = "bob@live"\nteam = "eng"\nshare = ["team/**"]\n'
+            )
+            _wait(lambda: (cl.status().get("shared") or {}).get("on"), what="the edit applies")
+            _wait(
+                lambda: cl.status()["shared"]["push"]["pushed"] >= 1,
+                what="the shared note is pushed",
+            )
+        with psycopg.connect(store["admin"]) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM recalld.chunks WHERE collection = 'bob@live' "
+                "AND text LIKE '%osprey nest%'"
+            ).fetchone()
+        assert row[0] >= 1
+    finally:
+        d.stop()
+        shutil.rmtree(home, ignore_errors=True)

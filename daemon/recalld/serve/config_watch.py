@@ -62,6 +62,7 @@ class Change:
     provider: bool = False  # embedding.*: resolve the embedder again
     chunking: bool = False  # the chunking identity changed: a full rebuild
     reranker: bool = False
+    shared: bool = False  # shared.* or the memory folders: the shared store's link anew
 
 
 def diff(old: Config, new: Config) -> Change:
@@ -75,6 +76,7 @@ def diff(old: Config, new: Config) -> Change:
         provider=any(k.startswith("embedding.") for k in keys),
         chunking=chunking_identity(old) != chunking_identity(new),
         reranker=any(k.startswith("rerank.") for k in keys),
+        shared=any(k.startswith("shared.") or k in MEMORY_WATCH_KEYS for k in keys),
     )
 
 
@@ -205,6 +207,8 @@ class LiveConfig:
             daemon.watcher.dirty.debounce_s = new.float("sync.debounce_s")
         if change.rewatch_sessions:
             daemon.restart_sessions()
+        if change.shared:
+            daemon.restart_shared()
         applied = {"at": time.time(), "keys": list(change.keys), "rebuild": None}
         with self._lock:
             self.last_change = applied

@@ -194,6 +194,14 @@ class Daemon:
 
         threading.Thread(target=swap, name="recalld-rewatch", daemon=True).start()
 
+    def restart_shared(self) -> None:
+        """The shared store's settings (or what it shares) changed: a new link, the old one
+        stopped (its pushes resume from the store's own state: nothing is lost)."""
+        old, self.shared = self.shared, SharedLink(self.config, self.engine)
+        old.stop()
+        if not self._stop.is_set():
+            self.shared.start()
+
     def restart_sessions(self) -> None:
         """Poll the transcript globs of the current config (after a config edit)."""
         old, self.sessions = self.sessions, None
