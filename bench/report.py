@@ -135,6 +135,23 @@ TARGETS = (
         True,
         "x",
     ),
+    Target(
+        "shared store: hybrid p50 with the shared channel / local-only p50 (same daemon, rounds)",
+        "shared_over_local_p50",
+        2.0,
+        True,
+        "x",
+    ),
+    Target(
+        "shared store: vector recall@10 vs exact (HNSW)", "shared_vector_recall", 0.95, False, ""
+    ),
+    Target(
+        "shared store: push chunks/s (with vectors) / keyword-first indexing chunks/s",
+        "shared_push_over_index_throughput",
+        0.5,
+        False,
+        "",
+    ),
     Target("no-op resync of 10k unchanged files", "noop_resync_10k_s", 1.0, True, "s"),
     Target("save-to-searchable <= debounce (1.5 s) + 1 s", "save_to_searchable_s", 2.5, True, "s"),
     Target("daemon RSS idle, local model loaded", "rss_idle_mb", 350.0, True, "MB"),

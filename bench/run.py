@@ -10,7 +10,7 @@
 Parts: client_import, cli_start (bench/cli_start.py), throughput, rss_indexing, small, large,
 noop, transcripts, quality, ablation, needles (bench/transcript_needles.py), chat
 (bench/chat_mix.py), first_sync (bench/first_sync.py), scale (bench/scale.py: 100k and 1M
-chunks).
+chunks), shared (bench/shared_store.py: the PostgreSQL store).
 Corpora, homes and the embedding cache live under bench/out/ (gitignored).
 """
 
@@ -102,6 +102,7 @@ PARTS = (
     "chat",
     "first_sync",
     "scale",
+    "shared",
 )
 
 
@@ -172,6 +173,12 @@ def main(argv: list[str] | None = None) -> int:
         if only is None or "scale" in only:
             with stage("scale", timings):
                 scale.run(ctx)
+        if only is None or "shared" in only:
+            with stage("shared", timings):
+                from bench import shared_store
+
+                sizes_shared = (100_000, 1_000_000) if sizes.name == "full" else (5_000, 20_000)
+                shared_store.run(sheet, *sizes_shared, min(sizes.queries, 200))
         if not args.skip_quality and (only is None or "quality" in only):
             with stage("quality", timings):
                 quality.run_quality(

@@ -27,11 +27,13 @@ from typing import Any
 from recalld.index.store import VECTORS_GENERATION, Store
 from recalld.ingest.indexer import text_hash
 from recalld.ingest.redactor import redact
-from recalld.shared.remote import PushChunk, Remote
+from recalld.shared.remote import PushChunk, PushFile, Remote
 from recalld.shared.settings import SharedSettings
 
 log = logging.getLogger("recalld.shared")
 
+#: Chunks sent in one transaction (a few files, or one big one).
+BATCH_CHUNKS = 500
 #: Backoff after a failed push: doubles from the first to the last, then stays there.
 BACKOFF_S = (1.0, 60.0)
 
@@ -167,19 +169,21 @@ class Pusher:
         work = _differences(local, remote)
         self.state.waiting = len(work)
         done = 0
-        for key in work:
-            entry = local.get(key)
-            if entry is None:
-                self.remote.tombstone(key)
-                remote[key] = ""
-                self.state.tombstones += 1
-            else:
-                self._push(key, entry)
-                remote[key] = entry[1]
-                self.state.pushed += 1
+        for key in (k for k in work if k not in local):
+            self.remote.tombstone(key)
+            remote[key] = ""
+            self.state.tombstones += 1
             done += 1
             self.state.waiting -= 1
             self._remember(remote)
+        batch: list[PushFile] = []
+        for key in (k for k in work if k in local):
+            batch.append(self._prepare(key, local[key]))
+            if sum(len(f.chunks) for f in batch) >= BATCH_CHUNKS:
+                done += self._send(batch, local, remote)
+                batch = []
+        if batch:
+            done += self._send(batch, local, remote)
         if done:
             self.state.last_push = time.time()
         self._last_mark = mark
@@ -223,7 +227,20 @@ class Pusher:
             out[key] = (path, row.hash)
         return out
 
-    def _push(self, key: str, entry: tuple[str, str]) -> None:
+    def _send(
+        self, batch: list[PushFile], local: dict[str, tuple[str, str]], remote: dict[str, str]
+    ) -> int:
+        """Push a batch of files in one transaction; what the store now holds is remembered."""
+        self.remote.push_files(batch)
+        for f in batch:
+            remote[f.path] = local[f.path][1]
+        self.state.pushed += len(batch)
+        self.state.waiting -= len(batch)
+        self._remember(remote)
+        return len(batch)
+
+    def _prepare(self, key: str, entry: tuple[str, str]) -> PushFile:
+        """A file as it will be pushed: redacted text, chunks and the vectors already made."""
         path, file_hash = entry
         with self.reader() as store:
             chunks = store.file_chunks(path)
@@ -243,7 +260,7 @@ class Pusher:
             )
             for c in chunks
         ]
-        self.remote.push_file(key, file_hash, _clean(text), pushed)
+        return PushFile(key, file_hash, _clean(text), tuple(pushed))
 
     def _remember(self, remote: dict[str, str]) -> None:
         self.state.known = dict(remote)

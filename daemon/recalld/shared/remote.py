@@ -19,6 +19,9 @@ from recalld.errors import ConfigError, Unavailable
 from recalld.shared.settings import SharedSettings
 from recalld.shared.terms import terms_text, tsquery
 
+#: HNSW search width of the vector channel (bench: recall@10 vs exact, bench/shared_store.py).
+EF_SEARCH = 100
+
 
 @dataclass(frozen=True)
 class PushChunk:
@@ -30,6 +33,16 @@ class PushChunk:
     hash: str
     text: str
     vector: bytes | None
+
+
+@dataclass(frozen=True)
+class PushFile:
+    """One file as pushed: its name in the store, content hash, redacted text and chunks."""
+
+    path: str
+    hash: str
+    text: str
+    chunks: tuple[PushChunk, ...]
 
 
 @dataclass(frozen=True)
@@ -142,40 +155,53 @@ class Remote:
 
     def push_file(self, path: str, file_hash: str, text: str, chunks: Sequence[PushChunk]) -> None:
         """Replace one file (its redacted text, chunks and vectors) in one transaction."""
+        self.push_files([PushFile(path, file_hash, text, tuple(chunks))])
+
+    def push_files(self, files: Sequence[PushFile]) -> None:
+        """Replace these files (redacted text, chunks, vectors) in one transaction, each kind of
+        row sent as one batch (a statement per chunk cost a round trip per chunk)."""
         coll = self.settings.collection
-        with self.connection() as conn:
-            conn.execute(
+        with self.connection() as conn, conn.cursor() as cur:
+            cur.executemany(
                 "INSERT INTO recalld.files(collection, path, hash, lines, text) "
                 "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (collection, path) DO UPDATE SET "
                 "hash = excluded.hash, lines = excluded.lines, text = excluded.text, "
                 "deleted = false, pushed_at = now()",
-                (coll, path, file_hash, len(text.splitlines()), text),
+                [(coll, f.path, f.hash, len(f.text.splitlines()), f.text) for f in files],
             )
-            conn.execute(
-                "DELETE FROM recalld.chunks WHERE collection = %s AND path = %s", (coll, path)
+            cur.execute(
+                "DELETE FROM recalld.chunks WHERE collection = %s AND path = ANY(%s)",
+                (coll, [f.path for f in files]),
             )
-            for c in chunks:
-                row = conn.execute(
-                    "INSERT INTO recalld.chunks(collection, path, start_line, end_line, kind, "
-                    "hash, text, terms) VALUES (%s, %s, %s, %s, %s, %s, %s, "
-                    "to_tsvector('simple', %s)) RETURNING id",
-                    (
-                        coll,
-                        path,
-                        c.start_line,
-                        c.end_line,
-                        c.kind,
-                        c.hash,
-                        c.text,
-                        terms_text(c.text),
-                    ),
-                ).fetchone()
-                if c.vector is not None:
-                    conn.execute(
-                        "INSERT INTO recalld.vectors(chunk_id, collection, embedding) "
-                        "VALUES (%s, %s, %s)",
-                        (row[0], coll, np.frombuffer(c.vector, dtype=np.float32)),
-                    )
+            chunks = [(f.path, c) for f in files for c in f.chunks]
+            if not chunks:
+                return
+            cur.executemany(
+                "INSERT INTO recalld.chunks(collection, path, start_line, end_line, kind, hash, "
+                "text, terms) VALUES (%s, %s, %s, %s, %s, %s, %s, to_tsvector('simple', %s)) "
+                "RETURNING id",
+                [
+                    (coll, p, c.start_line, c.end_line, c.kind, c.hash, c.text, terms_text(c.text))
+                    for p, c in chunks
+                ],
+                returning=True,
+            )
+            ids = []
+            while True:
+                ids.append(cur.fetchone()[0])
+                if not cur.nextset():
+                    break
+            vectors = [
+                (cid, coll, np.frombuffer(c.vector, dtype=np.float32))
+                for cid, (_, c) in zip(ids, chunks, strict=True)
+                if c.vector is not None
+            ]
+            if vectors:
+                cur.executemany(
+                    "INSERT INTO recalld.vectors(chunk_id, collection, embedding) "
+                    "VALUES (%s, %s, %s)",
+                    vectors,
+                )
 
     def tombstone(self, path: str) -> None:
         """The file left this collection (deleted, forgotten, no longer shared)."""
@@ -216,6 +242,8 @@ class Remote:
                     hits.setdefault(int(cid), {})["keyword"] = float(rank)
             if query_vector is not None and _has_vectors(conn):
                 conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                # The graph's search width: pgvector's default 40 misses neighbours at 1M.
+                conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(EF_SEARCH, k), 1000)}")
                 for cid, dist in conn.execute(
                     "SELECT chunk_id, embedding <=> %s FROM recalld.vectors "
                     "WHERE collection = ANY(%s) ORDER BY embedding <=> %s LIMIT %s",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from recalld.index.ident_tokens import ident_text
+from recalld.retrieval.fts_query import STOPWORDS
 
 _WORD = re.compile(r"[^\W_]+")
 #: A chunk's terms are capped: a tsvector holds at most 1 MB, and long tool output adds little.
@@ -27,12 +28,17 @@ def terms_text(text: str) -> str:
 
 
 def query_terms(query: str) -> list[str]:
-    """The distinct terms of a query, in order: only letters and digits, so safe in a tsquery."""
+    """The distinct terms of a query, in order: only letters and digits, so safe in a tsquery.
+
+    Stopwords are left out (unless the query has nothing else): an OR of "the" and "we"
+    matches half of any store, and ranking those rows is most of a search's cost there.
+    """
     seen: dict[str, None] = {}
     for term in terms_text(query).split():
         if _WORD.fullmatch(term):
             seen.setdefault(term, None)
-    return list(seen)[:MAX_QUERY_TERMS]
+    content = [t for t in seen if t not in STOPWORDS]
+    return (content or list(seen))[:MAX_QUERY_TERMS]
 
 
 def tsquery(query: str) -> str | None:
