@@ -164,6 +164,31 @@ def test_allowed_mask_by_id_map_with_unknown_ids() -> None:
     assert index.search(mat[0], 5, np.array([4, 6], dtype=np.int64)) == []  # even ids: none
 
 
+def test_prefilter_candidates_hold_the_final_top_and_bench_measures_them() -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench import prefilter
+
+    mat = _unit(6000, DIMS, 12)
+    ids = np.arange(6000, dtype=np.int64) * 3 + 7
+    small = VectorIndex(DIMS, prefilter_min_rows=10**9)
+    small.apply([], list(zip(ids.tolist(), mat, strict=True)))
+    assert small.prefilter_candidates(mat[0], 10) is None  # no prefilter: nothing to measure
+    index = VectorIndex(DIMS, prefilter_min_rows=5000)
+    index.apply([], list(zip(ids.tolist(), mat, strict=True)))
+    queries = _unit(20, DIMS, 14)
+    for q in queries:
+        cand = index.prefilter_candidates(q, 10)
+        assert cand is not None and len(cand) == 2000  # PREFILTER_CANDIDATES rows, not all
+        assert {cid for cid, _ in index.search(q, 10)} <= set(cand.tolist())
+    recall = prefilter.measure(index, queries, mat, ids)
+    assert 0.9 <= recall <= 1.0
+    # A matrix that is not the index's: its best rows are not the candidates.
+    assert prefilter.measure(index, queries, -mat, ids) < 0.1
+    assert prefilter.cpu_class()
+
+
 @pytest.mark.parametrize("prefilter", [True, False])
 def test_apply_replaces_and_swap_removes(prefilter: bool) -> None:
     mat = _unit(2500, DIMS, 13)
