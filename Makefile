@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install link unlink run test lint typecheck bench clean
+.PHONY: install link unlink run test test-quick lint typecheck bench clean
 
 LINK_DIR ?= $(HOME)/.local/bin
 
@@ -54,6 +54,13 @@ test: install
 	$(BIN)/ruff check daemon client tests $(wildcard bench)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q tests
+
+# The quick suite: the same checks, without the tests marked `slow` (real daemons through crash,
+# load and back-fill scenarios, the real model over many texts); README says how long each takes.
+test-quick: install
+	$(BIN)/ruff check daemon client tests $(wildcard bench)
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q -m "not slow" tests
 
 lint: install
 	$(BIN)/ruff check daemon client tests $(wildcard bench)

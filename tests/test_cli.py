@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import env_for, write
 
 
@@ -23,6 +25,7 @@ def run(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
     return proc
 
 
+@pytest.mark.slow
 def test_sync_search_get_status(home: Path) -> None:
     (home / "config.toml").write_text("[sessions]\npaths = []\n")
     note = write(

@@ -47,6 +47,7 @@ def _pending(index: Path) -> tuple[int, int]:
         store.close()
 
 
+@pytest.mark.slow
 def test_fresh_folder_is_keyword_searchable_before_its_vectors_and_kill9_loses_none(
     home: Path,
 ) -> None:

@@ -92,6 +92,7 @@ def test_no_scratch_folder_keeps_rows_in_memory(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.slow
 def test_load_makes_no_full_copy(tmp_path: Path) -> None:
     """The old load held the blobs, a stacked copy and a float32 copy: 2-3x the matrix."""
     dims = 64  # many rows, so that the fixed cost (a vec0 chunk's blobs in flight) is small
