@@ -47,6 +47,7 @@ def test_sync_search_get_status(home: Path) -> None:
     assert "provider:" in run(home, "status").stdout
 
 
+@pytest.mark.slow
 def test_search_prints_the_whole_snippet(home: Path) -> None:
     """The printed result holds every line of its snippet, each whole (a long paragraph, and a
     matching line after the fourth, were cut off without a mark)."""
@@ -66,6 +67,7 @@ def test_search_prints_the_whole_snippet(home: Path) -> None:
     assert f"   {paragraph.strip()}" in human.splitlines()
 
 
+@pytest.mark.slow
 def test_errors_have_exit_codes(home: Path) -> None:
     (home / "config.toml").write_text("[sessions]\npaths = []\n")
     run(home, "sync")

@@ -157,6 +157,7 @@ def test_kill9_during_sync_recovers(home: Path) -> None:
         d.stop()
 
 
+@pytest.mark.slow
 def test_second_daemon_refused_and_stale_socket_replaced(daemon: DaemonProcess, home: Path) -> None:
     second = subprocess.run(
         [sys.executable, "-m", "recalld.surfaces.cli", "serve"],

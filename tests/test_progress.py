@@ -178,6 +178,7 @@ def busy_daemon(home: Path) -> Any:
     daemon.stop()
 
 
+@pytest.mark.slow
 def test_sync_wait_prints_progress_lines_and_a_sentence(busy_daemon: DaemonProcess) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "recalld.surfaces.cli", "sync", "--wait"],

@@ -89,6 +89,7 @@ def test_a_lone_client_reuses_one_reader(home: Path) -> None:
         engine.close()
 
 
+@pytest.mark.slow
 def test_counts_warm_and_read_ahead_leave_the_index_unmapped(home: Path) -> None:
     engine = _big_index(home)
     try:
