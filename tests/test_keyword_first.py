@@ -178,6 +178,18 @@ def test_status_counts_the_chunks_without_vectors_from_the_index(
         engine.close()
 
 
+def test_an_index_without_vectors_has_none_due(home: Path) -> None:
+    write(home / "memory" / "a.md", "# a\n\nsome words about the sea and its boats\n")
+    engine = make_engine(home, None)  # provider "none": keyword only, no vector table
+    try:
+        engine.sync()
+        status = engine.status()
+        assert status["counts"]["chunks"] > 0
+        assert status["vectors"] == {"vectors_pending": 0, "vectors_total": 0}
+    finally:
+        engine.close()
+
+
 def test_the_tray_ring_follows_the_vectors_once_every_file_is_in() -> None:
     from recalld.surfaces.tray import view_for
 
