@@ -834,6 +834,8 @@ class Engine:
         roots = self.config.memory_roots()  # resolved once: a path walk per root
         with self.reader() as store:
             counts = self.counts(store)
+            # From the index, not the writer's running count (vectors_missing says why).
+            vectors = vectors_missing(counts, vector_table=store.has_vec_table())
             facts = status_facts(store)
             # A daemon knows its last sync; a CLI's engine reads it (a scan of ``files``).
             last_sync = self.last_sync or store.last_indexed()
@@ -842,7 +844,6 @@ class Engine:
                 for root, why in _root_problems(roots, facts.mount_roots).items()
             ]
         skipped = sorted(self.skipped.items())
-        vectors = vectors_missing(counts)  # from the index, not the writer's running count
         from recalld.ingest.sessions.redaction import counts as redaction_counts
         from recalld.retrieval.served import status_texts
 
