@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.dev-installed
 EXTRAS_STAMP := $(VENV)/.extras-installed
 
-.PHONY: install dev extras link unlink run test lint typecheck bench clean
+.PHONY: install dev extras link unlink run test test-quick lint typecheck bench clean
 
 LINK_DIR ?= $(HOME)/.local/bin
 
@@ -75,6 +75,14 @@ test: install dev
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q tests
+
+# The quick suite: the same checks, without the tests marked `slow` (real daemons through crash,
+# load and back-fill scenarios, the real model over many texts); README says how long each takes.
+test-quick: install dev
+	$(BIN)/ruff check daemon client tests $(wildcard bench)
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -q -m "not slow" tests
 
 lint: install dev
 	$(BIN)/ruff check daemon client tests $(wildcard bench)

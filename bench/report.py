@@ -280,6 +280,13 @@ def _speed_rows(m: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             "",
         ),
         (
+            "int8 prefilter recall (exact top 10 among its candidates; "
+            f"{m.get('prefilter_cpu', '-')})",
+            fmt(m.get("prefilter_recall_100k"), "", 4),
+            f"at 1M {fmt(m.get('prefilter_recall_1m'), '', 4)}",
+            "",
+        ),
+        (
             "keyword-only search p50, socket",
             fmt(m.get("keyword_search_p50_ms_100k"), "ms"),
             f"FTS5 query alone {fmt(m.get('fts_p50_ms_100k'), 'ms')}; ripgrep two terms "

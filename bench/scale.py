@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 import recalld.index.store
-from bench import corpora
+from bench import corpora, prefilter
 from bench.cache import VectorCache
 from bench.common import OUT, QUICK, Sampler, Sheet, log, percentile
 from bench.daemonproc import Daemon
@@ -300,7 +300,7 @@ def _peak_over_idle(d: Daemon) -> float:
 def _search_vs_numpy(sheet: Any, c: Any, home: Path, queries: list[str], qvecs: F32) -> None:
     """Socket hybrid searches, each followed by numpy brute force over the same matrix."""
     with Store(home / "index.sqlite", readonly=True) as store:
-        _, rows, n = load_rows(store, qvecs.shape[1], None)
+        ids, rows, n = load_rows(store, qvecs.shape[1], None)
         vindex = VectorIndex.load(store, qvecs.shape[1], folder=home)
     matrix = rows.matrix[:n]
     want = 24
@@ -330,6 +330,7 @@ def _search_vs_numpy(sheet: Any, c: Any, home: Path, queries: list[str], qvecs: 
     sheet.put("keyword_search_p50_ms_1m", percentile(kw, 0.5), 2)
     sheet.put("vector_search_p50_ms_1m", percentile(vec, 0.5), 2)
     sheet.put("vector_recall_vs_exact_1m", _recall(vindex, qvecs, matrix), 4)
+    prefilter.put(sheet, "1m", prefilter.measure(vindex, qvecs, matrix, ids[:n]), len(qvecs))
     sheet.note(
         "search_p50_ms_1m",
         f"{len(queries)} real queries via recalld_client.search() (hybrid, query embedding "

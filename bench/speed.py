@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from bench import corpora, filtered_search
+from bench import corpora, filtered_search, prefilter
 from bench.cache import EMBED_GROUP, VectorCache
 from bench.common import OUT, VENV_BIN, Sampler, Sheet, Sizes, log, median, percentile
 from bench.corpora import Doc
@@ -482,6 +482,7 @@ def large_index(ctx: Ctx) -> None:
                 vec, _ = _search_loop(c, queries, mode="vector")
                 filtered_search.measure(s, c, home / "index.sqlite", queries, "100k")
                 recall = _recall(vindex, qvecs, matrix, ids_arr)
+                kept = prefilter.measure(vindex, qvecs, matrix, ids_arr)
                 _pyspy(ctx, d, c, queries)
             time.sleep(1.0)
             parts = d.rss_parts()
@@ -501,6 +502,7 @@ def large_index(ctx: Ctx) -> None:
     s.put("keyword_search_p50_ms_100k", percentile(kw, 0.5), 2)
     s.put("vector_search_p50_ms_100k", percentile(vec, 0.5), 2)
     s.put("vector_recall_vs_exact_100k", recall, 4)
+    prefilter.put(s, "100k", kept, len(qvecs))
     s.put("numpy_scan_gb_per_s", matrix_mb / percentile(rounds["numpy"], 0.5), 2)
     s.note(
         "search_blas1_p50_ms_100k",

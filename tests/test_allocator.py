@@ -138,6 +138,7 @@ def _probe(mode: str) -> dict[str, float]:
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_tuned_allocator_reuses_temporaries_and_returns_freed_memory_when_quiet() -> None:
     tuned = _probe("tuned")

@@ -402,6 +402,7 @@ def test_real_wordpiece_counter_within_model_window() -> None:
         check_invariants(text, chunks, real, 256)
 
 
+@pytest.mark.slow
 def test_huge_single_line_is_chunked_in_linear_time_and_bounded_memory() -> None:
     # A 1 MB note without a line break: the words are counted once per distinct word (no
     # tokenizer pass over the whole line, no call per repeated word) and atoms are word

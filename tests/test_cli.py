@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import env_for, write
 
 
@@ -23,6 +25,7 @@ def run(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
     return proc
 
 
+@pytest.mark.slow
 def test_sync_search_get_status(home: Path) -> None:
     (home / "config.toml").write_text("[sessions]\npaths = []\n")
     note = write(
@@ -44,6 +47,7 @@ def test_sync_search_get_status(home: Path) -> None:
     assert "provider:" in run(home, "status").stdout
 
 
+@pytest.mark.slow
 def test_search_prints_the_whole_snippet(home: Path) -> None:
     """The printed result holds every line of its snippet, each whole (a long paragraph, and a
     matching line after the fourth, were cut off without a mark)."""
@@ -63,6 +67,7 @@ def test_search_prints_the_whole_snippet(home: Path) -> None:
     assert f"   {paragraph.strip()}" in human.splitlines()
 
 
+@pytest.mark.slow
 def test_errors_have_exit_codes(home: Path) -> None:
     (home / "config.toml").write_text("[sessions]\npaths = []\n")
     run(home, "sync")

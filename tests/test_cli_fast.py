@@ -93,6 +93,7 @@ def daemon(home: Path) -> Iterator[DaemonProcess]:
         d.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_fast_path_prints_what_the_full_cli_prints(home: Path, daemon: DaemonProcess) -> None:
     note = home / "memory" / "decisions.md"
@@ -125,6 +126,7 @@ def test_fast_path_prints_what_the_full_cli_prints(home: Path, daemon: DaemonPro
     assert proc.returncode == 0 and proc.stdout.startswith("## Storage\n"), proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_fast_path_errors_have_the_full_cli_exit_codes(home: Path, daemon: DaemonProcess) -> None:
     cases = [
@@ -143,6 +145,7 @@ def test_fast_path_errors_have_the_full_cli_exit_codes(home: Path, daemon: Daemo
         assert modules == "", (args, modules)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_what_the_fast_path_cannot_judge_goes_to_the_full_cli(
     home: Path, daemon: DaemonProcess
@@ -222,6 +225,7 @@ def test_parse_leaves_the_rest_to_the_full_parser(argv: list[str]) -> None:
     assert parse(argv) is None
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_daemon_that_does_not_answer_is_asked_once(home: Path) -> None:
     """A hung daemon (its socket accepts, nothing answers): one 1 s hello, then in-process."""

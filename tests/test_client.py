@@ -296,6 +296,7 @@ def test_watch_ends_when_the_daemon_stops(tmp: Path) -> None:
     assert len(seen) >= 3
 
 
+@pytest.mark.slow
 def test_timeout(sock_path: Path) -> None:
     with Client(sock_path, timeout=0.2) as c:
         start = time.monotonic()

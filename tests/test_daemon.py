@@ -126,6 +126,7 @@ def test_concurrent_searches_during_reindex(daemon: DaemonProcess, home: Path) -
     assert all(n > 0 for n in counts)
 
 
+@pytest.mark.slow
 def test_kill9_during_sync_recovers(home: Path) -> None:
     config(home)
     for i in range(150):
@@ -156,6 +157,7 @@ def test_kill9_during_sync_recovers(home: Path) -> None:
         d.stop()
 
 
+@pytest.mark.slow
 def test_second_daemon_refused_and_stale_socket_replaced(daemon: DaemonProcess, home: Path) -> None:
     second = subprocess.run(
         [sys.executable, "-m", "recalld.surfaces.cli", "serve"],

@@ -35,6 +35,7 @@ def test_metrics_by_hand() -> None:
     assert budget["recall@4kc"] == pytest.approx(1 / 3)  # the crossing hit counts, later not
 
 
+@pytest.mark.slow
 def test_eval_on_tiny_corpus(tmp_path: Path) -> None:
     corpus = tmp_path / "set" / "corpus"
     write(

@@ -162,6 +162,7 @@ def test_a_failing_read_ahead_is_counted_and_searches_go_on(
         engine.close()
 
 
+@pytest.mark.slow
 def test_an_idle_daemon_reads_the_common_words_ahead(home: Path) -> None:
     (home / "config.toml").write_text(
         '[sessions]\npaths = []\n[embedding]\nprovider = "none"\n[sync]\ndebounce_s = 0.2\n'

@@ -109,6 +109,7 @@ def test_weight_edit_applies_to_the_next_search(daemon: DaemonProcess, home: Pat
         wait_for(lambda: keyword_weight() == 0.55, 10)
 
 
+@pytest.mark.slow
 def test_invalid_edit_is_refused_and_the_old_config_kept(daemon: DaemonProcess, home: Path) -> None:
     good = settings(home, [home / "memory"], [], "[search]\nmax_results = 3\n")
     with daemon.client() as c:
@@ -183,6 +184,7 @@ def test_log_and_status_open_with_where_things_are(daemon: DaemonProcess, home: 
     assert out[3].startswith(f"config:    {home / 'config.toml'} (loaded ")
 
 
+@pytest.mark.slow
 def test_search_without_daemon_says_the_index_is_stale(home: Path) -> None:
     save(home, settings(home, [home / "memory"], []))
     note = write(home / "memory" / "log.md", "# Log\n\nFirst entry about herons.\n")

@@ -43,6 +43,7 @@ def shutdown_daemon(home: Path) -> None:
     wait_for(lambda: not is_running(socket, timeout=0.5), timeout=30)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_mcp_tools_over_stdio(home: Path) -> None:
     import anyio

@@ -89,6 +89,7 @@ def test_an_undecodable_name_created_while_running(daemon: DaemonProcess, home: 
         wait_for(lambda: len(found(c, "platypus")) == 2, timeout=20)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_memory_root_symlink_repointed_while_running(home: Path) -> None:
     """The daemon watches the folder the root's symlink leads to; re-pointed, it follows."""

@@ -77,6 +77,7 @@ def _ring(p: dict[str, Any]) -> float:
     return float(p["files_done"] / NOTES)
 
 
+@pytest.mark.slow
 def test_copying_2000_notes_shows_true_progress(home: Path, tmp_path: Path) -> None:
     (home / "config.toml").write_text(
         "[sessions]\npaths = []\n[sync]\ndebounce_s = 0.5\nprogress_log_s = 1.0\n"
@@ -177,6 +178,7 @@ def busy_daemon(home: Path) -> Any:
     daemon.stop()
 
 
+@pytest.mark.slow
 def test_sync_wait_prints_progress_lines_and_a_sentence(busy_daemon: DaemonProcess) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "recalld.surfaces.cli", "sync", "--wait"],
@@ -193,6 +195,7 @@ def test_sync_wait_prints_progress_lines_and_a_sentence(busy_daemon: DaemonProce
     assert "chunks/s" in lines[0] and "files/s" in lines[0]
 
 
+@pytest.mark.slow
 def test_sync_wait_draws_a_bar_on_a_terminal(busy_daemon: DaemonProcess) -> None:
     env = env_for(busy_daemon.home)
     pid, fd = pty.fork()
@@ -270,6 +273,7 @@ def _ctrl_c_reaches(start: Callable[[], subprocess.Popen[bytes]]) -> subprocess.
         signal.signal(signal.SIGINT, before)
 
 
+@pytest.mark.slow
 def test_status_watch_follows_a_job_until_ctrl_c(busy_daemon: DaemonProcess) -> None:
     env = env_for(busy_daemon.home)
     cmd = [sys.executable, "-m", "recalld.surfaces.cli"]

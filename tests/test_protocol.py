@@ -46,6 +46,7 @@ def _cut(data: bytes, cuts: list[int]) -> list[bytes]:
     return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
+@pytest.mark.slow
 @given(st.lists(maps, max_size=6), st.lists(st.integers(min_value=0), max_size=30))
 @settings(max_examples=150)
 def test_round_trip_under_any_chunking(frames: list[dict[Any, Any]], cuts: list[int]) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from conftest import make_engine, write
 from recalld.engine import Engine
@@ -88,6 +89,7 @@ def test_a_lone_client_reuses_one_reader(home: Path) -> None:
         engine.close()
 
 
+@pytest.mark.slow
 def test_counts_warm_and_read_ahead_leave_the_index_unmapped(home: Path) -> None:
     engine = _big_index(home)
     try:
@@ -109,6 +111,7 @@ def test_counts_warm_and_read_ahead_leave_the_index_unmapped(home: Path) -> None
         engine.close()
 
 
+@pytest.mark.slow
 def test_the_matrix_loaded_by_a_search_leaves_the_index_unmapped(home: Path) -> None:
     engine = _big_index(home, embedder=HashEmbedder())
     try:

@@ -186,6 +186,7 @@ def test_a_truncated_index_is_moved_aside_and_rebuilt(home: Path, keep: str) -> 
     assert "Traceback" not in d.log_tail(1_000_000)
 
 
+@pytest.mark.slow
 def test_damage_while_running_is_recovered_and_no_edit_is_lost(home: Path) -> None:
     d = DaemonProcess(home).start()
     try:
@@ -228,6 +229,7 @@ def test_at_most_three_damaged_files_are_kept(tmp_path: Path) -> None:
     assert len(list(tmp_path.glob("*-wal"))) == 3
 
 
+@pytest.mark.slow
 def test_in_process_commands_on_a_damaged_index_say_what_to_do(home: Path) -> None:
     index = home / "index.sqlite"
     checkpoint(index)

@@ -172,6 +172,7 @@ def test_a_client_that_never_reads_keeps_the_daemon_bounded(daemon: DaemonProces
         assert c.get(wide, 2, 1)["text"].startswith("w1 ")
 
 
+@pytest.mark.slow
 def test_idle_connections_beyond_the_cap_get_too_many_connections(
     small_daemon: DaemonProcess,
 ) -> None:

@@ -230,6 +230,7 @@ def method_calls(draw: st.DrawFn) -> tuple[str, dict[Any, Any]]:
     return method, params
 
 
+@pytest.mark.slow
 @given(env=envelopes())
 @settings(max_examples=400, deadline=None, suppress_health_check=RELAXED)
 def test_fuzzed_envelopes_are_answered(daemon: DaemonProcess, env: dict[Any, Any]) -> None:
@@ -238,6 +239,7 @@ def test_fuzzed_envelopes_are_answered(daemon: DaemonProcess, env: dict[Any, Any
         _hello_ok(wire, _pid(daemon))  # an envelope error keeps the connection
 
 
+@pytest.mark.slow
 @given(call=method_calls(), req_id=st.integers(0, 2**40))
 @settings(max_examples=600, deadline=None, suppress_health_check=RELAXED)
 def test_fuzzed_params_of_every_method(
@@ -329,6 +331,7 @@ def test_oversized_request_gets_too_large_not_a_broken_pipe(short_tmp: Path) -> 
         assert c.call("echo", {"ok": 1}) == {"ok": 1}  # a new connection, and served
 
 
+@pytest.mark.slow
 def test_requests_are_capped_below_answers(short_tmp: Path) -> None:
     """A 2 MiB request is refused from its header (requests are small; answers may not be)."""
     path = short_tmp / "s.sock"

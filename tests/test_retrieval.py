@@ -305,6 +305,7 @@ def test_mmr_keeps_one_file_from_filling_every_slot() -> None:
     assert diverse[0] == 0 and 9 in diverse
 
 
+@pytest.mark.slow
 def test_mmr_through_the_engine(home: Path, local_embedder: Any) -> None:
     long_file = "# Garden log\n\n" + "\n\n".join(
         f"Day {i}: watered the tomatoes and checked the tomato plants for blight."
@@ -411,6 +412,7 @@ def test_search_max_tokens_and_explain(code_engine: Engine) -> None:
     assert res["explain"]["fusion"] == "weighted" and res["explain"]["match"]
 
 
+@pytest.mark.slow
 def test_cli_search_explain_and_budget(home: Path) -> None:
     for rel, text in CODE_NOTES.items():
         write(home / "memory" / rel, text)

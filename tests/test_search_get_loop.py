@@ -23,6 +23,8 @@ from recalld.surfaces import mcp_server
 from recalld.tokens import default_tokenizer
 from recalld_client import Client, RecalldClientError, is_running
 
+pytestmark = pytest.mark.slow  # real daemons, one per test: minutes here (make test runs them)
+
 NOTES = {
     "decisions.md": "# Decisions\n\n## Storage\n\n"
     "On 2024-03-12 we chose SQLite with sqlite-vec over Postgres because the daemon must run "

@@ -25,6 +25,8 @@ from recalld.index.store import FileChange
 from recalld.serve.helper_wire import change_from_wire, change_to_wire
 from recalld_client.types import Mode
 
+pytestmark = pytest.mark.slow  # real daemons, one per test: minutes here (make test runs them)
+
 WORDS = [
     "alpha",
     "bravo",

@@ -184,6 +184,7 @@ def secure() -> Iterator[Home]:
 # -- the socket and the files ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_socket_and_index_are_private(secure: Home) -> None:
     run = secure.daemon.socket.parent
     assert stat.S_IMODE(os.stat(run).st_mode) == 0o700
@@ -655,6 +656,7 @@ def _answers(sock: Path) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_config_holding_a_key_readable_by_others_is_reported(tmp_home: Path) -> None:
     inline = "sk-proj-INLINEKEY9876543210zyxwvutsrqponmlkjihg"
     config = tmp_home / "config.toml"

@@ -67,6 +67,7 @@ def test_width_must_be_positive() -> None:
     assert physical_cores() >= 1
 
 
+@pytest.mark.slow
 def test_vectors_do_not_depend_on_the_threads() -> None:
     """The same texts on one thread and on three: bit-identical rows in input order (a batch's
     rows are written by the thread that ran it)."""

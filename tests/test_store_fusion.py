@@ -150,6 +150,7 @@ def test_config_validation(tmp_path: Path) -> None:
         Config.load(cfg)
 
 
+@pytest.mark.slow
 def test_vector_index_prefilter_matches_exact_search() -> None:
     rng = np.random.default_rng(1)
     basis = rng.normal(size=(48, 384)).astype(np.float32)  # embeddings live near a subspace

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import make_config
 from daemon_process import DaemonProcess, wait_for
 from recalld.embedding.registry import ProviderChoice
@@ -118,6 +120,7 @@ def _proc(pid: int, name: str, key: str) -> int:
     raise KeyError(key)
 
 
+@pytest.mark.slow
 def test_daemon_reads_an_endless_line_once_with_bounded_memory(home: Path) -> None:
     tdir = home / "sessions"
     tdir.mkdir()
@@ -182,6 +185,7 @@ def test_daemon_watcher_sees_a_same_size_scrub(home: Path) -> None:
         d.stop()
 
 
+@pytest.mark.slow
 def test_huge_word_in_a_message_is_chunked_in_linear_time() -> None:
     # A pasted base64 blob is one "word": the session chunker used to binary-search the rest
     # of the text for every part (quadratic: 40 s for 107 KB, 250 chars counted per char of a

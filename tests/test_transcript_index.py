@@ -98,6 +98,7 @@ def _index_rows(eng: Engine, path: Path) -> Counter[tuple[Any, ...]]:
         )
 
 
+@pytest.mark.slow
 @needs_session
 def test_delta_sync_builds_the_same_index_as_one_sync(home: Path) -> None:
     lines = SESSION.read_text(encoding="utf-8").split("\n")[:700]

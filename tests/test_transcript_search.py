@@ -27,7 +27,7 @@ SESSION = SPOTTER / f"{SESSION_ID}.jsonl"
 SUBAGENT = SPOTTER / SESSION_ID / "subagents" / "agent-aac57f5.jsonl"
 GLOBS = [str(SPOTTER / f"{SESSION_ID}*.jsonl"), str(SPOTTER / SESSION_ID / "**" / "*.jsonl")]
 
-pytestmark = needs_bench("transcripts", "spotter", SESSION.name)
+pytestmark = [needs_bench("transcripts", "spotter", SESSION.name), pytest.mark.slow]
 
 # (query, file, JSONL line, kind of the hit, where it lives)
 NEEDLES = [

@@ -175,6 +175,7 @@ def config(home: Path) -> None:
     write(home / "memory" / "tray.md", "# Tray\n\nThe tray shows the daemon's state.\n")
 
 
+@pytest.mark.slow
 def test_app_follows_daemon_through_restart(home: Path) -> None:
     config(home)
     shown: list[View] = []

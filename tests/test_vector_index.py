@@ -92,6 +92,7 @@ def test_no_scratch_folder_keeps_rows_in_memory(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.slow
 def test_load_makes_no_full_copy(tmp_path: Path) -> None:
     """The old load held the blobs, a stacked copy and a float32 copy: 2-3x the matrix."""
     dims = 64  # many rows, so that the fixed cost (a vec0 chunk's blobs in flight) is small
@@ -162,6 +163,31 @@ def test_allowed_mask_by_id_map_with_unknown_ids() -> None:
     assert {cid for cid, _ in got} == {1, 21, 41, 59_999}
     assert got[0][0] == 41
     assert index.search(mat[0], 5, np.array([4, 6], dtype=np.int64)) == []  # even ids: none
+
+
+def test_prefilter_candidates_hold_the_final_top_and_bench_measures_them() -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench import prefilter
+
+    mat = _unit(6000, DIMS, 12)
+    ids = np.arange(6000, dtype=np.int64) * 3 + 7
+    small = VectorIndex(DIMS, prefilter_min_rows=10**9)
+    small.apply([], list(zip(ids.tolist(), mat, strict=True)))
+    assert small.prefilter_candidates(mat[0], 10) is None  # no prefilter: nothing to measure
+    index = VectorIndex(DIMS, prefilter_min_rows=5000)
+    index.apply([], list(zip(ids.tolist(), mat, strict=True)))
+    queries = _unit(20, DIMS, 14)
+    for q in queries:
+        cand = index.prefilter_candidates(q, 10)
+        assert cand is not None and len(cand) == 2000  # PREFILTER_CANDIDATES rows, not all
+        assert {cid for cid, _ in index.search(q, 10)} <= set(cand.tolist())
+    recall = prefilter.measure(index, queries, mat, ids)
+    assert 0.9 <= recall <= 1.0
+    # A matrix that is not the index's: its best rows are not the candidates.
+    assert prefilter.measure(index, queries, -mat, ids) < 0.1
+    assert prefilter.cpu_class()
 
 
 @pytest.mark.parametrize("prefilter", [True, False])

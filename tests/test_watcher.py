@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import linked_vaults
 from recalld.ingest.filters import PathFilter
 from recalld.ingest.watcher import ROOT_CHECK_S, Watcher
@@ -40,6 +42,7 @@ def test_reads_are_not_events_but_writes_are(tmp_path: Path) -> None:
         watcher.stop()
 
 
+@pytest.mark.slow
 def test_a_root_whose_symlink_is_repointed_is_handed_over(tmp_path: Path) -> None:
     """The watcher watches resolved folders: a re-pointed root symlink must be reported."""
     _, two, link = linked_vaults(tmp_path)

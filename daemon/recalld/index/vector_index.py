@@ -380,12 +380,32 @@ class VectorIndex:
             top = top[np.argsort(-scores[top], kind="stable")]
             return [(int(ids[r]), float(scores[r])) for r in top if np.isfinite(scores[r])]
 
+    def prefilter_candidates(self, query: F32, k: int) -> I64 | None:
+        """Chunk ids the int8 prefilter hands to the exact rescoring of a top ``k`` (None: no
+        prefilter at this size). ``make bench`` measures how many of the true top k are in."""
+        with self._lock.shared():
+            n = self._count
+            if self._proj is None or n <= PREFILTER_CANDIDATES:
+                return None
+            q = np.asarray(query, dtype=np.float32)
+            return np.array(self._ids[self._candidates(q, k, n, None)])
+
     def _search_prefiltered(
         self, q: F32, k: int, ids: I64, mask: npt.NDArray[np.bool_] | None
     ) -> list[tuple[int, float]]:
         """Scan the projected matrix, rescore the best candidates exactly (shared lock held)."""
+        cand = self._candidates(q, k, len(ids), mask)
+        # np.take rather than fancy indexing: the same rows copied in 1.7-1.8 ms against 2.8-3.7
+        # (4,000 rows x 384, one thread, three runs).
+        exact = np.take(self._matrix, cand, axis=0) @ q
+        k = min(k, len(cand))
+        top = np.argpartition(-exact, k - 1)[:k] if k < len(cand) else np.arange(len(cand))
+        top = top[np.argsort(-exact[top], kind="stable")]
+        return [(int(ids[cand[r]]), float(exact[r])) for r in top]
+
+    def _candidates(self, q: F32, k: int, n: int, mask: npt.NDArray[np.bool_] | None) -> I64:
+        """Rows of the best int8 scores, in row order (shared lock held)."""
         assert self._proj is not None
-        n = len(ids)
         # The whole (contiguous) array goes to the scan; the columns past n are ignored.
         query = quantize_query(q @ self._proj, self._scale)
         rough = _SCAN.scores(query, self._low, self._offsets)[:n].astype(np.float32)
@@ -398,14 +418,12 @@ class VectorIndex:
         # was 0.983 with 2,000, 0.993 with 4,000 and 1.000 with 8,000, at no measurable cost.
         c = min(max(PREFILTER_CANDIDATES, 40 * k, n // CANDIDATE_SHARE), n_ok)
         cand = largest(rough, c)
-        cand = np.sort(cand[np.isfinite(rough[cand])])  # row order: sequential page reads
-        # np.take rather than fancy indexing: the same rows copied in 1.7-1.8 ms against 2.8-3.7
-        # (4,000 rows x 384, one thread, three runs).
-        exact = np.take(self._matrix, cand, axis=0) @ q
-        k = min(k, len(cand))
-        top = np.argpartition(-exact, k - 1)[:k] if k < len(cand) else np.arange(len(cand))
-        top = top[np.argsort(-exact[top], kind="stable")]
-        return [(int(ids[cand[r]]), float(exact[r])) for r in top]
+        return np.sort(cand[np.isfinite(rough[cand])])  # row order: sequential page reads
+
+
+def scan_engine() -> str:
+    """What ran the prefilter's int8 scans: "onnxruntime" or "numpy" (``Int8Scan.engine``)."""
+    return _SCAN.engine
 
 
 #: A filter that keeps at most 1/this of the rows has just those rows scored exactly, no scan

@@ -232,7 +232,7 @@ def vector_counts(store: Store) -> tuple[int, int]:
     return pending, chunks - keyword_only
 
 
-def vectors_missing(counts: Mapping[str, int]) -> dict[str, int]:
+def vectors_missing(counts: Mapping[str, int], *, vector_table: bool) -> dict[str, int]:
     """``vectors_pending`` / ``vectors_total`` read off the index's row counts (``Store.counts``,
     one snapshot): the chunks due a vector that have none, whatever the writer last counted.
 
@@ -240,8 +240,11 @@ def vectors_missing(counts: Mapping[str, int]) -> dict[str, int]:
     writer's own steps, and a status read between a write and its count (or any write the count
     missed) said ``vectors_pending`` 0 with chunks still waiting (issue 38). The writer never
     leaves a vector without its chunk, nor gives a keyword-only chunk one (both checked by the
-    tests' ``check_consistent``), so the difference is exact.
+    tests' ``check_consistent``), so the difference is exact. ``vector_table`` False (an index
+    with no vector space: provider "none"): nothing is due.
     """
+    if not vector_table:
+        return {"vectors_pending": 0, "vectors_total": 0}
     due = counts["chunks"] - counts["keyword_only_chunks"]
     return {"vectors_pending": max(due - counts["vectors"], 0), "vectors_total": due}
 

@@ -43,7 +43,8 @@ def status(
         for r, why in root_problems(roots, facts.mount_roots).items()
     ]
     skipped = sorted(state.skipped.items())
-    vectors = vectors_missing(counts)  # from the index, not the writer's running count
+    # From the index, not the writer's running count (vectors_missing says why).
+    vectors = vectors_missing(counts, vector_table=store.has_vec_table())
     embedder = provider.embedder
     answer = {
         "version": __version__,
