@@ -39,6 +39,7 @@ from recalld.index.vector_index import VectorIndex
 from recalld.ingest.chunking import Chunk
 from recalld.ingest.embed_ahead import EmbedAhead
 from recalld.ingest.filters import PathFilter
+from recalld.ingest.forgotten import forgotten_stone
 from recalld.ingest.indexer import Indexer, Progress, SyncReport, identity_for
 from recalld.ingest.path_rule import shown
 from recalld.ingest.session_sync import SessionIndexer
@@ -516,6 +517,8 @@ class Engine:
                 lambda p: row.source if (row := store.file(p)) is not None else None,
             )
             row = store.file(str(target.path))
+            if forgotten_stone(store, self.config, raw, target.path) is not None:
+                raise NotFound(f"{target.path} is forgotten (`recalld forget --list`)")
         if row is None and not access.exists(target.path):
             raise NotFound(f"{target.path} is not indexed and does not exist")
         redact = None
