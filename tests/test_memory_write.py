@@ -206,6 +206,7 @@ def _entries(path: Path) -> list[tuple[str, str]]:
     return out
 
 
+@pytest.mark.slow  # ~2 min on two shared cores: 1,600 durable writes to one growing note
 @pytest.mark.timeout(600)
 def test_eight_clients_two_hundred_entries_each(keyword_daemon: DaemonProcess) -> None:
     acknowledged: list[list[str]] = [[] for _ in range(8)]
