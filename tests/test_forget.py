@@ -118,6 +118,7 @@ def test_forget_paths_and_globs_hold_across_edits_restarts_and_rebuilds(home: Pa
             c.sync(wait=True)
             assert keyword(c, "zqxalpha2") == []
             assert [s["value"] for s in c.forgotten()] == [str(a)]
+            assert c.status()["forgotten"] == 1
             c.reindex(wait=True)
             assert keyword(c, "zqxalpha1") == [] and keyword(c, "zqxbeta1")
             glob = c.forget(str(home / "memory" / "old" / "*.md"))

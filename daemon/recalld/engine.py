@@ -30,7 +30,7 @@ from recalld.embedding.base import Embedder, provider_key
 from recalld.embedding.provider_guard import PROBE_DEADLINE_S, ProviderGuard
 from recalld.embedding.registry import ProviderChoice, resolve_embedder
 from recalld.errors import BadRequest, IndexError_, NotFound, RecalldError
-from recalld.index import index_files, rebuild
+from recalld.index import index_files, rebuild, tombstones
 from recalld.index.rwlock import ReadWriteLock
 from recalld.index.status_facts import mount_roots, status_facts
 from recalld.index.store import FileChange, Identity, Store, prefix_bounds
@@ -841,6 +841,7 @@ class Engine:
             facts = status_facts(store)
             # A daemon knows its last sync; a CLI's engine reads it (a scan of ``files``).
             last_sync = self.last_sync or store.last_indexed()
+            forgotten = len(tombstones.all_of(store.conn))
             missing_roots = [
                 {"path": str(root), "reason": why, "files_kept": _files_under(store, root)}
                 for root, why in _root_problems(roots, facts.mount_roots).items()
@@ -871,6 +872,7 @@ class Engine:
             "skipped_files": [{"path": p, "reason": r} for p, r in skipped[:MAX_SKIPPED_SHOWN]],
             "skipped_total": len(skipped),
             "redactions": redaction_counts(),  # since this process started: indexed, served
+            "forgotten": forgotten,  # tombstones (`recalld forget --list`)
             "vector_matrix": self._matrix_status(),
             "keyword_postings": self._postings_status(),
         }

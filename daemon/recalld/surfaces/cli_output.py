@@ -167,6 +167,11 @@ def print_status(res: dict[str, Any], as_json: bool) -> None:
             f"redacted:  {red['indexed']['total']} secrets indexed, {red['served']['total']} "
             "in get answers (since the daemon started)"
         )
+    if res.get("forgotten"):
+        lines.append(
+            f"forgotten: {res['forgotten']} path(s), session(s) or project(s) kept out "
+            "(`recalld forget --list`)"
+        )
     if res.get("last_error"):
         lines.append(f"error:     {res['last_error']}")
     lines.extend(f"warning:   {w}" for w in res.get("warnings") or [])
