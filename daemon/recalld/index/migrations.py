@@ -152,9 +152,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX chunks_keyword_only ON chunks(id) WHERE embed = 0;
     """,
     # 6: what was forgotten (recalld.index.tombstones): files, globs, sessions and projects kept
-    # out of the index, across restarts and rebuilds. FTS5's secure-delete removes a deleted
-    # row's entries from the index itself instead of adding delete markers, so forgotten words
-    # leave the file's bytes (with ``PRAGMA secure_delete``, see recalld.index.erase).
+    # out of the index, across restarts and rebuilds.
     """
     CREATE TABLE tombstones (
         kind       TEXT NOT NULL,
@@ -162,7 +160,6 @@ MIGRATIONS: tuple[str, ...] = (
         created_at REAL NOT NULL,
         PRIMARY KEY (kind, value)
     );
-    INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('secure-delete', 1);
     """,
 )
 

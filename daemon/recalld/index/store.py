@@ -333,7 +333,7 @@ class Store:
     ) -> tuple[dict[int, bool], list[NewChunk]]:
         """Chunks stored exactly as given (lines, text, context, kind) are kept with their ids
         and vectors: a note that grows by one entry writes one chunk, not all of them again
-        (each delete costs FTS5's secure-delete, see recalld.index.erase). Returns the kept
+        (fewer FTS5 delete markers and index writes). Returns the kept
         ids (with whether they take a vector) and the chunks still to write."""
         held: dict[tuple[Any, ...], list[tuple[int, bool]]] = {}
         for cid, *key in self.conn.execute(
