@@ -28,6 +28,7 @@ import numpy as np
 from bench import corpora
 from bench.common import Sheet, log, percentile
 from bench.daemonproc import Daemon
+from recalld.index import tombstones
 from recalld.index.store import Store
 
 HOME_NAME = "idx-100000"
@@ -154,6 +155,8 @@ def _derived_vectors(home: Path, glob: str, embedder: Any) -> None:
         engine.close()
     with Store(home / "index.sqlite") as store:
         store.copy_cache_from(scratch / "index.sqlite")
+        with store.conn:  # a rerun: the last run's forget would keep the session out
+            tombstones.remove(store.conn, "session", SESSION_ID)
     corpora.wipe(scratch)
 
 
