@@ -28,16 +28,23 @@ def chunk_hashes(conn: Any, path: str) -> set[str]:
 
 
 def drop_cached(conn: Any, hashes: Iterable[str]) -> int:
-    """Remove the cached embeddings of these texts unless a live chunk still holds the text."""
-    removed = 0
+    """Remove the cached embeddings of these texts unless a live chunk still holds the text.
+
+    One pass over the cache against a temporary table of the hashes: the cache's key starts
+    with the provider, so a delete per hash would scan the whole cache each time."""
+    wanted = [(h,) for h in set(hashes)]
+    if not wanted:
+        return 0
     with conn:
-        for text_hash in set(hashes):
-            conn.execute(
-                "DELETE FROM embedding_cache WHERE text_hash = ? "
-                "AND NOT EXISTS (SELECT 1 FROM chunks WHERE hash = ?)",
-                (text_hash, text_hash),
-            )
-            removed += conn.changes()
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS forgotten_hashes (h TEXT PRIMARY KEY)")
+        conn.execute("DELETE FROM temp.forgotten_hashes")
+        conn.executemany("INSERT OR IGNORE INTO temp.forgotten_hashes(h) VALUES (?)", wanted)
+        conn.execute(
+            "DELETE FROM embedding_cache WHERE text_hash IN (SELECT h FROM temp.forgotten_hashes "
+            "WHERE NOT EXISTS (SELECT 1 FROM chunks WHERE hash = h))"
+        )
+        removed = int(conn.changes())
+        conn.execute("DELETE FROM temp.forgotten_hashes")
     return removed
 
 
