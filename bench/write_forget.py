@@ -174,7 +174,7 @@ def _write_session(path: Path, chunks: int) -> None:
     rng = random.Random(7)
     lines = []
     n = 0
-    for turn in range(chunks // 3):
+    for turn in range(chunks * 2 // 5):  # ~2.5 chunks a turn
         words = " ".join(rng.choice(_WORDS) for _ in range(40))
         n += 1
         lines.append(_record("user", f"question {turn} zqs{n}x {words}"))
