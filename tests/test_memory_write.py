@@ -123,7 +123,7 @@ def test_write_in_process_is_searchable_deduplicated_and_replaceable(home: Path)
 
 
 def test_write_refusals_leave_nothing_behind(home: Path) -> None:
-    engine, edits = edits_for(home, memory__max_entry_chars=50)
+    engine, edits = edits_for(home, memory__max_entry_chars=50, memory__max_file_bytes=400)
     try:
         with pytest.raises(BadRequest, match=r"memory\.max_entry_chars"):
             edits.write({"text": "y" * 51})
@@ -132,6 +132,11 @@ def test_write_refusals_leave_nothing_behind(home: Path) -> None:
         with pytest.raises(BadRequest, match="would not be indexed"):
             edits.write({"text": "fine", "note": "node_modules/x.md"})
         assert sorted(p.name for p in (home / "memory").rglob("*") if p.is_file()) == []
+        for i in range(4):
+            edits.write({"text": f"entry {i} " + "z" * 40, "note": "full.md"})
+        with pytest.raises(BadRequest, match=r"memory\.max_file_bytes"):
+            edits.write({"text": "one more " + "z" * 40, "note": "full.md"})
+        assert "one more" not in (home / "memory" / "full.md").read_text()
     finally:
         engine.close()
 

@@ -73,6 +73,7 @@ class MemoryEdits:
         replace = params.get("replace")
         if replace is not None:
             path, first, last = self._cited_note(replace)
+            self._check_room(path, entry)
             with memory_write.note_lock(path, self._lock_file):
                 placed = memory_write.replace_lines(
                     path, first, last, entry, when, self._check_lines
@@ -80,6 +81,7 @@ class MemoryEdits:
                 edit = self._edited(path)
         else:
             path, title = self._target(params.get("note"), when)
+            self._check_room(path, entry)
             with memory_write.note_lock(path, self._lock_file):
                 placed = memory_write.append(path, entry, when, title=title)
                 edit = self._edited(path)
@@ -110,6 +112,20 @@ class MemoryEdits:
             create_root=not config.list("memory.paths"),  # the default folder: made on use
         )
         return path, title
+
+    def _check_room(self, path: Path, entry: memory_write.Entry) -> None:
+        """Refuse an entry that would take the note over ``memory.max_file_bytes`` (the indexer
+        would then skip the whole note: written but never found)."""
+        limit = self.engine.config.int("memory.max_file_bytes")
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        if size + len(entry.text.encode("utf-8")) + 100 > limit:
+            raise BadRequest(
+                f"{path} would grow past memory.max_file_bytes ({limit:,} bytes) and no longer "
+                "be indexed: write to another note (--note NAME)"
+            )
 
     def _edited(self, path: Path) -> int:
         """Count an edit of ``path`` that is on disk now (called under the note's lock)."""
