@@ -201,3 +201,25 @@ def test_forget_a_growing_session_and_a_project(home: Path) -> None:
             assert keyword(c, "zqxshop1") == []
     finally:
         daemon.stop()
+
+
+def test_a_cached_embedding_stays_while_its_text_is_live_elsewhere(tmp_path: Path) -> None:
+    import numpy as np
+
+    from recalld.index import erase
+    from recalld.index.store import FileRow, Identity, NewChunk, Store
+
+    store = Store(tmp_path / "index.sqlite")
+    store.set_identity(Identity("k", "t/m", "m", 3, "{}"))
+    vec = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+    store.put_cache("k", "m", 3, {"shared": vec, "only-a": vec})
+    for name, hashes in (("a", ["shared", "only-a"]), ("b", ["shared"])):
+        chunks = [NewChunk(i + 1, i + 1, f"{name} text {h}", h) for i, h in enumerate(hashes)]
+        with store.conn:
+            store.replace_file(FileRow(f"/m/{name}.md", "memory", 1, 1, name, 2), chunks, None)
+    gone = erase.chunk_hashes(store.conn, "/m/a.md")
+    store.remove_file("/m/a.md")
+    result = erase.scrub(store.conn, gone)
+    assert result["cache_entries_removed"] == 1 and result["wal_truncated"]
+    assert set(store.cached("k", "m", 3, ["shared", "only-a"])) == {"shared"}
+    store.close()
