@@ -228,6 +228,23 @@ TARGETS = (
     Target(
         "throughput 4 clients / 1 client, 100k", "throughput_4_vs_1_clients_100k", 1.6, False, "x"
     ),
+    # issue 34: writing and forgetting (bench/write_forget.py)
+    Target(
+        "remember to keyword-searchable p50, 100k, through the daemon",
+        "write_to_keyword_searchable_ms_p50",
+        50.0,
+        True,
+        "ms",
+    ),
+    Target(
+        "remember to vector-searchable p50, 100k",
+        "write_to_vector_searchable_ms_p50",
+        1000.0,
+        True,
+        "ms",
+    ),
+    Target("forget a 10k-chunk session, 100k", "forget_session_10k_s", 2.0, True, "s"),
+    Target("bytes of its tokens left under the home", "forget_session_tokens_left", 0, True, ""),
 )
 
 

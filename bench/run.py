@@ -10,7 +10,8 @@
 Parts: client_import, cli_start (bench/cli_start.py), throughput, rss_indexing, small, large,
 noop, transcripts, quality, ablation, needles (bench/transcript_needles.py), chat
 (bench/chat_mix.py), first_sync (bench/first_sync.py), scale (bench/scale.py: 100k and 1M
-chunks), shared (bench/shared_store.py: the PostgreSQL store).
+chunks), write_forget (bench/write_forget.py: remember to searchable, forget a session), shared
+(bench/shared_store.py: the PostgreSQL store).
 Corpora, homes and the embedding cache live under bench/out/ (gitignored).
 """
 
@@ -81,6 +82,7 @@ from bench import (  # noqa: E402
     sheet_restore,
     speed,
     transcript_needles,
+    write_forget,
 )
 from bench.cache import VectorCache  # noqa: E402
 from bench.common import FULL, OUT, QUICK, ROOT, Sheet, log, stage  # noqa: E402
@@ -102,6 +104,7 @@ PARTS = (
     "chat",
     "first_sync",
     "scale",
+    "write_forget",
     "shared",
 )
 
@@ -173,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         if only is None or "scale" in only:
             with stage("scale", timings):
                 scale.run(ctx)
+        if only is None or "write_forget" in only:
+            with stage("write_forget", timings):
+                write_forget.run(ctx)
         if only is None or "shared" in only:
             with stage("shared", timings):
                 from bench import shared_store

@@ -68,7 +68,7 @@ def test_mcp_tools_over_stdio(home: Path) -> None:
             assert "memory_search" in (init.instructions or "")
 
             tools = {t.name: t for t in (await session.list_tools()).tools}
-            assert set(tools) == {"memory_search", "memory_get"}
+            assert set(tools) == {"memory_search", "memory_get", "memory_write", "memory_forget"}
             search_schema = tools["memory_search"].input_schema
             assert search_schema["required"] == ["query"]
             assert set(search_schema["properties"]) == {

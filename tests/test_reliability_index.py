@@ -69,11 +69,26 @@ def checkpoint(index: Path) -> None:
         conn.close()
 
 
-def garble_middle_page(index: Path) -> None:
+def garble_middle_page(index: Path, of: str | None = None) -> None:
+    """Random bytes over the file's middle page, or over the middle leaf page of table ``of``."""
     pages = index.stat().st_size // PAGE
     assert pages > 10, f"index too small to damage in the middle ({pages} pages)"
+    page = pages // 2
+    if of is not None:
+        conn = apsw.Connection(str(index))
+        try:
+            leaves = [
+                int(r[0])
+                for r in conn.execute(
+                    "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY 1",
+                    (of,),
+                )
+            ]
+        finally:
+            conn.close()
+        page = leaves[len(leaves) // 2] - 1  # dbstat counts pages from 1
     with index.open("r+b") as fh:
-        fh.seek((pages // 2) * PAGE)
+        fh.seek(page * PAGE)
         fh.write(os.urandom(PAGE))
 
 
@@ -193,7 +208,9 @@ def test_damage_while_running_is_recovered_and_no_edit_is_lost(home: Path) -> No
         d.wait_idle()
         index = home / "index.sqlite"
         checkpoint(index)
-        garble_middle_page(index)
+        # A page the edits read: a leaf of the files table (the file's middle page may be an
+        # FTS5 segment leaf, which a delete or insert never reads).
+        garble_middle_page(index, of="files")
         started = time.monotonic()
         edit_all(home, "middle")  # these writes meet the damage
         wait_for(lambda: bool(aside_files(index)), timeout=60)

@@ -32,7 +32,8 @@ def test_migrations_and_consistency(tmp_path: Path) -> None:
     counts = store.counts()
     assert counts["chunks"] == counts["fts_rows"] == counts["vectors"] == 2
     again = store.replace_file(row, chunks[:1], {"h1": unit([1, 0, 0])})
-    assert len(again.removed) == 2
+    # The unchanged chunk stays as it was (its id and vector); only the other one goes.
+    assert again.removed == [2] and again.inserted == [] and again.kept == 1
     counts = store.counts()
     assert counts["chunks"] == counts["fts_rows"] == counts["vectors"] == 1
     assert store.keyword_search('"alpha"', 5, None, None)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import glob
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -50,6 +51,11 @@ class MemoryEdits:
         self.on_writer = on_writer
         self.after_index = after_index or (lambda: None)
         self.resync = resync or (lambda: None)
+        # Edits per note, counted once on disk, and how many of them the index holds: a write
+        # queued behind another's index pass finds its entry indexed already (group commit).
+        self._edits: dict[str, int] = {}
+        self._indexed: dict[str, int] = {}
+        self._count_lock = threading.Lock()
 
     @property
     def _lock_file(self) -> Path:
@@ -68,15 +74,20 @@ class MemoryEdits:
         replace = params.get("replace")
         if replace is not None:
             path, first, last = self._cited_note(replace)
+            self._check_room(path, entry)
             with memory_write.note_lock(path, self._lock_file):
                 placed = memory_write.replace_lines(
                     path, first, last, entry, when, self._check_lines
                 )
+                edit = self._edited(path)
         else:
             path, title = self._target(params.get("note"), when)
+            self._check_room(path, entry)
             with memory_write.note_lock(path, self._lock_file):
                 placed = memory_write.append(path, entry, when, title=title)
-        self._index(placed.path)
+                edit = self._edited(path)
+        self.on_writer(lambda: self._index_up_to(placed.path, edit))
+        self.after_index()
         return {
             "citation": placed.citation,
             "path": str(placed.path),
@@ -103,10 +114,37 @@ class MemoryEdits:
         )
         return path, title
 
-    def _index(self, path: Path) -> None:
-        """Index the note now, on the writer (keyword first), then let its vectors follow."""
-        self.on_writer(lambda: self.engine.index_now([path]))
-        self.after_index()
+    def _check_room(self, path: Path, entry: memory_write.Entry) -> None:
+        """Refuse an entry that would take the note over ``memory.max_file_bytes`` (the indexer
+        would then skip the whole note: written but never found)."""
+        limit = self.engine.config.int("memory.max_file_bytes")
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        if size + len(entry.text.encode("utf-8")) + 100 > limit:
+            raise BadRequest(
+                f"{path} would grow past memory.max_file_bytes ({limit:,} bytes) and no longer "
+                "be indexed: write to another note (--note NAME)"
+            )
+
+    def _edited(self, path: Path) -> int:
+        """Count an edit of ``path`` that is on disk now (called under the note's lock)."""
+        with self._count_lock:
+            self._edits[str(path)] = self._edits.get(str(path), 0) + 1
+            return self._edits[str(path)]
+
+    def _index_up_to(self, path: Path, edit: int) -> None:
+        """On the writer: index the note unless a pass since ``edit`` did (keyword first; the
+        vectors follow, ``after_index``)."""
+        key = str(path)
+        with self._count_lock:
+            if self._indexed.get(key, 0) >= edit:
+                return
+            upto = self._edits[key]  # every edit counted so far is on disk: this pass sees it
+        self.engine.index_now([path])
+        with self._count_lock:
+            self._indexed[key] = max(self._indexed.get(key, 0), upto)
 
     # forget ---------------------------------------------------------------------------------
 
@@ -197,16 +235,27 @@ class MemoryEdits:
             row = store.file(str(path))
             if row is None:
                 raise NotFound(f"{path} is not indexed: its lines cannot be checked")
-            try:
-                if row.hash == content_hash(path.read_bytes()):
-                    return
-            except OSError as exc:
-                raise NotFound(f"cannot read {path}: {exc.strerror}") from exc
             held = store.conn.execute(
                 "SELECT start_line, end_line, text FROM chunks WHERE path = ? "
                 "AND end_line >= ? AND start_line <= ?",
                 (str(path), first, last),
             ).fetchall()
+        # A citation is a passage recalld printed: a chunk's lines or an entry's. A range that
+        # starts or ends elsewhere is stale (lines moved) or made up: refused, never guessed at.
+        starts, ends = memory_write.entry_bounds(lines)
+        starts |= {int(r[0]) for r in held}
+        ends |= {int(r[1]) for r in held}
+        if first not in starts or last not in ends:
+            raise BadRequest(
+                f"{path}#L{first}-L{last} is not a passage recalld cited (an entry or a search "
+                "hit), or its lines moved since: nothing was touched; search again and use "
+                "the new citation"
+            )
+        try:
+            if row.hash == content_hash(path.read_bytes()):
+                return  # the file is exactly as indexed
+        except OSError as exc:
+            raise NotFound(f"cannot read {path}: {exc.strerror}") from exc
         covered: set[int] = set()
         for start, end, text in held:
             if "\n".join(lines[int(start) - 1 : int(end)]) != text:
@@ -221,9 +270,10 @@ class MemoryEdits:
             with self.engine.reader() as store:
                 before = erase.chunk_hashes(store.conn, str(path))
             removed = memory_write.remove_lines(path, first, last, self._check_lines)
+            edit = self._edited(path)
 
         def reindex() -> dict[str, Any]:
-            self.engine.index_now([path])
+            self._index_up_to(path, edit)
             assert self.engine.writer is not None
             return erase.scrub(self.engine.writer.conn, before)
 

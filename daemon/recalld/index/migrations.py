@@ -157,9 +157,7 @@ MIGRATIONS: tuple[str, ...] = (
     # each hit's date; rows already indexed are back-filled by the writer (chunk_facts).
     chunk_facts.MIGRATION,
     # 7: what was forgotten (recalld.index.tombstones): files, globs, sessions and projects kept
-    # out of the index, across restarts and rebuilds. FTS5's secure-delete removes a deleted
-    # row's entries from the index itself instead of adding delete markers, so forgotten words
-    # leave the file's bytes (with ``PRAGMA secure_delete``, see recalld.index.erase).
+    # out of the index, across restarts and rebuilds.
     """
     CREATE TABLE tombstones (
         kind       TEXT NOT NULL,
@@ -167,7 +165,6 @@ MIGRATIONS: tuple[str, ...] = (
         created_at REAL NOT NULL,
         PRIMARY KEY (kind, value)
     );
-    INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('secure-delete', 1);
     """,
 )
 

@@ -11,7 +11,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,6 +107,7 @@ class FileChange:
     added: list[tuple[int, npt.NDArray[np.float32]]]
     generation: int | None = None  # the vectors' generation after this write (None: unknown)
     inserted: list[int] = field(default_factory=list)  # every chunk id written, vector or not
+    kept: int = 0  # chunks left as they were (unchanged), of those that take a vector
 
 
 @dataclass(frozen=True)
@@ -284,9 +285,12 @@ class Store:
         has_vec = self.has_vec_table()
         added: list[tuple[int, npt.NDArray[np.float32]]] = []
         inserted: list[int] = []
+        kept: dict[int, bool] = {}
         with self.conn:
+            if keep_from_line is None:
+                kept, chunks = self._unchanged(row.path, chunks)
             removed = self._delete_chunks(
-                row.path, from_line=keep_from_line, has_vec=has_vec, kinds=rewrite_kinds
+                row.path, from_line=keep_from_line, has_vec=has_vec, kinds=rewrite_kinds, keep=kept
             )
             for chunk in chunks:
                 self.conn.execute(
@@ -328,7 +332,32 @@ class Store:
                 "hash = excluded.hash, lines = excluded.lines, indexed_at = excluded.indexed_at",
                 (row.path, row.source, row.size, row.mtime_ns, row.hash, row.lines, time.time()),
             )
-        return FileChange(removed, added, generation, inserted)
+        return FileChange(removed, added, generation, inserted, kept=sum(kept.values()))
+
+    def _unchanged(
+        self, path: str, chunks: Sequence[NewChunk]
+    ) -> tuple[dict[int, bool], list[NewChunk]]:
+        """Chunks stored exactly as given (lines, text, context, kind) are kept with their ids
+        and vectors: a note that grows by one entry writes one chunk, not all of them again
+        (fewer FTS5 delete markers and index writes). Returns the kept
+        ids (with whether they take a vector) and the chunks still to write."""
+        held: dict[tuple[Any, ...], list[tuple[int, bool]]] = {}
+        for cid, *key in self.conn.execute(
+            "SELECT id, start_line, end_line, hash, context, kind, tool, embed FROM chunks "
+            "WHERE path = ?",
+            (path,),
+        ):
+            held.setdefault((*key[:-1], bool(key[-1])), []).append((int(cid), bool(key[-1])))
+        kept: dict[int, bool] = {}
+        fresh: list[NewChunk] = []
+        for c in chunks:
+            same = held.get((c.start_line, c.end_line, c.hash, c.context, c.kind, c.tool, c.embed))
+            if same:
+                cid, embed = same.pop()
+                kept[cid] = embed
+            else:
+                fresh.append(c)
+        return kept, fresh
 
     def remove_file(self, path: str) -> FileChange:
         """Drop a file, its chunks and its transcript state."""
@@ -347,6 +376,7 @@ class Store:
         from_line: int | None,
         has_vec: bool,
         kinds: Sequence[str] | None = None,
+        keep: Collection[int] = (),
     ) -> list[int]:
         where = "path = ?"
         args: tuple[Any, ...] = (path,)
@@ -357,6 +387,15 @@ class Store:
                 where += f" AND kind IN ({','.join('?' * len(kinds))})"
                 args = (*args, *kinds)
         ids = [int(r[0]) for r in self.conn.execute(f"SELECT id FROM chunks WHERE {where}", args)]
+        if keep:
+            ids = [i for i in ids if i not in keep]
+            for start in range(0, len(ids), 500):
+                part = ids[start : start + 500]
+                marks = ",".join("?" * len(part))
+                if has_vec:
+                    self.conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN ({marks})", part)
+                self.conn.execute(f"DELETE FROM chunks WHERE id IN ({marks})", part)
+            return ids
         if has_vec and ids:
             self.conn.execute(
                 f"DELETE FROM chunks_vec WHERE rowid IN (SELECT id FROM chunks WHERE {where})", args

@@ -32,7 +32,10 @@ class Tombstone:
 
 
 def all_of(conn: Any) -> list[Tombstone]:
-    """Every tombstone, oldest first (an index from before migration 6 has none)."""
+    """Every tombstone, oldest first (an index from before migration 6 has none: a read-only
+    connection does not migrate it)."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'tombstones'").fetchone():
+        return []
     return [
         Tombstone(str(k), str(v), float(t))
         for k, v, t in conn.execute(

@@ -23,7 +23,9 @@ import re
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
+from recalld.index import tombstones
 from recalld.index.tombstones import Tombstone
 
 _CWD = re.compile(rb'"cwd"\s*:\s*"((?:[^"\\]|\\.){1,4096})"')
@@ -51,6 +53,15 @@ class Forgotten:
             if _matches(stone, text, self.roots):
                 return stone
         return None
+
+
+def forgotten_stone(store: Any, config: Any, *paths: str | Path) -> Tombstone | None:
+    """The tombstone of ``store`` that covers any of ``paths`` (``get`` serves none of them)."""
+    forgotten = Forgotten(tombstones.all_of(store.conn), config.memory_roots())
+    for path in paths:
+        if (stone := forgotten.covers(path)) is not None:
+            return stone
+    return None
 
 
 def _matches(stone: Tombstone, path: str, roots: Sequence[str]) -> bool:

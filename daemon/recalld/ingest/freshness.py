@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 
 from recalld import paths
 from recalld.config import Config
+from recalld.index import tombstones
 from recalld.index.store import FileRow, Store
 from recalld.ingest.filters import make_filter
+from recalld.ingest.forgotten import Forgotten
 
 BUDGET_S = 0.3  # a search that waits longer than this for a freshness check is worse off
 
@@ -41,12 +43,15 @@ def check(store: Store, config: Config, budget_s: float = BUDGET_S) -> Freshness
     deadline = started + budget_s
     out = Freshness(last_indexed=store.last_indexed())
     memory = store.files("memory")
+    forgotten = Forgotten(tombstones.all_of(store.conn), config.memory_roots())
     seen: set[str] = set()
     filter_ = make_filter(config.list("memory.extensions"))
     for root in config.memory_roots():
         for path, _ in filter_.walk(root):
             key = str(path)
             seen.add(key)
+            if forgotten and forgotten.covers(key) is not None:
+                continue  # kept out of the index on purpose
             if _differs(key, memory.get(key), grown_only=False):
                 out.changed.append(key)
             if time.monotonic() > deadline:
@@ -56,17 +61,21 @@ def check(store: Store, config: Config, budget_s: float = BUDGET_S) -> Freshness
             break
     if out.complete:
         out.removed = sum(1 for key in memory if key not in seen)
-        _check_transcripts(store, config, out, deadline)
+        _check_transcripts(store, config, out, deadline, forgotten)
     out.seconds = round(time.monotonic() - started, 3)
     return out
 
 
-def _check_transcripts(store: Store, config: Config, out: Freshness, deadline: float) -> None:
+def _check_transcripts(
+    store: Store, config: Config, out: Freshness, deadline: float, forgotten: Forgotten
+) -> None:
     from recalld.ingest.session_sync import transcript_files
 
     rows = store.files("sessions")
     for pattern in config.session_globs():
         for path in transcript_files([pattern]):
+            if forgotten and forgotten.covers(path) is not None:
+                continue
             if _differs(str(path), rows.get(str(path)), grown_only=True):
                 out.changed.append(str(path))
         if time.monotonic() > deadline:

@@ -546,7 +546,8 @@ class Indexer:
         for prepared, change in written:  # committed: the hooks may tell readers now
             self._apply(change)
             if self.backlog is not None and self.keyword_first:
-                self.backlog.wrote(sum(c.embed for c in prepared.chunks) - len(change.added))
+                due = sum(c.embed for c in prepared.chunks) - change.kept - len(change.added)
+                self.backlog.wrote(due)
             report.chunks_written += len(prepared.chunks)
             self.progress.chunks_done += len(prepared.chunks)
 

@@ -172,6 +172,21 @@ def find_entry(lines: Sequence[str], entry: Entry) -> tuple[int, int] | None:
     return None
 
 
+def entry_bounds(lines: Sequence[str]) -> tuple[set[int], set[int]]:
+    """First and last lines (1-based) of the entries written in this form."""
+    starts: set[int] = set()
+    ends: set[int] = set()
+    heads = [i for i, line in enumerate(lines) if HEADING.match(line)]
+    for n, i in enumerate(heads):
+        stop = heads[n + 1] if n + 1 < len(heads) else len(lines)
+        last = stop
+        while last > i + 1 and not lines[last - 1].strip():
+            last -= 1
+        starts.add(i + 1)
+        ends.add(last)
+    return starts, ends
+
+
 def append(path: Path, entry: Entry, when: float, *, title: str | None = None) -> Placed:
     """Add ``entry`` at the end of the note (created with ``title`` as its heading if new);
     an exact repeat of an entry already there is not written again."""

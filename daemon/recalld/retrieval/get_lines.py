@@ -16,6 +16,7 @@ from recalld.config import Config
 from recalld.errors import BadRequest, NotFound
 from recalld.index.store import Store
 from recalld.ingest.filters import PathFilter, make_filter
+from recalld.ingest.forgotten import forgotten_stone
 from recalld.retrieval import access, served
 
 
@@ -59,6 +60,8 @@ def _get_once(
             lambda p: row.source if (row := store.file(p)) is not None else None,
         )
         row = store.file(str(target.path))
+        if forgotten_stone(store, config, raw, target.path) is not None:
+            raise NotFound(f"{target.path} is forgotten (`recalld forget --list`)")
     if row is None and not access.exists(target.path):
         raise NotFound(f"{target.path} is not indexed and does not exist")
     return served.read(target, from_line, lines, decoded)  # the gate: every line redacted

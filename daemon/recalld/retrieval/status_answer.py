@@ -13,7 +13,7 @@ from typing import Any
 from recalld import __version__
 from recalld.config import Config
 from recalld.embedding.active import ActiveProvider
-from recalld.index import status_facts
+from recalld.index import status_facts, tombstones
 from recalld.index.store import Store
 from recalld.ingest.index_writes import root_problems
 from recalld.ingest.sessions.redaction import counts as redaction_counts
@@ -69,6 +69,7 @@ def status(
         "skipped_files": [{"path": p, "reason": r} for p, r in skipped[:MAX_SKIPPED_SHOWN]],
         "skipped_total": len(skipped),
         "redactions": redaction_counts(),  # since this process started: indexed, served
+        "forgotten": len(tombstones.all_of(store.conn)),  # `recalld forget --list`
         **held,
     }
     return status_texts(answer)

@@ -546,8 +546,16 @@ class Daemon:
             "sync": self.h_sync,
             "reindex": self.h_reindex,
             "pause": self.h_pause,
-            **{m: self._index_guard(h) for m, h in WriteHandlers(self).table().items()},
+            **{m: self._index_guard(h) for m, h in self._write_handlers().items()},
         }
+
+    def _write_handlers(self) -> dict[str, Handler]:
+        """``write`` and ``forget`` (recalld.serve.write_handlers), on this writer's queue."""
+
+        def submit(kind: str, run: Callable[[], None] | None) -> None:
+            self.submit(Job(kind, run=run))
+
+        return WriteHandlers(self.engine, submit).table()
 
     def h_search(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """A search of the local index (and of the shared store when one is configured)."""

@@ -13,25 +13,24 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from recalld.errors import Unavailable
 from recalld.memory_edits import MemoryEdits
 
-if TYPE_CHECKING:
-    from recalld.serve.daemon import Daemon
-
 T = TypeVar("T")
+#: Queues a job for the writer: its kind ("call", "paths", "full") and, for "call", what to run.
+Submit = Callable[[str, Callable[[], None] | None], None]
 WRITER_WAIT_S = 120.0  # a write waits this long for the writer (a first sync may hold it)
 
 
 class WriteHandlers:
-    """``write`` and ``forget`` for one daemon."""
+    """``write`` and ``forget`` for one daemon's engine and writer queue."""
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
+    def __init__(self, engine: Any, submit: Submit) -> None:
+        self.submit = submit
         self.edits = MemoryEdits(
-            daemon.engine,
+            engine,
             self.on_writer,
             after_index=self._vectors_next,
             resync=self._resync,
@@ -43,8 +42,6 @@ class WriteHandlers:
 
     def on_writer(self, fn: Callable[[], T]) -> T:
         """``fn()`` run on the writer thread; its result or its exception, here."""
-        from recalld.serve.daemon import Job
-
         box: Future[T] = Future()
 
         def run() -> None:
@@ -55,7 +52,7 @@ class WriteHandlers:
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting handler
                 box.set_exception(exc)
 
-        self.daemon.submit(Job("call", run=run))
+        self.submit("call", run)
         try:
             return box.result(timeout=WRITER_WAIT_S)
         except TimeoutError:
@@ -68,14 +65,10 @@ class WriteHandlers:
 
     def _vectors_next(self) -> None:
         """The written chunks' vectors: the writer's next back-fill step, after this job."""
-        from recalld.serve.daemon import Job
-
         with contextlib.suppress(Unavailable):
-            self.daemon.submit(Job("paths"))
+            self.submit("paths", None)
 
     def _resync(self) -> None:
         """After an undo: a full sync brings back what the tombstone kept out."""
-        from recalld.serve.daemon import Job
-
         with contextlib.suppress(Unavailable):
-            self.daemon.submit(Job("full"))
+            self.submit("full", None)

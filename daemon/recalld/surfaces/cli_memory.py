@@ -44,7 +44,13 @@ def add_parsers(sub: Any) -> None:
         "they changed since cited. A path, folder or glob, --session or --project keeps them "
         "out of the index (the files are not touched) until --undo.",
     )
-    f.add_argument("target", nargs="?", metavar="CITATION|PATH|GLOB")
+    f.add_argument(
+        "target",
+        nargs="?",
+        metavar="CITATION|PATH|GLOB",
+        help="PATH#Lx-Ly: remove those lines from the note; a file, folder or glob (relative "
+        "to the first memory folder, or absolute): keep it out of the index",
+    )
     f.add_argument("--session", metavar="ID", help="a transcript's session id")
     f.add_argument("--project", metavar="NAME", help="a project (transcripts' cwd, a top folder)")
     f.add_argument("--undo", action="store_true", help="bring a forgotten path/session back")

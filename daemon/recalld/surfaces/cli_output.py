@@ -181,6 +181,11 @@ def print_status(res: dict[str, Any], as_json: bool) -> None:
         )
     if started := started_line(res.get("daemon")):
         lines.append(started)
+    if res.get("forgotten"):
+        lines.append(
+            f"forgotten: {res['forgotten']} path(s), session(s) or project(s) kept out "
+            "(`recalld forget --list`)"
+        )
     if res.get("last_error"):
         lines.append(f"error:     {res['last_error']}")
     lines.extend(f"warning:   {w}" for w in res.get("warnings") or [])

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from recalld import __version__, paths
+from recalld.surfaces import mcp_memory_tools as memory_tools
 from recalld.surfaces.cli_output import pending_note
 from recalld.surfaces.filter_options import STALE_NOTE, mcp_filter_params
 from recalld.surfaces.mcp_schemas import (
@@ -57,7 +58,8 @@ _WHEN = (
 INSTRUCTIONS = (
     "recalld is the user's long-term memory (Markdown notes and past agent sessions). Before "
     f"answering anything about {_WHEN}, call {SEARCH_TOOL} first; then call {GET_TOOL} for the "
-    "exact lines of the hits you use, and cite them as path#Lx-Ly."
+    "exact lines of the hits you use, and cite them as path#Lx-Ly. When you learn a decision, "
+    f"a preference or a fact a later session will need, save it with {memory_tools.WRITE_TOOL}."
 )
 
 SEARCH_DESCRIPTION = (
@@ -412,6 +414,32 @@ def tool_definitions() -> list[Any]:
                 read_only_hint=True, idempotent_hint=True, open_world_hint=False
             ),
         ),
+        types.Tool(
+            name=memory_tools.WRITE_TOOL,
+            title="Write to memory",
+            description=memory_tools.WRITE_DESCRIPTION,
+            input_schema=memory_tools.WRITE_SCHEMA,
+            output_schema=memory_tools.WRITE_OUTPUT_SCHEMA,
+            annotations=types.ToolAnnotations(
+                read_only_hint=False,
+                destructive_hint=False,
+                idempotent_hint=True,  # an exact repeat is not written twice
+                open_world_hint=False,
+            ),
+        ),
+        types.Tool(
+            name=memory_tools.FORGET_TOOL,
+            title="Forget from memory",
+            description=memory_tools.FORGET_DESCRIPTION,
+            input_schema=memory_tools.FORGET_SCHEMA,
+            output_schema=memory_tools.FORGET_OUTPUT_SCHEMA,
+            annotations=types.ToolAnnotations(
+                read_only_hint=False,
+                destructive_hint=True,
+                idempotent_hint=False,
+                open_world_hint=False,
+            ),
+        ),
     ]
 
 
@@ -440,7 +468,28 @@ def run_tool(link: DaemonLink, name: str, args: Mapping[str, Any] | None) -> Too
         params = get_params(args)
         got = link.call(lambda c: c.get(**params))
         return ToolOutput(format_get(got), get_payload(got))
-    raise ToolError(f"unknown tool {name!r}; this server has {SEARCH_TOOL} and {GET_TOOL}")
+    if name in (memory_tools.WRITE_TOOL, memory_tools.FORGET_TOOL):
+        return _memory_tool(link, name, args)
+    raise ToolError(
+        f"unknown tool {name!r}; this server has {SEARCH_TOOL}, {GET_TOOL}, "
+        f"{memory_tools.WRITE_TOOL} and {memory_tools.FORGET_TOOL}"
+    )
+
+
+def _memory_tool(link: DaemonLink, name: str, args: Mapping[str, Any] | None) -> ToolOutput:
+    """``memory_write`` or ``memory_forget`` through the daemon."""
+    try:
+        if name == memory_tools.WRITE_TOOL:
+            params = memory_tools.write_params(args)
+        else:
+            params = memory_tools.forget_params(args)
+    except memory_tools.ArgumentError as exc:
+        raise ToolError(str(exc)) from None
+    if name == memory_tools.WRITE_TOOL:
+        res = link.call(lambda c: c.remember(**params))
+        return ToolOutput(memory_tools.write_text(res), memory_tools.write_payload(res))
+    res = link.call(lambda c: c.forget(**params))
+    return ToolOutput(memory_tools.forget_text(res), memory_tools.forget_payload(res))
 
 
 def build_server(link: DaemonLink) -> Any:
