@@ -29,28 +29,11 @@ from typing import Any
 
 from recalld import __version__
 from recalld.errors import Unavailable
+from recalld.serve import dispatch, listener
 from recalld.serve.admission import LOG_EVERY_S, Admission, LogEvery
 from recalld.serve.connection import MAX_INFLIGHT, MAX_UNSENT, Connection
-from recalld.serve.dispatch import (
-    MAX_MESSAGE,
-    Handler,
-    StreamHandler,
-    WireError,
-    call_handler,
-    checked_request,
-    clip,
-    error_frame,
-    stream_events,
-)
+from recalld.serve.dispatch import Handler, StreamHandler, WireError
 from recalld.serve.instance import LOCK_NAME, AlreadyRunning, private_dir, take_lock
-from recalld.serve.listener import (
-    CHUNK,
-    Listener,
-    bind_socket,
-    listen_pipe,
-    peer_refusal,
-    remove_socket,
-)
 from recalld.serve.request_limits import RequestBudget, RequestDecoder, TooManyValues
 from recalld.serve.server_thread import ServerThread
 from recalld_client.errors import FrameTooLarge, ProtocolError
@@ -141,7 +124,7 @@ class Server:
             self._uid = os.getuid()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._listeners: list[Listener] = []
+        self._listeners: list[listener.Listener] = []
         self._executor: ThreadPoolExecutor | None = None
         # Cheap methods (status, get) get their own small pool: under load they must not queue
         # behind a backlog of searches (p50 160 ms vs 0.4 ms alone with one shared pool).
@@ -181,9 +164,9 @@ class Server:
         self._lock_fd = take_lock(runtime / LOCK_NAME, self.socket_path)
         try:
             if sys.platform == "win32":
-                self._listeners = await listen_pipe(self.socket_path, self._on_connection)
+                self._listeners = await listener.listen_pipe(self.socket_path, self._on_connection)
             else:
-                sock, self._socket_id = bind_socket(self.socket_path)
+                sock, self._socket_id = listener.bind_socket(self.socket_path)
                 self._listeners = [
                     await asyncio.start_unix_server(
                         self._on_connection,
@@ -229,8 +212,8 @@ class Server:
 
     async def _close(self) -> None:
         self._closing = True
-        for listener in self._listeners:
-            listener.close()
+        for serving in self._listeners:
+            serving.close()
         me = asyncio.current_task()
         stalls = [asyncio.ensure_future(c.abort_if_stalled(self.unread_grace)) for c in self._conns]
         pending = {t for t in self._requests if t is not me}
@@ -245,10 +228,10 @@ class Server:
         tasks = [t for t in self._conns.values() if t is not None and t is not me]
         if tasks:
             await asyncio.wait(tasks, timeout=2.0)
-        for listener in self._listeners:
-            if isinstance(listener, asyncio.AbstractServer):
+        for serving in self._listeners:
+            if isinstance(serving, asyncio.AbstractServer):
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(listener.wait_closed(), 2.0)
+                    await asyncio.wait_for(serving.wait_closed(), 2.0)
         for pool in (self._executor, self._quick_executor):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
@@ -268,12 +251,12 @@ class Server:
     # -- listening ---------------------------------------------------------------------------
 
     def _remove_socket(self) -> None:
-        remove_socket(self.socket_path, self._socket_id)
+        listener.remove_socket(self.socket_path, self._socket_id)
         self._socket_id = None
 
     def _peer_refusal(self, writer: asyncio.StreamWriter) -> str | None:
         """Why this peer may not talk to us (Linux: another uid), or None."""
-        return peer_refusal(writer, self._uid)
+        return listener.peer_refusal(writer, self._uid)
 
     # -- connections -------------------------------------------------------------------------
 
@@ -334,7 +317,7 @@ class Server:
                         conn.writer.write_eof()
                 with contextlib.suppress(TimeoutError, ConnectionError, OSError):
                     async with asyncio.timeout(1.0):
-                        while await reader.read(CHUNK):
+                        while await reader.read(listener.CHUNK):
                             pass
             await conn.close()
         finally:
@@ -346,9 +329,9 @@ class Server:
         while True:
             try:
                 if decoder.buffered:  # in the middle of a frame: the rest must come
-                    data = await asyncio.wait_for(reader.read(CHUNK), self.frame_timeout)
+                    data = await asyncio.wait_for(reader.read(listener.CHUNK), self.frame_timeout)
                 else:
-                    data = await reader.read(CHUNK)
+                    data = await reader.read(listener.CHUNK)
             except TimeoutError:
                 why = (
                     f"incomplete frame: {decoder.buffered} bytes, then nothing for "
@@ -392,7 +375,7 @@ class Server:
         exc: ProtocolError,
     ) -> None:
         """Answer a frame that cannot be served with one error frame (the caller hangs up)."""
-        code, why = "protocol", str(exc)[:MAX_MESSAGE]
+        code, why = "protocol", str(exc)[: dispatch.MAX_MESSAGE]
         if isinstance(exc, TooManyValues):
             code = "too_large"  # the frame is all read: nothing to discard
         elif isinstance(exc, FrameTooLarge):
@@ -406,14 +389,16 @@ class Server:
                 # are dropped as they come), so that it reads this answer rather than a
                 # broken pipe.
                 await self._discard(reader, decoder.declared + HEADER.size - decoder.buffered)
-        self._closings.log("closing a connection: %s", clip(why))
+        self._closings.log("closing a connection: %s", dispatch.clip(why))
         await conn.send(encode_frame(error_response(None, code, why)))
 
     async def _discard(self, reader: asyncio.StreamReader, count: int) -> None:
         """Read and drop ``count`` bytes (less if the peer stops or stalls)."""
         with contextlib.suppress(TimeoutError, ConnectionError, OSError):
             while count > 0:
-                data = await asyncio.wait_for(reader.read(min(CHUNK, count)), self.frame_timeout)
+                data = await asyncio.wait_for(
+                    reader.read(min(listener.CHUNK, count)), self.frame_timeout
+                )
                 if not data:
                     return
                 count -= len(data)
@@ -446,7 +431,7 @@ class Server:
         try:
             frame = await self._answer(conn, req_id, method, msg)
         except Exception as exc:  # noqa: BLE001 - a handler failure becomes an error frame
-            frame = error_frame(req_id, method, exc)
+            frame = dispatch.error_frame(req_id, method, exc)
         finally:
             del msg  # the request's objects go now, not when a slow reader takes the answer
             self.budget.give_back(conn.held, amount)
@@ -455,14 +440,14 @@ class Server:
     async def _answer(
         self, conn: Connection, req_id: Any, method: Any, msg: dict[str, Any]
     ) -> bytes:
-        req_id, method, params = checked_request(req_id, method, msg)
+        req_id, method, params = dispatch.checked_request(req_id, method, msg)
         if self._closing:
             raise Unavailable("the daemon is shutting down: retry in a moment")
         if method == "hello":
             return encode_frame({"id": req_id, "result": self._hello()}, self.max_frame)
         stream = self.streams.get(method)
         if stream is not None:
-            return await stream_events(conn, req_id, stream, params)
+            return await dispatch.stream_events(conn, req_id, stream, params)
         handler = self.handlers.get(method)
         if handler is None:
             raise WireError(
@@ -478,7 +463,7 @@ class Server:
             pool = self._quick_executor if method in self.quick else None
             return await self._loop.run_in_executor(
                 pool or self._executor,
-                call_handler,
+                dispatch.call_handler,
                 handler,
                 req_id,
                 method,
