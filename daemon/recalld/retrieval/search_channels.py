@@ -8,6 +8,7 @@ A failing vector channel degrades the answer to keyword-only and says why; it ne
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -53,26 +54,12 @@ def run_channels(
     run_keyword = req.mode in ("hybrid", "keyword") or (req.mode == "vector" and not vector_ok)
     if req.mode != "keyword" and not vector_ok and degraded is None:
         degraded = "the index has no vectors yet; keyword search only"
-
-    if req.facts is not None:
-        require_facts(ctx.store.conn)
-    allowed = None
-    if req.filtered and (run_vector or (req.facts and ctx.postings)):
-        allowed = np.asarray(
-            ctx.store.chunk_ids(req.sources, req.path_prefix, req.kinds, req.facts),
-            dtype=np.int64,
-        )
+    allowed = _allowed_ids(req, ctx, run_vector)
 
     vector_future: Future[Hits] | None = None
     vector_hits: Hits = []
     if run_vector:
-        assert ctx.embedder is not None and ctx.vectors is not None
-        embedder, vectors = ctx.embedder, ctx.vectors
-
-        def vector_channel() -> Hits:
-            qvec = embedder.embed([req.query], query=True)[0]
-            return vectors.search(qvec, want, allowed)
-
+        vector_channel = _vector_channel(req, ctx, want, allowed)
         if ctx.executor is not None and run_keyword:
             vector_future = ctx.executor.submit(vector_channel)
         else:
@@ -105,6 +92,34 @@ def run_channels(
     return ChannelHits(
         vector_hits, keyword_hits, match, run_vector, degraded, keyword_scores, coverage
     )
+
+
+def _allowed_ids(
+    req: SearchRequest, ctx: SearchContext, run_vector: bool
+) -> npt.NDArray[np.int64] | None:
+    """The chunk ids a filtered search may return, where a channel needs them listed."""
+    if req.facts is not None:
+        require_facts(ctx.store.conn)
+    if req.filtered and (run_vector or (req.facts and ctx.postings)):
+        return np.asarray(
+            ctx.store.chunk_ids(req.sources, req.path_prefix, req.kinds, req.facts),
+            dtype=np.int64,
+        )
+    return None
+
+
+def _vector_channel(
+    req: SearchRequest, ctx: SearchContext, want: int, allowed: npt.NDArray[np.int64] | None
+) -> Callable[[], Hits]:
+    """The vector channel as a call: embed the query, then scan the matrix."""
+    assert ctx.embedder is not None and ctx.vectors is not None
+    embedder, vectors = ctx.embedder, ctx.vectors
+
+    def vector_channel() -> Hits:
+        qvec = embedder.embed([req.query], query=True)[0]
+        return vectors.search(qvec, want, allowed)
+
+    return vector_channel
 
 
 def _keyword_terms(req: SearchRequest, ctx: SearchContext) -> list[Term]:

@@ -53,48 +53,18 @@ class SearchRequest:
 
 def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
     """Validate wire parameters (BadRequest with a clear message on anything wrong)."""
-    query = params.get("query")
-    if not isinstance(query, str):
-        raise BadRequest("search needs a 'query' string")
-    if len(query.encode("utf-8", "surrogatepass")) > MAX_QUERY_BYTES:
-        raise BadRequest(
-            f"query is {len(query)} characters; the limit is {MAX_QUERY_BYTES} bytes: "
-            "search for a shorter passage"
-        )
-    query = query.replace("\x00", " ").strip()
-    if not query:
-        raise BadRequest("the query is empty: give a few words or an identifier to search for")
-    query = query[: config.int("search.max_query_chars")]
-
+    query = _query(params, config)
     max_results = _int_param(
         params, "max_results", config.int("search.max_results"), lambda n: 1 <= n <= 1000,
         "an integer from 1 to 1000",
     )  # fmt: skip
-
-    min_score = params.get("min_score")
-    if min_score is None:
-        min_score = config.float("search.min_score")
-    if (
-        not isinstance(min_score, int | float)
-        or isinstance(min_score, bool)
-        or not (0.0 <= float(min_score) <= 1.0)
-    ):
-        raise BadRequest(f"min_score must be a number from 0 to 1, got {min_score!r}")
-
+    min_score = _min_score(params, config)
     sources = _choices(params, "sources", SOURCES)
-
-    path_prefix = params.get("path_prefix")
-    if path_prefix is not None and not isinstance(path_prefix, str):
-        raise BadRequest(f"path_prefix must be a string, got {path_prefix!r}")
-    if path_prefix is not None and "\x00" in path_prefix:
-        raise BadRequest("path_prefix contains a NUL byte")
-
+    path_prefix = _path_prefix(params)
     kinds = _choices(params, "kinds", KINDS)
-
     mode = params.get("mode") or "hybrid"
     if mode not in MODES:
         raise BadRequest(f"mode must be one of {MODES}, got {mode!r}")
-
     max_tokens = _int_param(
         params, "max_tokens", config.int("search.max_tokens"),
         lambda n: n == 0 or MIN_BUDGET_TOKENS <= n <= 1_000_000,
@@ -106,7 +76,7 @@ def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
     return SearchRequest(
         query,
         max_results,
-        float(min_score),
+        min_score,
         sources,
         path_prefix or None,
         mode,
@@ -115,6 +85,46 @@ def parse_request(params: Mapping[str, Any], config: Config) -> SearchRequest:
         kinds,
         parse_filters(params, config),
     )
+
+
+def _query(params: Mapping[str, Any], config: Config) -> str:
+    """The query: a string within the byte cap, NULs blanked, cut to ``search.max_query_chars``."""
+    query = params.get("query")
+    if not isinstance(query, str):
+        raise BadRequest("search needs a 'query' string")
+    if len(query.encode("utf-8", "surrogatepass")) > MAX_QUERY_BYTES:
+        raise BadRequest(
+            f"query is {len(query)} characters; the limit is {MAX_QUERY_BYTES} bytes: "
+            "search for a shorter passage"
+        )
+    query = query.replace("\x00", " ").strip()
+    if not query:
+        raise BadRequest("the query is empty: give a few words or an identifier to search for")
+    return query[: config.int("search.max_query_chars")]
+
+
+def _min_score(params: Mapping[str, Any], config: Config) -> float:
+    """The score floor: a number from 0 to 1 (default ``search.min_score``)."""
+    min_score = params.get("min_score")
+    if min_score is None:
+        min_score = config.float("search.min_score")
+    if (
+        not isinstance(min_score, int | float)
+        or isinstance(min_score, bool)
+        or not (0.0 <= float(min_score) <= 1.0)
+    ):
+        raise BadRequest(f"min_score must be a number from 0 to 1, got {min_score!r}")
+    return float(min_score)
+
+
+def _path_prefix(params: Mapping[str, Any]) -> str | None:
+    """The path prefix, if any: a string without NUL bytes."""
+    path_prefix = params.get("path_prefix")
+    if path_prefix is not None and not isinstance(path_prefix, str):
+        raise BadRequest(f"path_prefix must be a string, got {path_prefix!r}")
+    if path_prefix is not None and "\x00" in path_prefix:
+        raise BadRequest("path_prefix contains a NUL byte")
+    return path_prefix
 
 
 def _choices(

@@ -1,4 +1,4 @@
-"""The daemon's socket server: framing, peer checks, dispatch to a table of handlers.
+"""The daemon's socket server: connections, reading frames, scheduling them on a handler table.
 
 The server knows no search: the engine hands it a table of blocking ``Handler`` functions (run in
 a bounded thread pool, never on the event loop) and async ``StreamHandler`` generators (``watch``).
@@ -8,8 +8,9 @@ a bounded thread pool, never on the event loop) and async ``StreamHandler`` gene
     asyncio.run(server.serve_forever())       # returns after request_shutdown()
 
 One daemon per home (:mod:`recalld.serve.instance`): an exclusive lock on ``recalld.lock`` held for
-the daemon's life (it also holds the pid). The runtime dir is 0700, the socket 0600, and on
-Linux the peer's uid is checked with ``SO_PEERCRED``. Back-pressure per connection lives in
+the daemon's life (it also holds the pid). Binding the socket and checking peers live in
+:mod:`recalld.serve.listener`, one request's way to its answer frame in
+:mod:`recalld.serve.dispatch`, back-pressure per connection in
 :mod:`recalld.serve.connection`, what requests may cost in :mod:`recalld.serve.request_limits`,
 and which connections are served (file descriptors) in :mod:`recalld.serve.admission`.
 """
@@ -20,28 +21,23 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
-import stat
-import struct
 import sys
-import threading
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 from recalld import __version__
-from recalld.errors import ConfigError, RecalldError, Unavailable
-from recalld.retrieval import served
+from recalld.errors import Unavailable
+from recalld.serve import dispatch, listener
 from recalld.serve.admission import LOG_EVERY_S, Admission, LogEvery
-from recalld.serve.allocator import note_activity
 from recalld.serve.connection import MAX_INFLIGHT, MAX_UNSENT, Connection
-from recalld.serve.instance import LOCK_NAME, AlreadyRunning, answers, private_dir, take_lock
+from recalld.serve.dispatch import Handler, StreamHandler, WireError
+from recalld.serve.instance import LOCK_NAME, AlreadyRunning, private_dir, take_lock
 from recalld.serve.request_limits import RequestBudget, RequestDecoder, TooManyValues
+from recalld.serve.server_thread import ServerThread
 from recalld_client.errors import FrameTooLarge, ProtocolError
 from recalld_client.protocol import (
-    ERROR_CODES,
     HEADER,
     MAX_FRAME,
     PROTOCOL_VERSION,
@@ -49,14 +45,18 @@ from recalld_client.protocol import (
     error_response,
 )
 
+__all__ = [
+    "MAX_CONNECTIONS",
+    "MAX_REQUEST",
+    "AlreadyRunning",
+    "Handler",
+    "Server",
+    "ServerThread",
+    "StreamHandler",
+]
+
 logger = logging.getLogger(__name__)
 
-Handler = Callable[[dict[str, Any]], dict[str, Any]]
-StreamHandler = Callable[[dict[str, Any]], AsyncIterator[dict[str, Any]]]
-
-_CHUNK = 1 << 16
-_MAX_MESSAGE = 16 * 1024  # error messages are cut here so an error frame always fits
-_MAX_LOGGED = 500  # client-supplied text (method names, messages echoing params) in log lines
 # Requests are small (a query is capped at 100 KB, a path at 4 KB); answers may be larger
 # (``get`` returns up to 4 MB), so the inbound cap is lower than the frame cap of answers.
 MAX_REQUEST = 1 << 20
@@ -70,22 +70,6 @@ MAX_CONNECTIONS = 200
 # Connections the kernel queues before accept(): above MAX_CONNECTIONS, so that a burst of
 # clients is answered (if only with a refusal) rather than left in a full queue.
 LISTEN_BACKLOG = 1024
-# AF_UNIX paths: 108 bytes with the NUL on Linux, 104 on the BSDs and macOS.
-_MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
-
-
-class _Listener(Protocol):
-    """An asyncio server, or a Windows pipe server (which lacks ``wait_closed``)."""
-
-    def close(self) -> None: ...
-
-
-class _WireError(Exception):
-    """A protocol-level refusal carrying its wire code."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class Server:
@@ -140,7 +124,7 @@ class Server:
             self._uid = os.getuid()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._listeners: list[_Listener] = []
+        self._listeners: list[listener.Listener] = []
         self._executor: ThreadPoolExecutor | None = None
         # Cheap methods (status, get) get their own small pool: under load they must not queue
         # behind a backlog of searches (p50 160 ms vs 0.4 ms alone with one shared pool).
@@ -180,9 +164,9 @@ class Server:
         self._lock_fd = take_lock(runtime / LOCK_NAME, self.socket_path)
         try:
             if sys.platform == "win32":
-                self._listeners = await self._listen_pipe()
+                self._listeners = await listener.listen_pipe(self.socket_path, self._on_connection)
             else:
-                sock = self._bind()
+                sock, self._socket_id = listener.bind_socket(self.socket_path)
                 self._listeners = [
                     await asyncio.start_unix_server(
                         self._on_connection,
@@ -228,8 +212,8 @@ class Server:
 
     async def _close(self) -> None:
         self._closing = True
-        for listener in self._listeners:
-            listener.close()
+        for serving in self._listeners:
+            serving.close()
         me = asyncio.current_task()
         stalls = [asyncio.ensure_future(c.abort_if_stalled(self.unread_grace)) for c in self._conns]
         pending = {t for t in self._requests if t is not me}
@@ -244,10 +228,10 @@ class Server:
         tasks = [t for t in self._conns.values() if t is not None and t is not me]
         if tasks:
             await asyncio.wait(tasks, timeout=2.0)
-        for listener in self._listeners:
-            if isinstance(listener, asyncio.AbstractServer):
+        for serving in self._listeners:
+            if isinstance(serving, asyncio.AbstractServer):
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(listener.wait_closed(), 2.0)
+                    await asyncio.wait_for(serving.wait_closed(), 2.0)
         for pool in (self._executor, self._quick_executor):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
@@ -266,77 +250,13 @@ class Server:
 
     # -- listening ---------------------------------------------------------------------------
 
-    def _bind(self) -> socket.socket:
-        path = self.socket_path
-        if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
-            raise ConfigError(
-                f"socket path {path} is longer than the {_MAX_SOCKET_PATH} bytes a Unix socket "
-                "allows: set RECALLD_HOME to a shorter folder"
-            )
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            pass
-        else:
-            if not stat.S_ISSOCK(st.st_mode):
-                raise ConfigError(f"{path} exists and is not a socket: move it away")
-            if answers(path):  # the lock is ours, yet something listens: don't steal it
-                raise AlreadyRunning(None, path)
-            logger.info("removing stale socket %s", path)
-            path.unlink()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.bind(str(path))
-            os.chmod(path, 0o600)
-            sock.setblocking(False)
-        except BaseException:
-            sock.close()
-            raise
-        st = os.stat(path)
-        self._socket_id = (st.st_dev, st.st_ino)
-        return sock
-
-    async def _listen_pipe(self) -> list[_Listener]:
-        """Windows: serve the home's named pipe (the pipe's default DACL admits only its owner
-        as a writer). Not exercised by the test suite, which runs on Linux."""
-        if sys.platform != "win32":
-            raise RuntimeError("named pipes are Windows only")
-        from recalld_client.transport import pipe_name_for
-
-        loop = asyncio.get_running_loop()
-        assert isinstance(loop, asyncio.ProactorEventLoop)  # the default loop on Windows
-
-        def protocol() -> asyncio.StreamReaderProtocol:
-            reader = asyncio.StreamReader(limit=_CHUNK)
-            return asyncio.StreamReaderProtocol(reader, self._on_connection)
-
-        servers = await loop.start_serving_pipe(protocol, pipe_name_for(self.socket_path))
-        return list(servers)
-
     def _remove_socket(self) -> None:
-        if self._socket_id is None:
-            return
-        with contextlib.suppress(OSError):
-            st = os.lstat(self.socket_path)
-            if (st.st_dev, st.st_ino) == self._socket_id:  # still ours, not a successor's
-                self.socket_path.unlink()
+        listener.remove_socket(self.socket_path, self._socket_id)
         self._socket_id = None
 
     def _peer_refusal(self, writer: asyncio.StreamWriter) -> str | None:
         """Why this peer may not talk to us (Linux: another uid), or None."""
-        if not sys.platform.startswith("linux"):
-            return None  # elsewhere the 0700 runtime dir is the guard
-        sock = writer.get_extra_info("socket")
-        if sock is None:
-            return None
-        try:
-            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        except OSError as exc:
-            return f"cannot check the connecting user ({exc})"
-        pid, uid, _gid = struct.unpack("3i", creds)
-        if uid != self._uid:
-            return f"this daemon serves uid {self._uid} only; the client (pid {pid}) is uid {uid}"
-        return None
+        return listener.peer_refusal(writer, self._uid)
 
     # -- connections -------------------------------------------------------------------------
 
@@ -397,7 +317,7 @@ class Server:
                         conn.writer.write_eof()
                 with contextlib.suppress(TimeoutError, ConnectionError, OSError):
                     async with asyncio.timeout(1.0):
-                        while await reader.read(_CHUNK):
+                        while await reader.read(listener.CHUNK):
                             pass
             await conn.close()
         finally:
@@ -409,9 +329,9 @@ class Server:
         while True:
             try:
                 if decoder.buffered:  # in the middle of a frame: the rest must come
-                    data = await asyncio.wait_for(reader.read(_CHUNK), self.frame_timeout)
+                    data = await asyncio.wait_for(reader.read(listener.CHUNK), self.frame_timeout)
                 else:
-                    data = await reader.read(_CHUNK)
+                    data = await reader.read(listener.CHUNK)
             except TimeoutError:
                 why = (
                     f"incomplete frame: {decoder.buffered} bytes, then nothing for "
@@ -444,31 +364,41 @@ class Server:
                     assert msg is not None
                     self._spawn(conn, msg, slots, amount)
             except ProtocolError as exc:  # FrameTooLarge included: its body is never stored
-                code, why = "protocol", str(exc)[:_MAX_MESSAGE]
-                if isinstance(exc, TooManyValues):
-                    code = "too_large"  # the frame is all read: nothing to discard
-                elif isinstance(exc, FrameTooLarge):
-                    code = "too_large"
-                    why = (
-                        f"a request of {decoder.declared} bytes is over the {self.max_request}-"
-                        "byte cap of requests: send less (a query or path is far smaller)"
-                    )
-                    if decoder.declared <= self.max_frame:
-                        # A frame the client was allowed to send: let it finish sending (the
-                        # bytes are dropped as they come), so that it reads this answer rather
-                        # than a broken pipe.
-                        await self._discard(
-                            reader, decoder.declared + HEADER.size - decoder.buffered
-                        )
-                self._closings.log("closing a connection: %s", _clip(why))
-                await conn.send(encode_frame(error_response(None, code, why)))
+                await self._bad_frame(reader, conn, decoder, exc)
                 return
+
+    async def _bad_frame(
+        self,
+        reader: asyncio.StreamReader,
+        conn: Connection,
+        decoder: RequestDecoder,
+        exc: ProtocolError,
+    ) -> None:
+        """Answer a frame that cannot be served with one error frame (the caller hangs up)."""
+        code, why = "protocol", str(exc)[: dispatch.MAX_MESSAGE]
+        if isinstance(exc, TooManyValues):
+            code = "too_large"  # the frame is all read: nothing to discard
+        elif isinstance(exc, FrameTooLarge):
+            code = "too_large"
+            why = (
+                f"a request of {decoder.declared} bytes is over the {self.max_request}-"
+                "byte cap of requests: send less (a query or path is far smaller)"
+            )
+            if decoder.declared <= self.max_frame:
+                # A frame the client was allowed to send: let it finish sending (the bytes
+                # are dropped as they come), so that it reads this answer rather than a
+                # broken pipe.
+                await self._discard(reader, decoder.declared + HEADER.size - decoder.buffered)
+        self._closings.log("closing a connection: %s", dispatch.clip(why))
+        await conn.send(encode_frame(error_response(None, code, why)))
 
     async def _discard(self, reader: asyncio.StreamReader, count: int) -> None:
         """Read and drop ``count`` bytes (less if the peer stops or stalls)."""
         with contextlib.suppress(TimeoutError, ConnectionError, OSError):
             while count > 0:
-                data = await asyncio.wait_for(reader.read(min(_CHUNK, count)), self.frame_timeout)
+                data = await asyncio.wait_for(
+                    reader.read(min(listener.CHUNK, count)), self.frame_timeout
+                )
                 if not data:
                     return
                 count -= len(data)
@@ -501,7 +431,7 @@ class Server:
         try:
             frame = await self._answer(conn, req_id, method, msg)
         except Exception as exc:  # noqa: BLE001 - a handler failure becomes an error frame
-            frame = self._error_frame(req_id, method, exc)
+            frame = dispatch.error_frame(req_id, method, exc)
         finally:
             del msg  # the request's objects go now, not when a slow reader takes the answer
             self.budget.give_back(conn.held, amount)
@@ -510,33 +440,17 @@ class Server:
     async def _answer(
         self, conn: Connection, req_id: Any, method: Any, msg: dict[str, Any]
     ) -> bytes:
-        version = msg.get("v", PROTOCOL_VERSION)
-        params = msg.get("params")
-        params = {} if params is None else params
-        if not isinstance(req_id, int) or isinstance(req_id, bool):
-            raise _WireError("bad_request", "a request needs an integer id")
-        if not isinstance(method, str):
-            raise _WireError("bad_request", "a request needs a method name")
-        if not isinstance(params, dict):
-            raise _WireError("bad_request", "params must be a map")
-        if not isinstance(version, int) or isinstance(version, bool):
-            raise _WireError("bad_request", "v must be an integer")
-        if version > PROTOCOL_VERSION and method != "hello":  # hello lets clients negotiate
-            raise _WireError(
-                "version",
-                f"this daemon speaks protocol {PROTOCOL_VERSION}, the client {version}: "
-                "upgrade recalld or use an older client",
-            )
+        req_id, method, params = dispatch.checked_request(req_id, method, msg)
         if self._closing:
             raise Unavailable("the daemon is shutting down: retry in a moment")
         if method == "hello":
             return encode_frame({"id": req_id, "result": self._hello()}, self.max_frame)
         stream = self.streams.get(method)
         if stream is not None:
-            return await self._stream(conn, req_id, stream, params)
+            return await dispatch.stream_events(conn, req_id, stream, params)
         handler = self.handlers.get(method)
         if handler is None:
-            raise _WireError(
+            raise WireError(
                 "bad_request",
                 f"unknown method {method!r}: this daemon serves {', '.join(self.capabilities)}",
             )
@@ -548,41 +462,14 @@ class Server:
             await conn.room(self.max_unsent)
             pool = self._quick_executor if method in self.quick else None
             return await self._loop.run_in_executor(
-                pool or self._executor, self._call, handler, req_id, method, params
+                pool or self._executor,
+                dispatch.call_handler,
+                handler,
+                req_id,
+                method,
+                params,
+                self.max_frame,
             )
-
-    def _call(self, handler: Handler, req_id: int, method: str, params: dict[str, Any]) -> bytes:
-        """Run a handler and encode its answer, both in a worker thread."""
-        try:
-            result = handler(params)
-            if not isinstance(result, dict):
-                raise TypeError(
-                    f"the {method!r} handler returned {type(result).__name__}, not a dict"
-                )
-            try:
-                return encode_frame({"id": req_id, "result": result}, self.max_frame)
-            except FrameTooLarge as exc:
-                raise _WireError(
-                    "too_large", f"the answer is over the frame cap ({exc}): ask for less"
-                ) from exc
-        finally:
-            note_activity()  # its temporaries go back to the system once the daemon is quiet
-
-    async def _stream(
-        self, conn: Connection, req_id: int, handler: StreamHandler, params: dict[str, Any]
-    ) -> bytes:
-        events = handler(params)
-        sent = 0
-        try:
-            async for event in events:
-                if not await conn.send(encode_frame({"id": req_id, "event": event})):
-                    break  # the watcher is gone
-                sent += 1
-        finally:
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        return encode_frame({"id": req_id, "result": {"events": sent}})
 
     def _hello(self) -> dict[str, Any]:
         return {
@@ -597,84 +484,3 @@ class Server:
         """Default ``shutdown`` (the engine may replace it, and then calls request_shutdown)."""
         self.request_shutdown()
         return {"stopping": True, "pid": os.getpid()}
-
-    def _error_frame(self, req_id: Any, method: Any, exc: Exception) -> bytes:
-        code = getattr(exc, "code", None)
-        # Messages may echo request parameters (a path, a value of the wrong type): log lines
-        # get a bounded excerpt, so that a client cannot fill the log with megabyte lines.
-        name = _clip(method if isinstance(method, str) else repr(method), 100)
-        if isinstance(code, str) and code in ERROR_CODES and code != "internal":
-            logger.info("%s failed: [%s] %s", name, code, _clip(str(exc)))
-            message = str(exc) or type(exc).__name__
-        elif isinstance(exc, RecalldError):
-            logger.error("%s failed: %s", name, _clip(str(exc)), exc_info=exc)
-            code, message = "internal", str(exc) or type(exc).__name__
-        else:
-            logger.error("%s failed with an unexpected error", name, exc_info=exc)
-            code = "internal"
-            message = f"internal error in {name!r} ({type(exc).__name__}: {exc}); see the log"
-        if not isinstance(req_id, int) or isinstance(req_id, bool):
-            req_id = None
-        message = served.message(message[:_MAX_MESSAGE])  # it may quote a file's line
-        return encode_frame(error_response(req_id, code, message))
-
-
-class ServerThread:
-    """Runs a :class:`Server` on its own event loop in a background thread.
-
-    For tests and for embedding the daemon in another program:
-
-        with ServerThread(Server(handlers, {}, path)):
-            Client(path).hello()
-    """
-
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self._started = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="recalld-server", daemon=True)
-
-    def start(self, timeout: float = 10.0) -> Server:
-        """Start serving; re-raises a failed start (e.g. :class:`AlreadyRunning`)."""
-        self._thread.start()
-        if not self._started.wait(timeout):
-            raise TimeoutError("the server did not start in time")
-        if self._error is not None:
-            raise self._error
-        return self.server
-
-    def stop(self, timeout: float = 15.0) -> None:
-        """Shut the server down and wait for the thread."""
-        self.server.request_shutdown()
-        self._thread.join(timeout)
-
-    def __enter__(self) -> Server:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def _run(self) -> None:
-        asyncio.run(self._main())
-
-    async def _main(self) -> None:
-        try:
-            await self.server.start()
-        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
-            self._error = exc
-            return
-        finally:
-            self._started.set()
-        await self.server.serve_forever()
-
-
-def _clip(text: str, limit: int = _MAX_LOGGED) -> str:
-    """``text`` cut to ``limit`` characters for a log line (noting how much was cut)."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... [{len(text) - limit} more characters]"

@@ -57,14 +57,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log more")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    from recalld.surfaces import init_setup, lifecycle
+    from recalld.surfaces import eval_options, init_setup, lifecycle
 
     init_setup.add_parser(sub)
     sub.add_parser("serve", help="run the daemon in the foreground")
     lifecycle.add_parsers(sub)
 
     _add_search(sub)
+    _add_reading(sub)
+    _add_indexing(sub)
+    eval_options.add_parser(sub)
+    cli_memory.add_parsers(sub)  # remember, forget
+    _add_agent_surfaces(sub)
+    return p
 
+
+def _add_reading(sub: Any) -> None:
+    """``get`` and ``status``: reading lines and the index's state."""
     g = sub.add_parser("get", help="print lines of an indexed file: PATH[:FROM[-TO]]")
     g.add_argument(
         "target",
@@ -85,6 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     st.add_argument("--json", action="store_true", help=_JSON_HELP)
 
+
+def _add_indexing(sub: Any) -> None:
+    """``sync`` and ``reindex``: bringing the index up to date."""
     sy = sub.add_parser("sync", help="sync now (in-process when no daemon runs)")
     sy.add_argument(
         "--wait",
@@ -96,9 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("reindex", help="full rebuild (temporary database + atomic swap)")
     r.add_argument("--json", action="store_true", help=_JSON_HELP)
 
-    _add_eval(sub)
-    cli_memory.add_parsers(sub)  # remember, forget
 
+def _add_agent_surfaces(sub: Any) -> None:
+    """The MCP server, the tray, the shared store, the service, and agent integrations."""
     sub.add_parser(
         "mcp", help="MCP server over stdio (memory_search, memory_get, memory_write, memory_forget)"
     )
@@ -117,7 +129,6 @@ def _parser() -> argparse.ArgumentParser:
     integrate.add_parser(sub)
     hooks.add_parser(sub)
     doctor.add_parser(sub)
-    return p
 
 
 def _add_search(sub: Any) -> None:
@@ -163,70 +174,6 @@ def _add_search(sub: Any) -> None:
         "--explain", action="store_true", help="per result: channel ranks, scores, fusion"
     )
     s.add_argument("--json", action="store_true", help=_JSON_HELP)
-
-
-def _add_eval(sub: Any) -> None:
-    """The ``eval`` subcommand: a corpus, its queries and qrels, and how to score."""
-    from pathlib import Path
-
-    e = sub.add_parser(
-        "eval",
-        help="retrieval quality on a corpus with known answers (README: Evaluate)",
-        description="Index a corpus into a throwaway index of its own and score the queries "
-        "against the known relevant places: recall@k, hit@k, MRR@10, nDCG@10, recall@4kc.",
-    )
-    e.add_argument(
-        "--corpus",
-        type=Path,
-        required=True,
-        metavar="DIR",
-        help="folder to index: notes (.md, .markdown, .txt) as memory, .jsonl files as transcripts",
-    )
-    e.add_argument(
-        "--queries",
-        type=Path,
-        required=True,
-        metavar="FILE",
-        help='queries.jsonl: one {"id": "q1", "text": "..."} object a line '
-        '(optional "scope", "tags")',
-    )
-    e.add_argument(
-        "--qrels",
-        type=Path,
-        required=True,
-        metavar="FILE",
-        help="qrels.tsv: query id <TAB> path relative to the corpus <TAB> line (0: the whole "
-        "file) [<TAB> grade, default 1]",
-    )
-    e.add_argument("--k", type=int, default=10, help="results per query scored (default 10)")
-    e.add_argument(
-        "--mode",
-        choices=["hybrid", "keyword", "vector", "rrf"],
-        default="hybrid",
-        help="channel(s) to evaluate; rrf: hybrid with reciprocal rank fusion",
-    )
-    e.add_argument(
-        "--min-score",
-        type=float,
-        help="score floor (default: search.min_score, as `search` applies it; the table then "
-        "adds a row at 0: the rank quality of every candidate)",
-    )
-    e.add_argument(
-        "--home",
-        type=Path,
-        metavar="DIR",
-        help="where the throwaway index and its embedding cache live "
-        "(default: eval/<corpus-name> in the data dir)",
-    )
-    e.add_argument("--limit", type=int, metavar="N", help="only the first N queries")
-    e.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key for this run (TOML value)",
-    )
-    e.add_argument("--json", action="store_true", help=_JSON_HELP)
 
 
 def full_main(argv: Sequence[str], *, daemon_absent: bool = False) -> int:
@@ -300,25 +247,7 @@ def _daemon_client() -> Any:
 def _run(args: argparse.Namespace) -> int:
     cmd = args.command
     if cmd == "serve":
-        # The vector scan is one matrix-vector product per query, memory-bound; OpenBLAS's
-        # worker hand-off costs more than it saves on a few cores, and the keyword channel runs
-        # beside it. Must be set before numpy loads. (Setting, not reading, the environment.)
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-        config = _load_config(args)
-        from recalld.serve.allocator import tune_allocator
-
-        tune_allocator()  # before the model loads (serve() sets it too, for other callers)
-        if config.str("embedding.provider").strip().lower() in ("auto", "local"):
-            # The model loads while the daemon's modules import and the index opens.
-            from recalld.embedding.local import preload
-
-            preload(
-                threads=config.int("embedding.threads"),
-                batch_size=config.int("embedding.batch_size"),
-            )
-        from recalld.serve.daemon import serve
-
-        return serve(config, args.config)
+        return _serve(args)
     if cmd in ("init", "start", "stop"):
         from recalld.surfaces import init_setup, lifecycle
 
@@ -344,11 +273,7 @@ def _run(args: argparse.Namespace) -> int:
     if cmd in ("search", "get", "status", "sync", "reindex"):
         return _client_or_local(args)
     if cmd in ("remember", "forget"):
-        client = None if args.daemon_absent else _daemon_client()
-        if client is None:
-            return cli_memory.run(args, None)
-        with client:
-            return cli_memory.run(args, client)
+        return _edit_memory(args)
     if cmd == "integrate":
         from recalld.surfaces.integrate.command import run as integrate_run
 
@@ -362,6 +287,38 @@ def _run(args: argparse.Namespace) -> int:
 
         return hook_main([args.event])
     raise BadRequest(f"unknown command {cmd}")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """``recalld serve``: the daemon in the foreground, its model loading while it starts."""
+    # The vector scan is one matrix-vector product per query, memory-bound; OpenBLAS's
+    # worker hand-off costs more than it saves on a few cores, and the keyword channel runs
+    # beside it. Must be set before numpy loads. (Setting, not reading, the environment.)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    config = _load_config(args)
+    from recalld.serve.allocator import tune_allocator
+
+    tune_allocator()  # before the model loads (serve() sets it too, for other callers)
+    if config.str("embedding.provider").strip().lower() in ("auto", "local"):
+        # The model loads while the daemon's modules import and the index opens.
+        from recalld.embedding.local import preload
+
+        preload(
+            threads=config.int("embedding.threads"),
+            batch_size=config.int("embedding.batch_size"),
+        )
+    from recalld.serve.daemon import serve
+
+    return serve(config, args.config)
+
+
+def _edit_memory(args: argparse.Namespace) -> int:
+    """``remember`` and ``forget``: through the daemon when one runs, else in-process."""
+    client = None if args.daemon_absent else _daemon_client()
+    if client is None:
+        return cli_memory.run(args, None)
+    with client:
+        return cli_memory.run(args, client)
 
 
 def _client_or_local(args: argparse.Namespace) -> int:

@@ -264,54 +264,85 @@ def run_eval(
         t0 = time.perf_counter()
         report = engine.sync()
         index_s = time.perf_counter() - t0
-        queries = load_queries(queries_path)
-        qrels = load_qrels(qrels_path)
-        queries = [q for q in queries if q.id in qrels]
-        if limit:
-            queries = queries[:limit]
+        queries, qrels = _judged_queries(queries_path, qrels_path, limit)
         ks = sorted({1, 5, 10, k})
-        root = corpus.resolve()
-        run = _QueryRun(engine, root, max(k, 10), search_mode, ks, progress)
+        run = _QueryRun(engine, corpus.resolve(), max(k, 10), search_mode, ks, progress)
         per_query, latencies = run.score_all(queries, qrels, min_score)
-        keys = (
-            [f"recall@{x}" for x in ks]
-            + [f"hit@{x}" for x in ks]
-            + ["mrr@10", "ndcg@10", "recall@4kc"]
-        )
-        overall = [s for q, s in per_query if not set(q.tags) & set(EXCLUDED_FROM_OVERALL)]
-        by_tag: dict[str, list[dict[str, float]]] = defaultdict(list)
-        for q, s in per_query:
-            for tag in q.tags:
-                by_tag[tag].append(s)
-        out: dict[str, Any] = {"mode": mode, "queries": len(overall)}
-        out.update(_mean(overall, keys))
-        out["by_tag"] = {
-            tag: {"queries": len(rows), **_mean(rows, keys)} for tag, rows in sorted(by_tag.items())
-        }
-        out["excluded_from_overall"] = [t for t in EXCLUDED_FROM_OVERALL if t in by_tag]
-        out["latency_ms"] = {
-            "p50": _percentile(latencies, 0.5),
-            "p95": _percentile(latencies, 0.95),
-        }
-        counts = engine.status()["counts"]
-        out["index"] = {
-            "home": str(home),
-            "files": counts["files"],
-            "chunks": counts["chunks"],
-            "vectors": counts["vectors"],
-            "index_s": round(index_s, 2),
-            "chunks_embedded": report.chunks_embedded,
-        }
+        keys = _metric_keys(ks)
+        out = _summary(mode, per_query, latencies, keys)
+        out["index"] = _index_facts(engine, home, index_s, report.chunks_embedded)
         out["provider"] = engine.embedder.label if engine.embedder else "none"
         out["min_score"] = min_score
         if compare_min_score is not None and compare_min_score != min_score:
             other = run.score_all(queries, qrels, compare_min_score)[0]
-            kept = [s for q, s in other if not set(q.tags) & set(EXCLUDED_FROM_OVERALL)]
+            kept = _overall(other)
             out["compare"] = {"min_score": compare_min_score, "queries": len(kept)}
             out["compare"].update(_mean(kept, keys))
         return out
     finally:
         engine.close()
+
+
+def _index_facts(engine: Any, home: Path, index_s: float, embedded: int) -> dict[str, Any]:
+    """What the evaluated index holds, and how long indexing took."""
+    counts = engine.status()["counts"]
+    return {
+        "home": str(home),
+        "files": counts["files"],
+        "chunks": counts["chunks"],
+        "vectors": counts["vectors"],
+        "index_s": round(index_s, 2),
+        "chunks_embedded": embedded,
+    }
+
+
+def _judged_queries(
+    queries_path: Path, qrels_path: Path, limit: int | None
+) -> tuple[list[Query], dict[str, list[tuple[str, int]]]]:
+    """The queries that have judgments (the first ``limit`` of them), and the judgments."""
+    queries = load_queries(queries_path)
+    qrels = load_qrels(qrels_path)
+    queries = [q for q in queries if q.id in qrels]
+    if limit:
+        queries = queries[:limit]
+    return queries, qrels
+
+
+def _metric_keys(ks: Sequence[int]) -> list[str]:
+    """The metrics reported, in the order the table shows them."""
+    return (
+        [f"recall@{x}" for x in ks] + [f"hit@{x}" for x in ks] + ["mrr@10", "ndcg@10", "recall@4kc"]
+    )
+
+
+def _overall(per_query: Sequence[tuple[Query, dict[str, float]]]) -> list[dict[str, float]]:
+    """The scores that count in the overall means (not those of EXCLUDED_FROM_OVERALL tags)."""
+    return [s for q, s in per_query if not set(q.tags) & set(EXCLUDED_FROM_OVERALL)]
+
+
+def _summary(
+    mode: str,
+    per_query: Sequence[tuple[Query, dict[str, float]]],
+    latencies: Sequence[float],
+    keys: Sequence[str],
+) -> dict[str, Any]:
+    """Mean scores overall and per tag, and the latency percentiles."""
+    overall = _overall(per_query)
+    by_tag: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for q, s in per_query:
+        for tag in q.tags:
+            by_tag[tag].append(s)
+    out: dict[str, Any] = {"mode": mode, "queries": len(overall)}
+    out.update(_mean(overall, keys))
+    out["by_tag"] = {
+        tag: {"queries": len(rows), **_mean(rows, keys)} for tag, rows in sorted(by_tag.items())
+    }
+    out["excluded_from_overall"] = [t for t in EXCLUDED_FROM_OVERALL if t in by_tag]
+    out["latency_ms"] = {
+        "p50": _percentile(latencies, 0.5),
+        "p95": _percentile(latencies, 0.95),
+    }
+    return out
 
 
 class _QueryRun:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+SEARCH_TOOL = "memory_search"
+GET_TOOL = "memory_get"
+
 KINDS = ("note", "message", "tool_call", "tool_output")
 MAX_RESULTS_CAP = 50
 

@@ -15,40 +15,66 @@ validates against the tool's ``outputSchema`` (:mod:`recalld.surfaces.mcp_schema
 Tool failures (a daemon error, a forbidden path, bad arguments, a daemon that will not start) are
 returned as tool results with ``isError`` and a readable message, so the agent can correct itself;
 the server itself never dies of them. Stdout carries only the protocol; logs go to stderr.
+
+Here: the tools' descriptions, running a call, and the stdio session. The arguments are checked in
+:mod:`recalld.surfaces.mcp_arguments`, answers shaped in :mod:`recalld.surfaces.mcp_results`, and
+the daemon reached (and started) by :mod:`recalld.surfaces.mcp_daemon_link`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
-from recalld import __version__, paths
+from recalld import __version__
+from recalld.surfaces import mcp_memory_calls as memory_calls
 from recalld.surfaces import mcp_memory_tools as memory_tools
-from recalld.surfaces.cli_output import pending_note
-from recalld.surfaces.filter_options import STALE_NOTE, mcp_filter_params
+from recalld.surfaces.mcp_arguments import ToolError, get_params, search_params
+from recalld.surfaces.mcp_daemon_link import START_TIMEOUT_S, DaemonLink, spawn_daemon
+from recalld.surfaces.mcp_results import (
+    ToolOutput,
+    describe_error,
+    format_get,
+    format_search,
+    get_payload,
+    search_payload,
+)
 from recalld.surfaces.mcp_schemas import (
     GET_OUTPUT_SCHEMA,
     GET_SCHEMA,
-    KINDS,
-    MAX_RESULTS_CAP,
+    GET_TOOL,
     SEARCH_OUTPUT_SCHEMA,
     SEARCH_SCHEMA,
+    SEARCH_TOOL,
 )
-from recalld_client.citation import parse_citation
+
+# Public names of the tools' parts, importable from here as before the split.
+__all__ = [
+    "GET_TOOL",
+    "SEARCH_TOOL",
+    "START_TIMEOUT_S",
+    "DaemonLink",
+    "ToolError",
+    "ToolOutput",
+    "describe_error",
+    "format_get",
+    "format_search",
+    "get_params",
+    "get_payload",
+    "main",
+    "run_tool",
+    "search_params",
+    "search_payload",
+    "serve",
+    "spawn_daemon",
+    "tool_definitions",
+]
 
 log = logging.getLogger(__name__)
 
-SEARCH_TOOL = "memory_search"
-GET_TOOL = "memory_get"
-START_TIMEOUT_S = 60.0
 
 _WHEN = (
     "prior work, past decisions and their reasons, dates, people, preferences, to-dos, "
@@ -86,311 +112,11 @@ GET_DESCRIPTION = (
     "Returns a header line 'path#Lx-Ly (of N lines)' followed by the text."
 )
 
-# Spellings agents commonly send instead of the schema's; accepted rather than bounced.
-_ALIASES = {
-    "max_results": "maxResults",
-    "min_score": "minScore",
-    "path_prefix": "pathPrefix",
-    "max_tokens": "maxTokens",
-    "sources": "source",
-    "from_line": "from",
-    "fromLine": "from",
-    "kind": "kinds",
-    "tag": "tags",
-}
-
-
-class ToolError(Exception):
-    """A failure to report to the agent as a tool error (the message is what it reads)."""
-
-
-# arguments ----------------------------------------------------------------------------------------
-
-
-def _normalise(args: Mapping[str, Any] | None, schema: Mapping[str, Any]) -> dict[str, Any]:
-    allowed = schema["properties"].keys()
-    out: dict[str, Any] = {}
-    for key, value in (args or {}).items():
-        name = _ALIASES.get(key, key)
-        if name not in allowed:
-            raise ToolError(
-                f"unknown argument {key!r}; this tool takes {', '.join(sorted(allowed))}"
-            )
-        out[name] = value
-    for name in schema["required"]:
-        if name not in out:
-            raise ToolError(f"missing required argument {name!r}")
-    return out
-
-
-def _int(name: str, value: Any, low: int, high: int | None = None) -> int:
-    # bool is an int subclass; a JSON float with no fraction (3.0) is accepted as an int.
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ToolError(f"{name} must be an integer, not {value!r}")
-    if value < low or (high is not None and value > high):
-        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise ToolError(f"{name} must be {bound}, not {value}")
-    return value
-
-
-def _str(name: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ToolError(f"{name} must be a non-empty string")
-    return value.strip()
-
-
-def search_params(args: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Keyword arguments of :meth:`Client.search` from ``memory_search`` arguments."""
-    a = _normalise(args, SEARCH_SCHEMA)
-    out: dict[str, Any] = {"query": _str("query", a["query"])}
-    if a.get("maxResults") is not None:
-        out["max_results"] = _int("maxResults", a["maxResults"], 1, MAX_RESULTS_CAP)
-    if a.get("minScore") is not None:
-        score = a["minScore"]
-        if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1:
-            raise ToolError(f"minScore must be a number between 0 and 1, not {score!r}")
-        out["min_score"] = float(score)
-    source = a.get("source")
-    if isinstance(source, list) and len(source) == 1:
-        source = source[0]
-    if source is not None:
-        if source not in ("memory", "sessions"):
-            raise ToolError(f"source must be 'memory' or 'sessions', not {source!r}")
-        out["sources"] = source
-    if a.get("pathPrefix") is not None:
-        out["path_prefix"] = _str("pathPrefix", a["pathPrefix"])
-    if a.get("maxTokens") is not None:
-        out["max_tokens"] = _int("maxTokens", a["maxTokens"], 100, 1_000_000)
-    kinds = a.get("kinds")
-    if kinds is not None:
-        kinds = [kinds] if isinstance(kinds, str) else kinds
-        if not isinstance(kinds, list) or not kinds or not all(k in KINDS for k in kinds):
-            raise ToolError(f"kinds must be a list of {', '.join(KINDS)}, not {kinds!r}")
-        out["kinds"] = list(kinds)
-    out.update(mcp_filter_params(a, ToolError))
-    return out
-
-
-def get_params(args: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Keyword arguments of :meth:`Client.get` from ``memory_get`` arguments."""
-    a = _normalise(args, GET_SCHEMA)
-    path = _str("path", a["path"])
-    first: int | None = None
-    count: int | None = None
-    try:
-        cited = parse_citation(path)
-    except ValueError as exc:
-        raise ToolError(str(exc)) from None
-    if cited is not None:
-        # A whole citation: its range applies unless from/lines are given explicitly.
-        path, first, count = cited.path, cited.first, cited.lines
-    if a.get("from") is not None:
-        first = _int("from", a["from"], 1)
-    if a.get("lines") is not None:
-        count = _int("lines", a["lines"], 1)
-    out: dict[str, Any] = {"path": path, "from_line": first or 1}
-    if count is not None:
-        out["lines"] = count
-    decoded = a.get("decoded")
-    if decoded is not None:
-        if not isinstance(decoded, bool):
-            raise ToolError(f"decoded must be true or false, not {decoded!r}")
-        if decoded:
-            out["decoded"] = True
-    return out
-
-
-# results ------------------------------------------------------------------------------------------
-
-
-class ToolOutput(NamedTuple):
-    """A tool's answer: the text block, and the same answer as structured content."""
-
-    text: str
-    structured: dict[str, Any]
-
-
-def format_search(res: Mapping[str, Any]) -> str:
-    """Compact JSON for the agent: citation, source, score and snippet per hit, plus notes."""
-    return json.dumps(search_payload(res), ensure_ascii=False, separators=(",", ":"))
-
-
-def search_payload(res: Mapping[str, Any]) -> dict[str, Any]:
-    """The search answer as sent (SEARCH_OUTPUT_SCHEMA); the text block is it serialized."""
-    results = [
-        {
-            "citation": r["citation"],
-            "source": r.get("source"),
-            **({"kind": r["kind"]} if r.get("kind") else {}),
-            **({"tool": r["tool"]} if r.get("tool") else {}),
-            "score": round(float(r["score"]), 3),
-            "snippet": r.get("snippet", ""),
-            **({"also": [p["citation"] for p in r["also"]]} if r.get("also") else {}),
-            **({"date": r["date"]} if r.get("date") else {}),
-            **({"changed": STALE_NOTE} if r.get("stale") else {}),
-        }
-        for r in res.get("results", [])
-    ]
-    out: dict[str, Any] = {"results": results, "mode": res.get("mode")}
-    if res.get("degraded"):
-        out["degraded"] = res["degraded"]
-    if note := pending_note(res):
-        out["vectors_pending"] = note
-    budget = res.get("budget")
-    if budget and (budget.get("snippets_trimmed") or budget.get("dropped")):
-        out["budget"] = (
-            f"{budget['snippets_trimmed']} snippets trimmed, {budget['dropped']} results "
-            f"dropped to fit {budget['max_tokens']} tokens"
-        )
-    index = res.get("index") or {}
-    if index.get("state") not in (None, "idle", "paused"):
-        # Without this an empty answer during the first sync would read as "memory has nothing".
-        out["index"] = (
-            f"{index['state']}, {index.get('pending', 0)} files pending: results may be "
-            "incomplete, search again shortly"
-        )
-    if not results and (floor := res.get("under_floor")):
-        out["note"] = f"nothing reached the score floor: {floor['hint']}"
-    elif not results:
-        out["note"] = "no matching memory"
-    return out
-
-
-def format_get(res: Mapping[str, Any]) -> str:
-    """A citation header, then the lines as they are."""
-    header = (
-        f"{res['path']}#L{res['start_line']}-L{res['end_line']} "
-        f"(of {res.get('total_lines', '?')} lines)"
-    )
-    return f"{header}\n{res.get('text', '')}"
-
-
-def get_payload(res: Mapping[str, Any]) -> dict[str, Any]:
-    """The get answer as structured content (GET_OUTPUT_SCHEMA)."""
-    start, end = int(res["start_line"]), int(res["end_line"])
-    return {
-        "path": res["path"],
-        "startLine": start,
-        "endLine": end,
-        "totalLines": int(res.get("total_lines", end)),
-        "citation": f"{res['path']}#L{start}-L{end}",
-        "text": res.get("text", ""),
-    }
-
-
-def describe_error(exc: BaseException) -> str:
-    """A message the agent can act on, for any failure of a tool call."""
-    from recalld_client import errors
-
-    text = str(exc) or type(exc).__name__
-    if isinstance(exc, ToolError):
-        return text
-    if isinstance(exc, errors.Forbidden):
-        return (
-            f"forbidden: {text}. {GET_TOOL} only reads files inside recalld's memory and "
-            f"session folders: use a path from a {SEARCH_TOOL} citation"
-        )
-    if isinstance(exc, errors.NotFound):
-        return f"not found: {text}"
-    if isinstance(exc, errors.BadRequest):
-        return f"invalid arguments: {text}"
-    if isinstance(exc, errors.Timeout):
-        return f"the recalld daemon did not answer in time ({text}); try again"
-    if isinstance(exc, errors.DaemonNotRunning | errors.ConnectionLost | errors.Unavailable):
-        return f"the recalld daemon is unavailable: {text}"
-    if isinstance(exc, errors.RecalldClientError):
-        return f"recalld error ({exc.code}): {text}"
-    return f"internal error in recalld mcp: {type(exc).__name__}: {text}"
-
-
-# the daemon ---------------------------------------------------------------------------------------
-
-T = TypeVar("T")
-
-
-class DaemonLink:
-    """A client of this home's daemon that starts the daemon when nothing answers."""
-
-    def __init__(
-        self,
-        *,
-        start_timeout: float = START_TIMEOUT_S,
-        spawn: Callable[[Path], subprocess.Popen[bytes]] | None = None,
-    ) -> None:
-        from recalld_client import Client
-
-        self.socket = paths.socket_path()
-        self.client = Client(self.socket, timeout=60.0)
-        self.start_timeout = start_timeout
-        self.log_path = paths.log_dir() / "daemon.log"
-        self._spawn = spawn or spawn_daemon
-        self._lock = threading.Lock()
-
-    def call(self, fn: Callable[[Any], T]) -> T:
-        """``fn(client)``, starting the daemon first if it is not running (once per call)."""
-        from recalld_client import ConnectionLost, DaemonNotRunning
-
-        try:
-            return fn(self.client)
-        except (DaemonNotRunning, ConnectionLost):
-            self.ensure_running()
-            return fn(self.client)
-
-    def ensure_running(self) -> None:
-        """Start the daemon unless one answers; wait until it does (or raise ToolError)."""
-        from recalld_client import is_running
-
-        with self._lock:  # concurrent tool calls must not start two daemons
-            if is_running(self.socket, timeout=1.0):
-                return
-            log.info("no recalld daemon at %s: starting one (log: %s)", self.socket, self.log_path)
-            proc = self._spawn(self.log_path)
-            deadline = time.monotonic() + self.start_timeout
-            while time.monotonic() < deadline:
-                if is_running(self.socket, timeout=1.0):
-                    return
-                if proc.poll() is not None and not is_running(self.socket, timeout=1.0):
-                    raise ToolError(
-                        f"the recalld daemon exited with code {proc.returncode} while starting: "
-                        f"{self._log_tail()} (full log: {self.log_path})"
-                    )
-                time.sleep(0.1)
-            raise ToolError(
-                f"the recalld daemon did not start within {self.start_timeout:.0f} s "
-                f"(log: {self.log_path}); run `recalld serve` to see why"
-            )
-
-    def _log_tail(self, lines: int = 5) -> str:
-        from recalld.ingest.redactor import redact  # lines written before the log was scrubbed
-
-        try:
-            with self.log_path.open("rb") as fh:
-                fh.seek(max(0, fh.seek(0, os.SEEK_END) - 65_536))  # a key's block is in there whole
-                text = fh.read().decode("utf-8", errors="replace")
-        except OSError:
-            return "no log written"
-        tail = [line for line in redact(text, "served")[0].splitlines() if line.strip()]
-        return " | ".join(tail[-lines:]) or "empty log"
-
-    def close(self) -> None:
-        """Close the connection (the daemon keeps running for other tools)."""
-        self.client.close()
-
-
-def spawn_daemon(log_path: Path) -> subprocess.Popen[bytes]:
-    """``recalld serve`` detached, marked as started on demand (it stops when long idle)."""
-    from recalld.surfaces.lifecycle import spawn_daemon as spawn
-
-    return spawn(log_path, "mcp")
-
-
 # the MCP server -----------------------------------------------------------------------------------
 
 
 def tool_definitions() -> list[Any]:
-    """The two tools as MCP ``Tool`` objects."""
+    """The four tools as MCP ``Tool`` objects (the writing ones: mcp_memory_calls)."""
     from mcp import types
 
     return [
@@ -414,32 +140,7 @@ def tool_definitions() -> list[Any]:
                 read_only_hint=True, idempotent_hint=True, open_world_hint=False
             ),
         ),
-        types.Tool(
-            name=memory_tools.WRITE_TOOL,
-            title="Write to memory",
-            description=memory_tools.WRITE_DESCRIPTION,
-            input_schema=memory_tools.WRITE_SCHEMA,
-            output_schema=memory_tools.WRITE_OUTPUT_SCHEMA,
-            annotations=types.ToolAnnotations(
-                read_only_hint=False,
-                destructive_hint=False,
-                idempotent_hint=True,  # an exact repeat is not written twice
-                open_world_hint=False,
-            ),
-        ),
-        types.Tool(
-            name=memory_tools.FORGET_TOOL,
-            title="Forget from memory",
-            description=memory_tools.FORGET_DESCRIPTION,
-            input_schema=memory_tools.FORGET_SCHEMA,
-            output_schema=memory_tools.FORGET_OUTPUT_SCHEMA,
-            annotations=types.ToolAnnotations(
-                read_only_hint=False,
-                destructive_hint=True,
-                idempotent_hint=False,
-                open_world_hint=False,
-            ),
-        ),
+        *memory_calls.tool_definitions(),
     ]
 
 
@@ -468,28 +169,12 @@ def run_tool(link: DaemonLink, name: str, args: Mapping[str, Any] | None) -> Too
         params = get_params(args)
         got = link.call(lambda c: c.get(**params))
         return ToolOutput(format_get(got), get_payload(got))
-    if name in (memory_tools.WRITE_TOOL, memory_tools.FORGET_TOOL):
-        return _memory_tool(link, name, args)
+    if name in memory_calls.NAMES:
+        return memory_calls.run(link, name, args)
     raise ToolError(
         f"unknown tool {name!r}; this server has {SEARCH_TOOL}, {GET_TOOL}, "
         f"{memory_tools.WRITE_TOOL} and {memory_tools.FORGET_TOOL}"
     )
-
-
-def _memory_tool(link: DaemonLink, name: str, args: Mapping[str, Any] | None) -> ToolOutput:
-    """``memory_write`` or ``memory_forget`` through the daemon."""
-    try:
-        if name == memory_tools.WRITE_TOOL:
-            params = memory_tools.write_params(args)
-        else:
-            params = memory_tools.forget_params(args)
-    except memory_tools.ArgumentError as exc:
-        raise ToolError(str(exc)) from None
-    if name == memory_tools.WRITE_TOOL:
-        res = link.call(lambda c: c.remember(**params))
-        return ToolOutput(memory_tools.write_text(res), memory_tools.write_payload(res))
-    res = link.call(lambda c: c.forget(**params))
-    return ToolOutput(memory_tools.forget_text(res), memory_tools.forget_payload(res))
 
 
 def build_server(link: DaemonLink) -> Any:

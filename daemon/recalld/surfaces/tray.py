@@ -175,53 +175,67 @@ def main() -> int:
     app = TrayApp(state_file=Path(hook) if hook else None, facts={"backend": backend})
 
     app.display = _displayer(shown, xorg)
-    exit_code = [exit_codes.OK]
-
-    quitting, stopping = threading.Lock(), threading.Lock()
-
-    def stop_icon() -> None:
-        if stopping.acquire(blocking=False):  # once: a second stop would wait on a dead loop
-            shown["icon"].stop()
-
-    def quit_(code: int = exit_codes.OK) -> None:
-        if not quitting.acquire(blocking=False):
-            return  # a second Ctrl-C while the icon is going away
-        exit_code[0] = code
-        app.stop()
-        if shown.get("popup") is not None:
-            shown["popup"].close()
-        if shown.get("running"):
-            stop_icon()  # else setup stops it: the X loop is not there to ask yet
-
+    run = _TrayRun(app, shown, xorg)
     try:
         icon = icon_class(pystray.Icon)(
-            "recalld", draw_icon("offline"), app.view.title, menu=build_menu(app, quit_)
+            "recalld", draw_icon("offline"), app.view.title, menu=build_menu(app, run.quit)
         )
     except Exception as exc:  # noqa: BLE001 - e.g. Xlib DisplayNameError; pystray has no error tree
         return _no_display(exc)
     shown["icon"] = icon
     if xorg:
-        shown["popup"] = _x11_popup(icon, app, quit_)
+        shown["popup"] = _x11_popup(icon, app, run.quit)
     why = f" ({note})" if xorg and note else ""
     print(f"recalld tray: {backend} backend{why}", file=sys.stderr)
+    return run.run(icon)
 
-    def setup(icon: Any) -> None:
-        _wait_for_backend(icon, xorg)
-        shown["running"] = True
-        if quitting.locked():  # a signal came during the start
-            stop_icon()
+
+class _TrayRun:
+    """One run of the tray: starting the app once the icon shows, and quitting once."""
+
+    def __init__(self, app: TrayApp, shown: dict[str, Any], xorg: bool) -> None:
+        self.app = app
+        self.shown = shown  # the icon, its popup, and whether the icon's loop runs
+        self.xorg = xorg
+        self.exit_code = exit_codes.OK
+        self._quitting, self._stopping = threading.Lock(), threading.Lock()
+
+    def stop_icon(self) -> None:
+        """Stop the icon's loop."""
+        if self._stopping.acquire(blocking=False):  # once: a second stop would wait on a dead loop
+            self.shown["icon"].stop()
+
+    def quit(self, code: int = exit_codes.OK) -> None:
+        """Quit with ``code`` (the menu's Quit, a signal); safe from any thread."""
+        if not self._quitting.acquire(blocking=False):
+            return  # a second Ctrl-C while the icon is going away
+        self.exit_code = code
+        self.app.stop()
+        if self.shown.get("popup") is not None:
+            self.shown["popup"].close()
+        if self.shown.get("running"):
+            self.stop_icon()  # else setup stops it: the X loop is not there to ask yet
+
+    def setup(self, icon: Any) -> None:
+        """Run by pystray once its loop is up: show the icon and start following the daemon."""
+        _wait_for_backend(icon, self.xorg)
+        self.shown["running"] = True
+        if self._quitting.locked():  # a signal came during the start
+            self.stop_icon()
             return
         icon.visible = True
-        app.start()
+        self.app.start()
 
-    _on_signals(lambda code: threading.Thread(target=quit_, args=(code,)).start())
-    try:
-        icon.run(setup)
-    except KeyboardInterrupt:  # before the handlers were in place, or a backend re-raised it
-        exit_code[0] = exit_codes.INTERRUPTED
-    finally:
-        app.stop()
-    return exit_code[0]
+    def run(self, icon: Any) -> int:
+        """Run the icon until it is quit; the exit code."""
+        _on_signals(lambda code: threading.Thread(target=self.quit, args=(code,)).start())
+        try:
+            icon.run(self.setup)
+        except KeyboardInterrupt:  # before the handlers were in place, or a backend re-raised it
+            self.exit_code = exit_codes.INTERRUPTED
+        finally:
+            self.app.stop()
+        return self.exit_code
 
 
 def _displayer(shown: dict[str, Any], xorg: bool) -> Callable[[View], None]:

@@ -45,14 +45,7 @@ def view_for(
 ) -> View:
     """The view of one ``watch`` event (None: no daemon answers)."""
     if event is None:
-        lines = ["recalld: offline", "the daemon is not running"]
-        if offline_reason and offline_reason.startswith("too many connections"):
-            lines = ["recalld: busy", "the daemon runs but serves too many connections"]
-        if offline_reason:
-            lines.append(_clip(offline_reason))
-        lines.append("retrying in the background")
-        return View("offline", _title(lines, note, limit))
-
+        return _offline_view(offline_reason, note, limit)
     raw_state = str(event.get("state") or "idle")
     paused = bool(event.get("paused")) or raw_state == "paused"
     degraded = event.get("degraded")
@@ -63,16 +56,7 @@ def view_for(
     progress = None
     if raw_state in ("syncing", "reindexing"):
         state = "syncing"
-        p = event.get("progress") or {}
-        total, done = int(p.get("files_total") or 0), int(p.get("files_done") or 0)
-        head = f"recalld: {raw_state}"
-        if total > 0:
-            progress = min(done / total, 1.0)
-            head += f" {done}/{total} files ({100 * progress:.0f} %)"
-        vp, vt = int(p.get("vectors_pending") or 0), int(p.get("vectors_total") or 0)
-        if vp and vt and done >= total:  # keyword first: every file in, vectors behind
-            progress = (vt - vp) / vt
-            head += f", vectors {vt - vp:,}/{vt:,} ({100 * progress:.0f} %)"
+        head, progress = _sync_head(raw_state, event.get("progress") or {})
     elif error:
         state, head = "error", "recalld: error"
     elif degraded:
@@ -83,8 +67,45 @@ def view_for(
         state, head = "paused", "recalld: paused, not watching for changes"
     else:
         state, head = "idle", "recalld: idle"
+    lines = [head, *_detail_lines(event, degraded, error, now)]
+    if paused and state != "paused":
+        lines.append("watching paused")
+    if event.get("on_demand"):  # started by `recalld mcp` or a hook: it stops when idle
+        lines.append(f"started on demand by recalld {event['on_demand']}: stops when idle")
+    return View(state, _title(lines, note, limit), progress, paused, online=True)
 
-    lines = [head, f"provider: {event.get('provider') or 'none'}"]
+
+def _offline_view(offline_reason: str | None, note: str | None, limit: int) -> View:
+    """No daemon answers: offline, or busy when it refused us for too many connections."""
+    lines = ["recalld: offline", "the daemon is not running"]
+    if offline_reason and offline_reason.startswith("too many connections"):
+        lines = ["recalld: busy", "the daemon runs but serves too many connections"]
+    if offline_reason:
+        lines.append(_clip(offline_reason))
+    lines.append("retrying in the background")
+    return View("offline", _title(lines, note, limit))
+
+
+def _sync_head(raw_state: str, p: Mapping[str, Any]) -> tuple[str, float | None]:
+    """The first line while syncing (files, then vectors), and the progress it shows."""
+    progress = None
+    total, done = int(p.get("files_total") or 0), int(p.get("files_done") or 0)
+    head = f"recalld: {raw_state}"
+    if total > 0:
+        progress = min(done / total, 1.0)
+        head += f" {done}/{total} files ({100 * progress:.0f} %)"
+    vp, vt = int(p.get("vectors_pending") or 0), int(p.get("vectors_total") or 0)
+    if vp and vt and done >= total:  # keyword first: every file in, vectors behind
+        progress = (vt - vp) / vt
+        head += f", vectors {vt - vp:,}/{vt:,} ({100 * progress:.0f} %)"
+    return head, progress
+
+
+def _detail_lines(
+    event: Mapping[str, Any], degraded: Any, error: Any, now: float | None
+) -> list[str]:
+    """The lines under the head: provider, what is wrong, the counts, the last sync."""
+    lines = [f"provider: {event.get('provider') or 'none'}"]
     if degraded:
         lines.append(_clip(f"degraded: {degraded}"))
     if error:
@@ -94,11 +115,7 @@ def view_for(
     if files is not None or chunks is not None:
         lines.append(f"{_count(files, 'file')}, {_count(chunks, 'chunk')}")
     lines.append(f"last sync: {_when(event.get('last_sync'), now)}")
-    if paused and state != "paused":
-        lines.append("watching paused")
-    if event.get("on_demand"):  # started by `recalld mcp` or a hook: it stops when idle
-        lines.append(f"started on demand by recalld {event['on_demand']}: stops when idle")
-    return View(state, _title(lines, note, limit), progress, paused, online=True)
+    return lines
 
 
 def _title(lines: list[str], note: str | None, limit: int) -> str:

@@ -264,16 +264,11 @@ def _scan(
     s = start or TailState(0, 0, 0, "", st.st_ino, 0)
     chain = _Chain(s.chain_end, s.chain_hash) if s.chain_hash else _Chain()
     chain.feed_from(f, s.scan_end)  # < 1 block, or the whole prefix for an old state
-    line_start, line_count, skipping = s.offset, s.line_count, s.skipping
-    line_len = s.scanned  # bytes of the unfinished line seen so far
-    unread = 0 if skipping else s.scanned  # its bytes not in memory (re-read when it ends)
-    parts: list[bytes] = []
-    lines: list[tuple[int, bytes]] = []
-    skipped = 0
+    found = _Lines(f, s, max_line_bytes)
     pos, got, more = s.scan_end, 0, False
     block_size = _BLOCK if max_bytes is None else max(1, min(_BLOCK, max_bytes))
     while True:
-        if max_bytes is not None and got >= max_bytes and line_count > s.line_count:
+        if max_bytes is not None and got >= max_bytes and found.count > s.line_count:
             more = pos < st.st_size
             break
         block = f.read_at(pos, block_size)
@@ -281,29 +276,13 @@ def _scan(
             break
         chain.feed(block)
         got += len(block)
-        i = 0
-        while (nl := block.find(b"\n", i)) >= 0:
-            line_len += nl - i
-            if skipping or line_len > max_line_bytes:
-                skipped += 1
-            else:
-                head = f.read_at(line_start, unread) if unread else b""
-                line = b"".join((head, *parts, block[i:nl]))
-                lines.append((line_count + 1, line[:-1] if line.endswith(b"\r") else line))
-            line_count += 1
-            line_start = pos + nl + 1
-            parts, unread, line_len, skipping = [], 0, 0, False
-            i = nl + 1
-        line_len += len(block) - i
-        if not skipping and line_len > max_line_bytes:
-            parts, unread, skipping = [], 0, True  # over the limit: stop keeping its bytes
-        elif not skipping and i < len(block):
-            parts.append(block[i:])
+        found.feed(block, pos)
         pos += len(block)
+    line_start = found.start
     digest = _hash(f, line_start) if line_start != s.offset or start is None else s.last_line_hash
     new_state = TailState(
         offset=line_start,
-        line_count=line_count,
+        line_count=found.count,
         messages=s.messages,
         last_line_hash=digest,
         inode=st.st_ino,
@@ -311,9 +290,50 @@ def _scan(
         mtime_ns=st.st_mtime_ns,
         ctime_ns=st.st_ctime_ns,
         scanned=pos - line_start,
-        skipping=skipping,
+        skipping=found.skipping,
         chain_end=chain.end,
         chain_hash=chain.digest.hex(),
         rest_hash=chain.rest_hash(),
     )
-    return Delta(lines, new_state, reset, pos - line_start, more, f.count, skipped)
+    return Delta(found.lines, new_state, reset, pos - line_start, more, f.count, found.skipped)
+
+
+class _Lines:
+    """The lines that end in the blocks read, and what is known of the unfinished one."""
+
+    def __init__(self, f: _Counting, s: TailState, max_line_bytes: int) -> None:
+        self.f = f
+        self.max_line_bytes = max_line_bytes
+        self.start, self.count, self.skipping = s.offset, s.line_count, s.skipping
+        self.length = s.scanned  # bytes of the unfinished line seen so far
+        self.unread = 0 if s.skipping else s.scanned  # its bytes not in memory (re-read at its end)
+        self.parts: list[bytes] = []
+        self.lines: list[tuple[int, bytes]] = []
+        self.skipped = 0
+
+    def feed(self, block: bytes, pos: int) -> None:
+        """Collect the lines that end in ``block`` (read at ``pos``); keep the rest for later."""
+        # Locals, not attributes, in the loop over lines: it runs once per transcript line.
+        f, limit, lines = self.f, self.max_line_bytes, self.lines
+        start, count, skipping = self.start, self.count, self.skipping
+        length, unread, parts = self.length, self.unread, self.parts
+        i = 0
+        while (nl := block.find(b"\n", i)) >= 0:
+            length += nl - i
+            if skipping or length > limit:
+                self.skipped += 1
+            else:
+                head = f.read_at(start, unread) if unread else b""
+                line = b"".join((head, *parts, block[i:nl]))
+                lines.append((count + 1, line[:-1] if line.endswith(b"\r") else line))
+            count += 1
+            start = pos + nl + 1
+            parts, unread, length, skipping = [], 0, 0, False
+            i = nl + 1
+        length += len(block) - i
+        if not skipping and length > limit:
+            parts, unread, skipping = [], 0, True  # over the limit: stop keeping its bytes
+        elif not skipping and i < len(block):
+            parts.append(block[i:])
+        self.start, self.count, self.skipping = start, count, skipping
+        self.length, self.unread, self.parts = length, unread, parts

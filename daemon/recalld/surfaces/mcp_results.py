@@ -1,0 +1,112 @@
+"""What ``recalld mcp``'s tools answer: the text block, its structured twin, and error messages."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from recalld.surfaces.cli_output import pending_note
+from recalld.surfaces.filter_options import STALE_NOTE
+from recalld.surfaces.mcp_arguments import ToolError
+from recalld.surfaces.mcp_schemas import GET_TOOL, SEARCH_TOOL
+
+
+class ToolOutput(NamedTuple):
+    """A tool's answer: the text block, and the same answer as structured content."""
+
+    text: str
+    structured: dict[str, Any]
+
+
+def format_search(res: Mapping[str, Any]) -> str:
+    """Compact JSON for the agent: citation, source, score and snippet per hit, plus notes."""
+    return json.dumps(search_payload(res), ensure_ascii=False, separators=(",", ":"))
+
+
+def search_payload(res: Mapping[str, Any]) -> dict[str, Any]:
+    """The search answer as sent (SEARCH_OUTPUT_SCHEMA); the text block is it serialized."""
+    results = [
+        {
+            "citation": r["citation"],
+            "source": r.get("source"),
+            **({"kind": r["kind"]} if r.get("kind") else {}),
+            **({"tool": r["tool"]} if r.get("tool") else {}),
+            "score": round(float(r["score"]), 3),
+            "snippet": r.get("snippet", ""),
+            **({"also": [p["citation"] for p in r["also"]]} if r.get("also") else {}),
+            **({"date": r["date"]} if r.get("date") else {}),
+            **({"changed": STALE_NOTE} if r.get("stale") else {}),
+        }
+        for r in res.get("results", [])
+    ]
+    out: dict[str, Any] = {"results": results, "mode": res.get("mode")}
+    if res.get("degraded"):
+        out["degraded"] = res["degraded"]
+    if note := pending_note(res):
+        out["vectors_pending"] = note
+    budget = res.get("budget")
+    if budget and (budget.get("snippets_trimmed") or budget.get("dropped")):
+        out["budget"] = (
+            f"{budget['snippets_trimmed']} snippets trimmed, {budget['dropped']} results "
+            f"dropped to fit {budget['max_tokens']} tokens"
+        )
+    index = res.get("index") or {}
+    if index.get("state") not in (None, "idle", "paused"):
+        # Without this an empty answer during the first sync would read as "memory has nothing".
+        out["index"] = (
+            f"{index['state']}, {index.get('pending', 0)} files pending: results may be "
+            "incomplete, search again shortly"
+        )
+    if not results and (floor := res.get("under_floor")):
+        out["note"] = f"nothing reached the score floor: {floor['hint']}"
+    elif not results:
+        out["note"] = "no matching memory"
+    return out
+
+
+def format_get(res: Mapping[str, Any]) -> str:
+    """A citation header, then the lines as they are."""
+    header = (
+        f"{res['path']}#L{res['start_line']}-L{res['end_line']} "
+        f"(of {res.get('total_lines', '?')} lines)"
+    )
+    return f"{header}\n{res.get('text', '')}"
+
+
+def get_payload(res: Mapping[str, Any]) -> dict[str, Any]:
+    """The get answer as structured content (GET_OUTPUT_SCHEMA)."""
+    start, end = int(res["start_line"]), int(res["end_line"])
+    return {
+        "path": res["path"],
+        "startLine": start,
+        "endLine": end,
+        "totalLines": int(res.get("total_lines", end)),
+        "citation": f"{res['path']}#L{start}-L{end}",
+        "text": res.get("text", ""),
+    }
+
+
+def describe_error(exc: BaseException) -> str:
+    """A message the agent can act on, for any failure of a tool call."""
+    from recalld_client import errors
+
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, ToolError):
+        return text
+    if isinstance(exc, errors.Forbidden):
+        return (
+            f"forbidden: {text}. {GET_TOOL} only reads files inside recalld's memory and "
+            f"session folders: use a path from a {SEARCH_TOOL} citation"
+        )
+    if isinstance(exc, errors.NotFound):
+        return f"not found: {text}"
+    if isinstance(exc, errors.BadRequest):
+        return f"invalid arguments: {text}"
+    if isinstance(exc, errors.Timeout):
+        return f"the recalld daemon did not answer in time ({text}); try again"
+    if isinstance(exc, errors.DaemonNotRunning | errors.ConnectionLost | errors.Unavailable):
+        return f"the recalld daemon is unavailable: {text}"
+    if isinstance(exc, errors.RecalldClientError):
+        return f"recalld error ({exc.code}): {text}"
+    return f"internal error in recalld mcp: {type(exc).__name__}: {text}"
