@@ -54,8 +54,9 @@ def snippet(text: str) -> str:
 
 
 def message(text: str) -> str:
-    """An error message or status line that may quote file text or a config value."""
-    return redact(text, "served")[0] if text else text
+    """An error message or status line that may quote file text or a config value (redacted,
+    not tallied: ``redactions.served`` counts file text served, and an echoed query is not)."""
+    return redact(text, "log")[0] if text else text
 
 
 def status_texts(status: dict[str, Any]) -> dict[str, Any]:

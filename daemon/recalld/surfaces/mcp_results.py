@@ -24,8 +24,11 @@ def format_search(res: Mapping[str, Any]) -> str:
     return json.dumps(search_payload(res), ensure_ascii=False, separators=(",", ":"))
 
 
-def search_payload(res: Mapping[str, Any]) -> dict[str, Any]:
-    """The search answer as sent (SEARCH_OUTPUT_SCHEMA); the text block is it serialized."""
+def search_payload(res: Mapping[str, Any], *, dated: bool = True) -> dict[str, Any]:
+    """The search answer as sent (SEARCH_OUTPUT_SCHEMA); the text block is it serialized.
+
+    ``dated``: each hit's content day; left out of an answer fitted to a token budget (the
+    smallest budget holds one hit with a short snippet, and a date is not what it is for)."""
     results = [
         {
             "citation": r["citation"],
@@ -35,7 +38,7 @@ def search_payload(res: Mapping[str, Any]) -> dict[str, Any]:
             "score": round(float(r["score"]), 3),
             "snippet": r.get("snippet", ""),
             **({"also": [p["citation"] for p in r["also"]]} if r.get("also") else {}),
-            **({"date": r["date"]} if r.get("date") else {}),
+            **({"date": str(r["date"])[:10]} if dated and r.get("date") else {}),
             **({"changed": STALE_NOTE} if r.get("stale") else {}),
         }
         for r in res.get("results", [])

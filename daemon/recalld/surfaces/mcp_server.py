@@ -158,13 +158,13 @@ def run_tool(link: DaemonLink, name: str, args: Mapping[str, Any] | None) -> Too
             res["budget"] = fit_rendered(
                 res["results"],
                 max_tokens,
-                lambda results, report: format_search(
-                    {**res, "results": results, "budget": report}
+                # Fitted on the very text returned below (the JSON of the payload).
+                lambda results, report: _search_text(
+                    search_payload({**res, "results": results, "budget": report}, dated=False)
                 ),
             )
-        payload = search_payload(res)
-        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-        return ToolOutput(text, payload)
+        payload = search_payload(res, dated=max_tokens is None)
+        return ToolOutput(_search_text(payload), payload)
     if name == GET_TOOL:
         params = get_params(args)
         got = link.call(lambda c: c.get(**params))
@@ -175,6 +175,11 @@ def run_tool(link: DaemonLink, name: str, args: Mapping[str, Any] | None) -> Too
         f"unknown tool {name!r}; this server has {SEARCH_TOOL}, {GET_TOOL}, "
         f"{memory_tools.WRITE_TOOL} and {memory_tools.FORGET_TOOL}"
     )
+
+
+def _search_text(payload: Mapping[str, Any]) -> str:
+    """What ``memory_search`` returns as text: its payload as compact JSON."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
 def build_server(link: DaemonLink) -> Any:

@@ -20,6 +20,8 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from recalld.ingest.sessions.json_escapes import unescape
+
 TOKEN = re.compile(r"\[REDACTED:([a-z_]+)\]")
 MAX_REMEMBERED = 200_000  # 16-byte digests: a few MB at most
 
@@ -46,21 +48,36 @@ def count(where: str, before: str, after: str) -> int:
     (``where`` "log": returned, tallied by nobody)."""
     if after is before or after == before:
         return 0
+    made = Counter(TOKEN.findall(after))
+    made.subtract(Counter(TOKEN.findall(before)))
+    replaced = sum(v for v in made.values() if v > 0)  # what the caller is told: tokens made
     where = getattr(_place, "where", None) or where
-    found = hidden(before, after)
     if where not in _tally:
-        return len(found)
+        return replaced
+    found = hidden(before, after)
     with _lock:
         seen, tally = _seen[where], _tally[where]
-        for kind, value in found:
-            if value is not None:
-                digest = hashlib.blake2b(f"{kind}\0{value}".encode(), digest_size=16).digest()
-                if digest in seen:
-                    continue
-                if len(seen) < MAX_REMEMBERED:
-                    seen.add(digest)
+        for i, (kind, value) in enumerate(found):
+            # Tokens side by side: their values cannot be told apart, so the text they came
+            # from (and their place in it) stands for each: served again, counted once.
+            value = _plain(value) if value is not None else f"{i}\0{before}"
+            digest = hashlib.blake2b(f"{kind}\0{value}".encode(), digest_size=16).digest()
+            if digest in seen:
+                continue
+            if len(seen) < MAX_REMEMBERED:
+                seen.add(digest)
             tally[kind] += 1
-    return len(found)
+    return replaced
+
+
+def _plain(value: str) -> str:
+    """``value`` with its JSON escapes undone (a key escaped twice in a tool's JSON output is
+    the key written plainly in a note)."""
+    for _ in range(3):
+        if "\\" not in value:
+            break
+        value = unescape(value)
+    return value
 
 
 def hidden(before: str, after: str) -> list[tuple[str, str | None]]:
