@@ -316,3 +316,45 @@ def test_sharing_turned_on_by_a_config_edit_applies_live(store: dict[str, Any]) 
     finally:
         d.stop()
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_written_and_forgotten_notes_reach_the_store(store: dict[str, Any]) -> None:
+    """remember into a shared note is pushed; forget (a line range, then the whole note)
+    leaves the store too, and the forgotten text is in none of its rows."""
+    a = _daemon(store, "alice", "alice@forget", "team/**")
+    try:
+        a.start()
+        a.wait_idle()
+        with a.client() as cl:
+            kept = cl.remember("the heron gate code rotates on mondays", note="team/gates.md")
+            gone = cl.remember("the egret vault sits behind the mill", note="team/gates.md")
+            _wait(
+                lambda: _store_rows(store, "alice@forget", "egret vault") >= 1,
+                what="the written entries reach the store",
+            )
+            cl.forget(gone["citation"])  # the lines leave the note, then the store
+            _wait(
+                lambda: _store_rows(store, "alice@forget", "egret vault") == 0,
+                what="the forgotten lines leave the store",
+            )
+            assert _store_rows(store, "alice@forget", "heron gate") >= 1
+            cl.forget(kept["path"])  # the whole note: a tombstone here, one there
+            _wait(
+                lambda: _store_rows(store, "alice@forget", "heron gate") == 0,
+                what="the forgotten note leaves the store",
+            )
+    finally:
+        a.stop()
+        shutil.rmtree(a.home, ignore_errors=True)
+
+
+def _store_rows(store: dict[str, Any], collection: str, text: str) -> int:
+    """Rows of ``collection`` (chunks and file texts) holding ``text``, read as administrator."""
+    with psycopg.connect(store["admin"]) as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM recalld.chunks WHERE collection = %s AND text LIKE %s)"
+            " + (SELECT count(*) FROM recalld.files WHERE collection = %s AND text LIKE %s)",
+            (collection, f"%{text}%", collection, f"%{text}%"),
+        ).fetchone()
+    return int(row[0])
