@@ -31,9 +31,10 @@ from recalld.config import SETTINGS, Config
 from recalld.errors import ConfigError, RecalldError, Unavailable
 from recalld.ingest.indexer import chunking_identity
 from recalld.serve import log_guard
+from recalld.serve.writer_jobs import Job
 
 if TYPE_CHECKING:
-    from recalld.serve.daemon import Daemon, Job
+    from recalld.serve.daemon import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +215,6 @@ class LiveConfig:
             self.last_change = applied
         if not (change.resync or change.provider or change.chunking):
             return
-        from recalld.serve.daemon import Job
 
         def check() -> None:  # on the writer thread: it owns the index's identity row
             reason = daemon.engine.check_config(provider_changed=change.provider)

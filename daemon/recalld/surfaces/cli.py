@@ -307,7 +307,7 @@ def _serve(args: argparse.Namespace) -> int:
             threads=config.int("embedding.threads"),
             batch_size=config.int("embedding.batch_size"),
         )
-    from recalld.serve.daemon import serve
+    from recalld.serve.daemon_start import serve
 
     return serve(config, args.config)
 

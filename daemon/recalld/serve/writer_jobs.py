@@ -1,0 +1,83 @@
+"""The writer thread's jobs: one unit of work, and a burst of queued ones taken as one batch."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recalld.engine import Engine
+from recalld.errors import BadRequest, Unavailable
+from recalld.serve.backlog import JobQueue
+
+
+@dataclass
+class Job:
+    """One unit of work for the writer thread."""
+
+    kind: str  # "paths" | "full" | "reindex" | "sessions" | "recover" | "call"
+    paths: set[Path] = field(default_factory=set)
+    run: Callable[[], None] | None = None  # "call": run on the writer thread before the rest
+    deferred: bool = False  # "paths": the rest of a big batch, behind fresh ones (path_slices)
+    done: threading.Event = field(default_factory=threading.Event)
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+
+def take_batch(jobs: JobQueue) -> list[Job] | None:
+    """The next job, merged with queued ones of the same kind (a burst becomes one sync);
+    None when the stop marker comes first."""
+    first = jobs.get()
+    if first is None:
+        return None
+    merged = [first]
+    while True:
+        try:
+            nxt = jobs.get_nowait()
+        except queue.Empty:
+            break
+        if nxt is None:
+            jobs.put(None)  # the stop marker stays for the next take
+            break
+        merged.append(nxt)
+    return merged
+
+
+def run_job(
+    job: Job,
+    params: Mapping[str, Any],
+    submit: Callable[[Job], Job],
+    engine: Engine,
+    stopping: Callable[[], bool],
+) -> dict[str, Any]:
+    """Queue ``job``; with ``wait``, answer its report once it (and its vectors) are done."""
+    wait = params.get("wait", False)
+    if not isinstance(wait, bool):
+        raise BadRequest("wait must be true or false")
+    timeout = params.get("timeout_s", 3600)
+    if (
+        not isinstance(timeout, int | float)
+        or isinstance(timeout, bool)
+        or not 0 < timeout <= 86_400
+    ):
+        raise BadRequest(f"timeout_s must be seconds, above 0 and at most 86400: {timeout!r:.80}")
+    submit(job)
+    if not wait:
+        return {"queued": True, "job": job.kind}
+    deadline = time.monotonic() + float(timeout)
+    if not job.done.wait(float(timeout)):
+        raise Unavailable(f"the {job.kind} is still running after {timeout} s")
+    if job.error:
+        raise Unavailable(f"{job.kind} failed: {job.error}")
+    report = dict(job.result or {})
+    # Keyword first: the files are searchable now; waiting means their vectors too.
+    vectors = engine.vector_backlog
+    while vectors.more and time.monotonic() < deadline and not stopping():
+        time.sleep(0.05)
+    if "vectors_pending" in report:
+        report["vectors_pending"] = bool(vectors.pending)
+    return {"queued": False, "job": job.kind, "report": report}
