@@ -25,16 +25,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from recalld.config import SETTINGS, Config
+from recalld.engine import Engine
 from recalld.errors import ConfigError, RecalldError, Unavailable
 from recalld.ingest.indexer import chunking_identity
+from recalld.ingest.watcher import Watcher
 from recalld.serve import log_guard
 from recalld.serve.writer_jobs import Job
-
-if TYPE_CHECKING:
-    from recalld.serve.daemon import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -148,10 +147,24 @@ class _Rebuild:
     job: Job
 
 
+class ConfiguredDaemon(Protocol):
+    """What an edit is applied to (recalld.serve.daemon.Daemon; a protocol, so that the two
+    modules do not import each other)."""
+
+    config: Config
+    engine: Engine
+    watcher: Watcher | None
+
+    def restart_watcher(self) -> None: ...
+    def restart_sessions(self) -> None: ...
+    def restart_shared(self) -> None: ...
+    def submit(self, job: Job) -> Job: ...
+
+
 class LiveConfig:
     """Loads the config file again and applies it to a running :class:`Daemon`."""
 
-    def __init__(self, daemon: Daemon, path: Path) -> None:
+    def __init__(self, daemon: ConfiguredDaemon, path: Path) -> None:
         self.daemon = daemon
         self.path = path
         self.loaded_at = time.time()
