@@ -29,7 +29,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+import recalld.index.embedding_cache
+import recalld.index.rows
+import recalld.index.session_state
 import recalld.index.store
+import recalld.index.vector_scan
 import recalld.ingest.chunking
 import recalld.ingest.indexer
 import recalld.tokens
@@ -111,7 +115,10 @@ def _code_signature(*, index: bool = False) -> str:
     digest = hashlib.sha256(chunking_identity(_DEFAULTS).encode())
     modules = [recalld.ingest.chunking, recalld.tokens]
     if index:
+        # The store's write path spans these modules since it was split (issue 37).
         modules += [recalld.ingest.indexer, recalld.index.store, migrations]
+        modules += [recalld.index.rows, recalld.index.vector_scan, recalld.index.session_state]
+        modules += [recalld.index.embedding_cache]
     for module in modules:
         if module.__file__:
             digest.update(Path(module.__file__).read_bytes())

@@ -11,8 +11,8 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -22,108 +22,38 @@ import numpy.typing as npt
 import sqlite_vec
 
 from recalld.errors import IndexError_
-from recalld.index.chunk_facts import FactFilter, filter_sql, put_tags
+from recalld.index.chunk_facts import put_tags
+from recalld.index.embedding_cache import EmbeddingCache
 from recalld.index.ident_tokens import ident_text
+from recalld.index.keyword_sql import KeywordQueries, prefix_bounds
 from recalld.index.migrations import migrate
+from recalld.index.rows import ChunkRow, FileChange, FileRow, Identity, NewChunk
+from recalld.index.session_state import SessionStates
+from recalld.index.table_counts import count_rows, table_exists
+from recalld.index.vector_scan import VectorBlock, VectorScan, has_scan_layout, vector_blob
 
-_PREFIX_END = "\U0010ffff"
-
-
-@dataclass(frozen=True)
-class Identity:
-    """What the vectors and chunks in an index were built with. Never mix two of these."""
-
-    provider_key: str  # "" when the index has no vectors (keyword-only)
-    label: str
-    model: str
-    dims: int
-    chunking: str  # JSON of the chunking settings
-
-    def same_space(self, other: Identity) -> bool:
-        """Whether vectors of ``other`` can live in this index."""
-        return (self.provider_key, self.model, self.dims) == (
-            other.provider_key,
-            other.model,
-            other.dims,
-        )
-
+# Re-exported: the row types, the scan and the helpers were defined here, and are imported from
+# here across the daemon, the tests and the bench.
+__all__ = [
+    "VECTORS_EPOCH",
+    "VECTORS_GENERATION",
+    "ChunkRow",
+    "FileChange",
+    "FileRow",
+    "Identity",
+    "NewChunk",
+    "Store",
+    "VectorBlock",
+    "VectorScan",
+    "prefix_bounds",
+    "vector_blob",
+]
 
 VECTORS_EPOCH = "vectors_epoch"  # random, new with each vec0 table (a rebuild, a new index)
 VECTORS_GENERATION = "vectors_generation"  # +1 in every transaction that writes vec0
 
 
-@dataclass(frozen=True)
-class FileRow:
-    """One indexed file."""
-
-    path: str
-    source: str
-    size: int
-    mtime_ns: int
-    hash: str
-    lines: int
-
-
-@dataclass(frozen=True)
-class NewChunk:
-    """A chunk about to be written."""
-
-    start_line: int
-    end_line: int
-    text: str
-    hash: str
-    context: str = ""  # document title / heading path, indexed as a second FTS column
-    kind: str = "note"  # note | message | tool_call | tool_output
-    tool: str = ""  # tool chunks: the tool's name
-    embed: bool = True  # False: keyword channel only, by policy (never backfilled)
-    date: float | None = None  # content date, seconds since the epoch (chunk_facts)
-    tags: tuple[str, ...] = ()  # lower-case, for the search filters (chunk_facts)
-
-
-@dataclass(frozen=True)
-class ChunkRow:
-    """A stored chunk."""
-
-    id: int
-    path: str
-    source: str
-    start_line: int
-    end_line: int
-    text: str
-    context: str = ""  # document title > heading path
-    kind: str = "note"
-    tool: str = ""
-    embed: bool = True
-
-
 _CHUNK_COLUMNS = "id, path, source, start_line, end_line, text, context, kind, tool, embed"
-
-
-@dataclass(frozen=True)
-class FileChange:
-    """What one write did to the chunk ids (for the in-memory vector index)."""
-
-    removed: list[int]
-    added: list[tuple[int, npt.NDArray[np.float32]]]
-    generation: int | None = None  # the vectors' generation after this write (None: unknown)
-    inserted: list[int] = field(default_factory=list)  # every chunk id written, vector or not
-    kept: int = 0  # chunks left as they were (unchanged), of those that take a vector
-
-
-@dataclass(frozen=True)
-class VectorBlock:
-    """One vec0 storage chunk: ``size`` slots, a validity bitmap, int64 rowids, float32 rows."""
-
-    size: int
-    validity: bytes
-    rowids: bytes
-    nbytes: int  # of the float32 rows blob
-    read_into: Callable[[Any], None]  # copies the rows blob into a writable buffer
-
-
-def prefix_bounds(prefix: str) -> tuple[str, str]:
-    """Range ``[lo, hi)`` of strings starting with ``prefix`` (index-friendly LIKE 'p%')."""
-    return prefix, prefix + _PREFIX_END
 
 
 def _sql_ident(*args: Any) -> str:
@@ -131,12 +61,7 @@ def _sql_ident(*args: Any) -> str:
     return ident_text(args[0]) if isinstance(args[0], str) else ""
 
 
-def vector_blob(vec: npt.NDArray[np.float32]) -> bytes:
-    """A float32 vector as the little-endian blob that sqlite-vec stores."""
-    return np.asarray(vec, dtype="<f4").tobytes()
-
-
-class Store:
+class Store(KeywordQueries, EmbeddingCache, SessionStates):
     """One connection to the index file (writer or read-only)."""
 
     def __init__(self, path: Path, *, readonly: bool = False) -> None:
@@ -237,8 +162,7 @@ class Store:
         return self._has_table("chunks_vec")
 
     def _has_table(self, name: str) -> bool:
-        row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone()
-        return row is not None
+        return table_exists(self.conn, name)
 
     # files ----------------------------------------------------------------------------------
 
@@ -283,8 +207,6 @@ class Store:
         the removed chunk ids and the added (id, vector) pairs, for the in-memory vector index.
         """
         has_vec = self.has_vec_table()
-        added: list[tuple[int, npt.NDArray[np.float32]]] = []
-        inserted: list[int] = []
         kept: dict[int, bool] = {}
         with self.conn:
             if keep_from_line is None:
@@ -292,47 +214,69 @@ class Store:
             removed = self._delete_chunks(
                 row.path, from_line=keep_from_line, has_vec=has_vec, kinds=rewrite_kinds, keep=kept
             )
-            for chunk in chunks:
-                self.conn.execute(
-                    "INSERT INTO chunks(path, source, start_line, end_line, hash, text, context, "
-                    "ident, kind, tool, embed, date) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        row.path,
-                        row.source,
-                        chunk.start_line,
-                        chunk.end_line,
-                        chunk.hash,
-                        chunk.text,
-                        chunk.context,
-                        ident_text(chunk.text),
-                        chunk.kind,
-                        chunk.tool,
-                        int(chunk.embed),
-                        chunk.date,
-                    ),
-                )
-                chunk_id = self.conn.last_insert_rowid()
-                if chunk.tags:
-                    put_tags(self.conn, chunk_id, chunk.tags)
-                inserted.append(chunk_id)
-                if has_vec and vectors is not None and chunk.embed and chunk.hash in vectors:
-                    vec = vectors[chunk.hash]
-                    self.conn.execute(
-                        "INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)",
-                        (chunk_id, vector_blob(vec)),
-                    )
-                    added.append((chunk_id, vec))
+            inserted, added = self._write_chunks(row, chunks, vectors if has_vec else None)
             if session_state is not None:
                 self.set_session_state(row.path, session_state)
             generation = self._bump_vectors() if has_vec else None
-            self.conn.execute(
-                "INSERT INTO files(path, source, size, mtime_ns, hash, lines, indexed_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
-                "source = excluded.source, size = excluded.size, mtime_ns = excluded.mtime_ns, "
-                "hash = excluded.hash, lines = excluded.lines, indexed_at = excluded.indexed_at",
-                (row.path, row.source, row.size, row.mtime_ns, row.hash, row.lines, time.time()),
-            )
+            self._upsert_file(row)
         return FileChange(removed, added, generation, inserted, kept=sum(kept.values()))
+
+    def _write_chunks(
+        self,
+        row: FileRow,
+        chunks: Sequence[NewChunk],
+        vectors: dict[str, npt.NDArray[np.float32]] | None,
+    ) -> tuple[list[int], list[tuple[int, npt.NDArray[np.float32]]]]:
+        """Insert the chunks, and the vectors of those that take one (``vectors`` is None when
+        the index has no vector table). Returns every id written and the (id, vector) pairs."""
+        inserted: list[int] = []
+        added: list[tuple[int, npt.NDArray[np.float32]]] = []
+        for chunk in chunks:
+            chunk_id = self._insert_chunk(row, chunk)
+            inserted.append(chunk_id)
+            if vectors is not None and chunk.embed and chunk.hash in vectors:
+                vec = vectors[chunk.hash]
+                self.conn.execute(
+                    "INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)",
+                    (chunk_id, vector_blob(vec)),
+                )
+                added.append((chunk_id, vec))
+        return inserted, added
+
+    def _insert_chunk(self, row: FileRow, chunk: NewChunk) -> int:
+        """One chunk row with its derived ident tokens and its tags; returns its id."""
+        self.conn.execute(
+            "INSERT INTO chunks(path, source, start_line, end_line, hash, text, context, "
+            "ident, kind, tool, embed, date) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                row.path,
+                row.source,
+                chunk.start_line,
+                chunk.end_line,
+                chunk.hash,
+                chunk.text,
+                chunk.context,
+                ident_text(chunk.text),
+                chunk.kind,
+                chunk.tool,
+                int(chunk.embed),
+                chunk.date,
+            ),
+        )
+        chunk_id = self.conn.last_insert_rowid()
+        if chunk.tags:
+            put_tags(self.conn, chunk_id, chunk.tags)
+        return chunk_id
+
+    def _upsert_file(self, row: FileRow) -> None:
+        """The file's row, new or updated, stamped with when it was indexed."""
+        self.conn.execute(
+            "INSERT INTO files(path, source, size, mtime_ns, hash, lines, indexed_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
+            "source = excluded.source, size = excluded.size, mtime_ns = excluded.mtime_ns, "
+            "hash = excluded.hash, lines = excluded.lines, indexed_at = excluded.indexed_at",
+            (row.path, row.source, row.size, row.mtime_ns, row.hash, row.lines, time.time()),
+        )
 
     def _unchanged(
         self, path: str, chunks: Sequence[NewChunk]
@@ -420,18 +364,6 @@ class Store:
                 out[int(r[0])] = _row(r)
         return out
 
-    def chunk_ids(
-        self,
-        sources: Sequence[str] | None,
-        path_prefix: str | None,
-        kinds: Sequence[str] | None = None,
-        facts: FactFilter | None = None,
-    ) -> list[int]:
-        """Ids of the chunks that pass the filters (for the vector channel's mask)."""
-        where, args = _filters(sources, path_prefix, alias="", kinds=kinds, facts=facts)
-        sql = "SELECT id FROM chunks" + (f" WHERE {where}" if where else "")
-        return [int(r[0]) for r in self.conn.execute(sql, args)]
-
     def file_chunks(self, path: str) -> list[ChunkRow]:
         """Chunks of one file in line order."""
         return [
@@ -496,41 +428,6 @@ class Store:
                 self.set_meta(VECTORS_EPOCH, os.urandom(16).hex())
                 self._bump_vectors()
 
-    # keyword channel --------------------------------------------------------------------------
-
-    def keyword_search(
-        self,
-        match: str,
-        limit: int,
-        sources: Sequence[str] | None,
-        path_prefix: str | None,
-        *,
-        context_weight: float = 1.0,
-        ident_weight: float = 1.0,
-        kinds: Sequence[str] | None = None,
-        facts: FactFilter | None = None,
-    ) -> list[tuple[int, float]]:
-        """(chunk id, bm25) best first; bm25 is negative, lower is better (FTS5's convention).
-
-        ``context_weight`` weighs a match in the title/heading column against one in the text,
-        ``ident_weight`` one in the derived identifier/CJK tokens.
-        """
-        where, args = _filters(sources, path_prefix, alias="c.", kinds=kinds, facts=facts)
-        weights = f"1.0, {float(context_weight)!r}, {float(ident_weight)!r}"
-        rank = f"bm25(chunks_fts, {weights}) AS rank"
-        if where:
-            sql = (
-                f"SELECT c.id, {rank} FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
-                f"WHERE chunks_fts MATCH ? AND {where} ORDER BY rank LIMIT ?"
-            )
-        else:
-            # No filter, no join: looking every match up in ``chunks`` before the top-k cut
-            # was 45 % of the query on the 100k chat mix. A row only FTS5 still held would be
-            # dropped later, with the chunks of the answer (``Store.chunks``).
-            sql = f"SELECT rowid, {rank} FROM chunks_fts WHERE chunks_fts MATCH ? "
-            sql += "ORDER BY rank LIMIT ?"
-        return [(int(r[0]), float(r[1])) for r in self.conn.execute(sql, (match, *args, limit))]
-
     # vectors ----------------------------------------------------------------------------------
 
     def iter_vectors(self, batch: int = 4096) -> Iterator[tuple[list[int], bytes]]:
@@ -556,13 +453,7 @@ class Store:
         SELECT per chunk reads ~1,000 vectors where ``iter_vectors`` makes a row each. None when
         the table or that layout is missing (then read ``iter_vectors``).
         """
-        needed = ("chunks_vec_chunks", "chunks_vec_vector_chunks00", "chunks_vec_rowids")
-        marks = ",".join("?" * len(needed))
-        found = self.conn.execute(
-            f"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ({marks})",
-            needed,
-        ).fetchone()
-        if not found or int(found[0]) != len(needed):
+        if not has_scan_layout(self.conn):
             return None
         return VectorScan(self)
 
@@ -578,145 +469,12 @@ class Store:
             )
         }
 
-    # embedding cache --------------------------------------------------------------------------
-
-    def cached(
-        self, provider_key: str, model: str, dims: int, hashes: Sequence[str]
-    ) -> dict[str, npt.NDArray[np.float32]]:
-        """Cached vectors by text hash."""
-        out: dict[str, npt.NDArray[np.float32]] = {}
-        unique = list(dict.fromkeys(hashes))
-        for start in range(0, len(unique), 500):
-            part = unique[start : start + 500]
-            marks = ",".join("?" * len(part))
-            for h, blob in self.conn.execute(
-                f"SELECT text_hash, vector FROM embedding_cache WHERE provider_key = ? "
-                f"AND model = ? AND dims = ? AND text_hash IN ({marks})",
-                (provider_key, model, dims, *part),
-            ):
-                out[str(h)] = np.frombuffer(blob, dtype="<f4").astype(np.float32)
-        return out
-
-    def put_cache(
-        self, provider_key: str, model: str, dims: int, items: dict[str, npt.NDArray[np.float32]]
-    ) -> None:
-        """Store embeddings in the cache (one transaction)."""
-        now = time.time()
-        with self.conn:
-            for h, vec in items.items():
-                self.conn.execute(
-                    "INSERT OR REPLACE INTO embedding_cache"
-                    "(provider_key, model, dims, text_hash, vector, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (provider_key, model, dims, h, vector_blob(vec), now),
-                )
-
-    def copy_cache_from(self, other: Path) -> int:
-        """Copy another index's embedding cache into this one (before a full rebuild)."""
-        # ATTACH cannot run inside a transaction, so attach first and copy in one transaction.
-        self.conn.execute("ATTACH DATABASE ? AS old", (f"file:{other}?mode=ro",))
-        try:
-            with self.conn:
-                self.conn.execute(
-                    "INSERT OR IGNORE INTO embedding_cache SELECT * FROM old.embedding_cache"
-                )
-                copied = self.conn.changes()
-        finally:
-            self.conn.execute("DETACH DATABASE old")
-        return copied
-
-    # session state ----------------------------------------------------------------------------
-
-    def session_state(self, path: str) -> dict[str, Any] | None:
-        """The tail state of a transcript."""
-        row = self.conn.execute(
-            "SELECT format, offset, line_count, messages, last_line_hash, inode, size, skipped, "
-            "state FROM session_state WHERE path = ?",
-            (path,),
-        ).fetchone()
-        if row is None:
-            return None
-        keys = ("format", "offset", "line_count", "messages", "last_line_hash", "inode", "size")
-        out: dict[str, Any] = dict(zip(keys, row[:7], strict=True))
-        out["skipped"] = int(row[7])
-        out["state"] = json.loads(row[8])
-        return out
-
-    def set_session_state(self, path: str, state: dict[str, Any]) -> None:
-        """Upsert a transcript's tail state (call inside the file's transaction)."""
-        self.conn.execute(
-            "INSERT OR REPLACE INTO session_state(path, format, offset, line_count, messages, "
-            "last_line_hash, inode, size, skipped, state) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (
-                path,
-                state["format"],
-                state["offset"],
-                state["line_count"],
-                state["messages"],
-                state["last_line_hash"],
-                state["inode"],
-                state["size"],
-                state.get("skipped", 0),
-                json.dumps(state.get("state", {})),
-            ),
-        )
-
     # counts -----------------------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
         """Files, chunks, FTS rows, vector rows and cache entries, all of one snapshot (status
         derives the chunks still without a vector from them)."""
-
-        def one(sql: str) -> int:
-            row = self.conn.execute(sql).fetchone()
-            return int(row[0]) if row else 0
-
-        # Rows counted in the FTS5 and vec0 shadow tables (one row per indexed chunk): a count
-        # through the virtual tables walks every row (42 and 16 ms at 100k chunks), and status
-        # counts after each write, every few seconds during a first sync's back-fill.
-        fts = "chunks_fts_docsize" if self._has_table("chunks_fts_docsize") else "chunks_fts"
-        vec = "chunks_vec_rowids" if self._has_table("chunks_vec_rowids") else "chunks_vec"
-        with self.conn:  # one read transaction: a write between two counts is in none or all
-            out = {
-                "files": one("SELECT count(*) FROM files"),
-                "memory_files": one("SELECT count(*) FROM files WHERE source = 'memory'"),
-                "session_files": one("SELECT count(*) FROM files WHERE source = 'sessions'"),
-                "chunks": one("SELECT count(*) FROM chunks"),
-                "fts_rows": one(f"SELECT count(*) FROM {fts}"),
-                "vectors": one(f"SELECT count(*) FROM {vec}") if self.has_vec_table() else 0,
-                "keyword_only_chunks": one("SELECT count(*) FROM chunks WHERE embed = 0"),
-                "cached_embeddings": one("SELECT count(*) FROM embedding_cache"),
-            }
-        return out
-
-    def sessions_summary(self) -> dict[str, Any]:
-        """Transcripts: files, messages indexed, malformed lines skipped, formats seen."""
-        row = self.conn.execute(
-            "SELECT count(*), coalesce(sum(messages), 0), coalesce(sum(skipped), 0), "
-            "sum(json_extract(state, '$.long_lines')) FROM session_state"
-        ).fetchone()
-        formats = {
-            str(f): int(n)
-            for f, n in self.conn.execute(
-                "SELECT format, count(*) FROM session_state GROUP BY format"
-            )
-        }
-        # Per file, the worst first: which transcript lost lines, and how many were too long.
-        by_file = [
-            {"path": str(p), "skipped_lines": int(n), "long_lines": int(long or 0)}
-            for p, n, long in self.conn.execute(
-                "SELECT path, skipped, json_extract(state, '$.long_lines') FROM session_state "
-                "WHERE skipped > 0 ORDER BY skipped DESC, path LIMIT 20"
-            )
-        ]
-        return {
-            "files": int(row[0]) if row else 0,
-            "messages": int(row[1]) if row else 0,
-            "skipped_lines": int(row[2]) if row else 0,
-            "long_lines": int(row[3] or 0) if row else 0,
-            "skipped_by_file": by_file,
-            "formats": formats,
-        }
+        return count_rows(self.conn)
 
     def last_indexed(self) -> float | None:
         """When a file was last written to the index (survives restarts, unlike a process's)."""
@@ -734,84 +492,8 @@ class Store:
         return bool(row and row[0] == "ok")
 
 
-class VectorScan:
-    """One read snapshot of vec0's storage: the vector count, the vectors' state, the blocks."""
-
-    def __init__(self, store: Store) -> None:
-        self._conn = store.conn
-        self._conn.execute("BEGIN")  # one snapshot for the count, the state and the blocks
-        self._open = True
-        try:
-            row = self._conn.execute("SELECT count(*) FROM chunks_vec_rowids").fetchone()
-            self.count = int(row[0]) if row else 0
-            self.state = store.vectors_state()
-        except BaseException:
-            self.close()
-            raise
-
-    def blocks(self) -> Iterator[VectorBlock]:
-        """The chunks in order; each block must be read before the next is yielded."""
-        blob: Any = None
-        try:
-            for size, validity, rowids, row in self._conn.execute(
-                "SELECT c.size, c.validity, c.rowids, v._rowid_ FROM chunks_vec_chunks c "
-                "JOIN chunks_vec_vector_chunks00 v ON v.rowid = c.chunk_id ORDER BY c.chunk_id"
-            ):
-                # Incremental blob I/O straight into the caller's buffer: no 1.5 MB bytes object
-                # per chunk.
-                if blob is None:
-                    blob = self._conn.blob_open(
-                        "main", "chunks_vec_vector_chunks00", "vectors", row, False
-                    )
-                else:
-                    blob.reopen(row)
-                yield VectorBlock(int(size), validity, rowids, blob.length(), blob.read_into)
-        finally:
-            if blob is not None:
-                blob.close()
-
-    def close(self) -> None:
-        """End the snapshot (always: a reader left in a transaction would never see new rows)."""
-        if self._open:
-            self._open = False
-            self._conn.execute("COMMIT")
-
-    def __enter__(self) -> VectorScan:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 def _row(r: Sequence[Any]) -> ChunkRow:
     return ChunkRow(
         int(r[0]), str(r[1]), str(r[2]), int(r[3]), int(r[4]), str(r[5]), str(r[6]),
         str(r[7]), str(r[8]), bool(r[9]),
     )  # fmt: skip
-
-
-def _filters(
-    sources: Sequence[str] | None,
-    path_prefix: str | None,
-    *,
-    alias: str,
-    kinds: Sequence[str] | None = None,
-    facts: FactFilter | None = None,
-) -> tuple[str, tuple[Any, ...]]:
-    clauses: list[str] = []
-    args: list[Any] = []
-    if facts is not None and not facts.empty:
-        clause, more = filter_sql(facts, alias)
-        clauses.append(clause)
-        args.extend(more)
-    if kinds:
-        clauses.append(f"{alias}kind IN ({','.join('?' * len(kinds))})")
-        args.extend(kinds)
-    if sources:
-        clauses.append(f"{alias}source IN ({','.join('?' * len(sources))})")
-        args.extend(sources)
-    if path_prefix:
-        lo, hi = prefix_bounds(path_prefix)
-        clauses.append(f"{alias}path >= ? AND {alias}path < ?")
-        args.extend((lo, hi))
-    return " AND ".join(clauses), tuple(args)
