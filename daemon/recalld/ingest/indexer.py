@@ -9,7 +9,6 @@ is fastest on full batches.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
 import logging
@@ -28,7 +27,9 @@ from recalld.fd_limits import OUT_OF_RESOURCES
 from recalld.index import tombstones
 from recalld.index.index_health import is_index_failure
 from recalld.index.store import FileChange, FileRow, Identity, NewChunk, Store
+from recalld.ingest.chunk_vectors import ChunkVectors
 from recalld.ingest.chunking import Chunk, chunk_markdown
+from recalld.ingest.dirty_paths import DirtyPaths
 from recalld.ingest.embed_ahead import EmbedAhead
 from recalld.ingest.facts_backfill import backfill_facts
 from recalld.ingest.filters import PathFilter, make_filter
@@ -39,15 +40,16 @@ from recalld.ingest.path_rule import (
     PathRule,
     Swapped,
     Verdict,
-    inside,
-    name_problem,
     read_checked,
     shown,
 )
 from recalld.ingest.redactor import redact
+from recalld.ingest.removals import ChangeHook as ChangeHook  # re-exported
+from recalld.ingest.removals import Removals
 from recalld.ingest.sync_report import Prepared as Prepared  # re-exported: engine, daemon, tests
 from recalld.ingest.sync_report import Progress as Progress
 from recalld.ingest.sync_report import SyncReport as SyncReport
+from recalld.ingest.sync_report import skip_file
 from recalld.ingest.vector_backfill import (
     BACKFILL_BUDGET_S,
     BIG_FILE_BYTES,
@@ -64,7 +66,6 @@ CHUNKER_VERSION = "md-5"
 SESSION_CHUNKER_VERSION = "sessions-4"  # 2: whole transcripts, chunk kinds; 3: summaries, hooks
 # (3 re-reads transcripts indexed before: compaction summaries, hook output, fuller toolUseResult)
 EMBED_GROUP_CHUNKS = 256  # chunks embedded per call across files
-MAX_REPORTED_SKIPS = 100  # skipped files listed by name in a sync report
 
 
 def _title(pieces: Sequence[Any], path: Path) -> str:
@@ -131,11 +132,10 @@ def identity_for(config: Config, embedder: Embedder | None) -> Identity:
     )
 
 
-ChangeHook = Callable[[FileChange], None]
 ProgressHook = Callable[[Progress], None]
 
 
-class Indexer:
+class Indexer(DirtyPaths, Removals, ChunkVectors):
     """Brings the store in line with the memory folders (the writer side; one per write conn)."""
 
     def __init__(
@@ -204,39 +204,8 @@ class Indexer:
                     seen.setdefault(str(path), path)
                     self._verdicts[str(path)] = verdict  # _prepare uses it: one lstat per file
                 elif report is not None and verdict.reported and verdict.reason != "gone":
-                    self._skip(report, path, verdict.reason)
+                    skip_file(report, path, verdict.reason)
         return list(seen.values())
-
-    def _skip(self, report: SyncReport, path: Path | str, reason: str) -> None:
-        name = shown(path)
-        log.warning("skipping %s: %s", name, reason)
-        report.files_skipped += 1
-        if len(report.skipped) < MAX_REPORTED_SKIPS:
-            report.skipped.append({"path": name, "reason": reason})
-
-    def _really_gone(self, key: str, report: SyncReport) -> bool:
-        """Whether an indexed file that a sync did not find is really gone (else keep its rows).
-
-        Rows are kept while the file's root is unavailable (missing, unmounted) and while the
-        file exists but could not be looked at (a folder without read permission, an I/O
-        error): a transient problem must not wipe what is indexed. A file the path rule refuses
-        now (a link out, a folder link on its way, no longer a regular file) is gone.
-        """
-        path = Path(key)
-        root = self.root_of(path)
-        if root is not None and root in self.unavailable_roots:
-            report.files_kept += 1
-            return False
-        verdict = self.rule.check(path)
-        if verdict.transient:
-            report.files_kept += 1
-            self._skip(report, path, f"kept as indexed: {verdict.reason}")
-            return False
-        if verdict.ok:
-            report.files_kept += 1
-            self._skip(report, path, "kept as indexed: its folder could not be listed")
-            return False
-        return True
 
     def root_of(self, path: Path) -> Path | None:
         """The memory root that holds ``path``."""
@@ -249,10 +218,30 @@ class Indexer:
         started = time.monotonic()
         backfill_facts(self.store)  # rows indexed before the search filters' facts existed
         report = SyncReport()
+        self._begin()
+        files, gone, forgotten = self._work(paths, report)
+        report.files_seen = len(files)
+        self.progress.phase = "indexing"
+        self.progress.add(gone)
+        self.progress.add(str(f) for f in files)
+        self._index_files(files, report)
+        # After the files: the sources of 20,000 renames are 20,000 removals, which must not
+        # hold up the edits among the files (a removal has nothing newer to show).
+        self._remove_gone(gone, forgotten, report)
+        self._end(report, started)
+        return report
+
+    def _begin(self) -> None:
+        """Start counting into the daemon's job (or a progress of this sync's own)."""
         self.progress = self.job if self.job is not None else Progress()
         self.progress.phase = "scanning"
         self.progress.syncs += 1
         self._emit()
+
+    def _work(
+        self, paths: Iterable[Path] | None, report: SyncReport
+    ) -> tuple[list[Path], list[str], set[str]]:
+        """The files to read (newest first), the rows to check for removal, the forgotten rows."""
         if paths is None:
             files = self.memory_files(report)
             indexed = self.store.files("memory")
@@ -263,23 +252,15 @@ class Indexer:
             files, gone = self._expand(paths, report)
         files, forgotten_rows = self._leave_out_forgotten(files)
         gone += forgotten_rows
-        forgotten = set(forgotten_rows)
         files.sort(key=self._newest_first)  # an edit made during a storm is not the last
-        report.files_seen = len(files)
-        self.progress.phase = "indexing"
-        self.progress.add(gone)
-        self.progress.add(str(f) for f in files)
+        return files, gone, set(forgotten_rows)
+
+    def _index_files(self, files: list[Path], report: SyncReport) -> None:
+        """Prepare each file and write them in batches of about EMBED_GROUP_CHUNKS chunks."""
         pending: list[Prepared] = []
         pending_chunks = 0
         for path in files:
-            try:
-                prepared = self._prepare(path, report)
-            except Exception as exc:  # one bad file never stops the others
-                if is_index_failure(exc):
-                    raise  # the index, not the file: the whole sync fails (retried / rebuilt)
-                log.exception("indexing %s failed", shown(path))
-                self._skip(report, path, f"indexing failed: {exc}")
-                prepared = None
+            prepared = self._prepare_one(path, report)
             self.progress.finish(str(path))
             if prepared is None:
                 self._emit_throttled()
@@ -292,12 +273,27 @@ class Indexer:
             self._emit_throttled()
         if pending:
             self._flush(pending, report)
-        # After the files: the sources of 20,000 renames are 20,000 removals, which must not
-        # hold up the edits among the files (a removal has nothing newer to show).
+
+    def _prepare_one(self, path: Path, report: SyncReport) -> Prepared | None:
+        """One file's rows to write; a failure skips the file, unless the index itself failed."""
+        try:
+            return self._prepare(path, report)
+        except Exception as exc:  # one bad file never stops the others
+            if is_index_failure(exc):
+                raise  # the index, not the file: the whole sync fails (retried / rebuilt)
+            log.exception("indexing %s failed", shown(path))
+            skip_file(report, path, f"indexing failed: {exc}")
+            return None
+
+    def _remove_gone(self, gone: list[str], forgotten: set[str], report: SyncReport) -> None:
+        """Remove the rows of files that are forgotten or really gone (see _really_gone)."""
         for gone_path in gone:
             if gone_path in forgotten or self._really_gone(gone_path, report):
                 self._remove(gone_path, report)
             self.progress.finish(gone_path)
+
+    def _end(self, report: SyncReport, started: float) -> None:
+        """Drop this sync's caches, complete the report and tell the progress hook."""
         self._known = self._sorted_keys = None
         self._verdicts.clear()
         report.embed_error = self.embed_error
@@ -307,7 +303,6 @@ class Indexer:
             self.progress.end()
             self.progress.release()
         self._emit()
-        return report
 
     def _leave_out_forgotten(self, files: list[Path]) -> tuple[list[Path], list[str]]:
         """Files a tombstone covers are not read; their indexed rows go (ingest.forgotten):
@@ -325,90 +320,6 @@ class Indexer:
         st = verdict.st if verdict is not None else None
         return -st.st_mtime_ns if st is not None else 0
 
-    def _expand(self, paths: Iterable[Path], report: SyncReport) -> tuple[list[Path], list[str]]:
-        """Dirty paths (watcher batches, explicit sync paths) into files to read and rows to drop.
-
-        A folder is walked (moved in, or scanned because it is not watched), and rows under it
-        that the walk did not find are candidates for removal, as in a full sync.
-        """
-        files: dict[str, Path] = {}
-        gone: list[str] = []
-        for p in map(Path, paths):
-            if self.root_of(p) is None:
-                continue
-            verdict = self.rule.check(p)
-            if verdict.ok:
-                files.setdefault(str(p), p)
-                self._verdicts[str(p)] = verdict
-            elif name_problem(p):
-                self._skip(report, p, verdict.reason)  # never stored, nothing to remove
-            else:
-                gone.extend(self._expand_one(p, verdict, files, report))
-        return list(files.values()), sorted({g for g in gone if g not in files})
-
-    def _expand_one(
-        self, p: Path, verdict: Verdict, files: dict[str, Path], report: SyncReport
-    ) -> list[str]:
-        """Rows to check for removal for a refused dirty path; files found under a folder."""
-        key = str(p)
-        gone = [key] if self.store.file(key) is not None else []
-        under = key + os.sep
-        if _is_dir(p) and self.filter.dir_ok(p.name):
-            real = _realpath(p)
-            if real and inside(real, self.rule.real_roots):
-                for path, is_link in self.filter.walk(p):
-                    found = self.rule.check_walked(path, p, is_link, real)
-                    if found.ok:
-                        files.setdefault(str(path), path)
-                        self._verdicts[str(path)] = found
-                    elif found.reported and found.reason != "gone":
-                        self._skip(report, path, found.reason)
-            else:
-                self._skip(report, p, "a folder link out of the memory folders: not followed")
-            gone.extend(self._indexed_under(under))
-        elif not os.path.lexists(p) and not gone:  # a folder that vanished: its files are gone
-            gone.extend(self._indexed_under(under))
-        elif verdict.reported and verdict.reason != "gone":
-            self._skip(report, p, verdict.reason)
-        return gone
-
-    def _indexed(self) -> dict[str, FileRow]:
-        """The memory rows, loaded once per sync (a scan may name hundreds of folders)."""
-        if self._known is None:
-            self._known = self.store.files("memory")
-        return self._known
-
-    def _indexed_under(self, prefix: str) -> list[str]:
-        """Indexed paths starting with ``prefix``, by bisection: a storm of 20,000 renames
-        names 20,000 vanished paths, and a scan of every row for each took minutes."""
-        known = self._indexed()
-        if self._sorted_keys is None or self._sorted_keys[0] is not known:
-            self._sorted_keys = (known, sorted(known))
-        keys = self._sorted_keys[1]
-        out = []
-        for key in keys[bisect.bisect_left(keys, prefix) :]:
-            if not key.startswith(prefix):
-                break
-            out.append(key)
-        return out
-
-    def _remove(self, key: str, report: SyncReport) -> None:
-        try:
-            self._apply(self.store.remove_file(key))
-        except Exception as exc:  # one bad row never stops the others
-            if is_index_failure(exc):
-                raise
-            log.exception("removing %s from the index failed", key)
-            return
-        report.files_removed += 1
-        self.progress.files_removed += 1
-
-    def _drop_stale(self, key: str, known: FileRow | None, report: SyncReport) -> None:
-        """A file that can no longer be indexed loses its old rows: its old text must not stay
-        searchable while ``get`` shows what the file is now."""
-        if known is not None:
-            self._remove(key, report)
-
     def _prepare(self, path: Path, report: SyncReport) -> Prepared | None:
         key = str(path)
         verdict = self._verdicts.pop(key, None) or self.rule.check(path)
@@ -419,9 +330,9 @@ class Indexer:
             elif not verdict.transient:
                 self._drop_stale(key, known, report)
                 if verdict.reported:
-                    self._skip(report, path, verdict.reason)
+                    skip_file(report, path, verdict.reason)
             else:
-                self._skip(report, path, verdict.reason)
+                skip_file(report, path, verdict.reason)
             return None
         st = verdict.st
         assert st is not None
@@ -435,23 +346,23 @@ class Indexer:
             return None
         if st.st_size > self.max_bytes:
             self._drop_stale(key, known, report)
-            self._skip(report, path, f"{st.st_size} bytes is over memory.max_file_bytes")
+            skip_file(report, path, f"{st.st_size} bytes is over memory.max_file_bytes")
             return None
         try:
             data = read_checked(verdict, self.rule.real_roots, self.max_bytes)
         except FileNotFoundError:
             return None  # deleted between listing and reading; the next sync removes it
         except Swapped as exc:
-            self._skip(report, path, f"not read: {exc.strerror}")
+            skip_file(report, path, f"not read: {exc.strerror}")
             return None
         except OSError as exc:
             if exc.errno in OUT_OF_RESOURCES:  # the process is out of fds, not the file bad
                 report.files_to_retry += 1
-            self._skip(report, path, f"cannot read: {exc.strerror or exc}")
+            skip_file(report, path, f"cannot read: {exc.strerror or exc}")
             return None
         if len(data) > self.max_bytes:  # grew between the stat and the read
             self._drop_stale(key, known, report)
-            self._skip(report, path, f"over memory.max_file_bytes ({self.max_bytes} bytes)")
+            skip_file(report, path, f"over memory.max_file_bytes ({self.max_bytes} bytes)")
             return None
         digest = content_hash(data)
         if known and known.hash == digest:
@@ -460,7 +371,7 @@ class Indexer:
             return None
         if b"\x00" in data[:8192]:
             self._drop_stale(key, known, report)
-            self._skip(report, path, "looks binary (NUL bytes)")
+            skip_file(report, path, "looks binary (NUL bytes)")
             return None
         return self._chunk(path, data, st, digest, report)
 
@@ -540,7 +451,7 @@ class Indexer:
                     if is_index_failure(exc):
                         raise  # the index, not the file: the whole sync fails (retried / rebuilt)
                     log.exception("writing %s to the index failed", shown(prepared.row.path))
-                    self._skip(report, prepared.row.path, f"indexing failed: {exc}")
+                    skip_file(report, prepared.row.path, f"indexing failed: {exc}")
                     continue
                 written.append((prepared, change))
         for prepared, change in written:  # committed: the hooks may tell readers now
@@ -550,37 +461,6 @@ class Indexer:
                 self.backlog.wrote(due)
             report.chunks_written += len(prepared.chunks)
             self.progress.chunks_done += len(prepared.chunks)
-
-    def vectors_for(
-        self, texts_by_hash: dict[str, str], report: SyncReport | None = None, *, embed: bool = True
-    ) -> dict[str, npt.NDArray[np.float32]] | None:
-        """Vectors for chunk texts: from the cache, else embedded now (and cached)."""
-        emb = self.embedder
-        if emb is None or not texts_by_hash or not self.store.has_vec_table():
-            return None
-        found = self.store.cached(emb.key, emb.model, emb.dims, list(texts_by_hash))
-        missing = [h for h in texts_by_hash if h not in found]
-        if missing and embed:
-            try:
-                vecs = emb.embed([texts_by_hash[h] for h in missing])
-            except Exception as exc:  # noqa: BLE001 - keep indexing keyword-only, backfill later
-                self.embed_error = f"{emb.label}: {exc}"
-                log.warning("embedding failed, indexing without vectors for now: %s", exc)
-                return found
-            if vecs.shape != (len(missing), emb.dims):
-                self.embed_error = (
-                    f"{emb.label} returned vectors of shape {vecs.shape}, expected "
-                    f"({len(missing)}, {emb.dims})"
-                )
-                return found
-            new = {h: vecs[i] for i, h in enumerate(missing)}
-            self.store.put_cache(emb.key, emb.model, emb.dims, new)
-            found.update(new)
-            self.embed_error = None
-            if report is not None:
-                report.chunks_embedded += len(missing)
-            self.progress.chunks_embedded += len(missing)
-        return found
 
     def backfill_vectors(self, report: SyncReport | None = None) -> int:
         """Embed chunks indexed without a vector: a step of about a second when keyword-first
@@ -595,10 +475,6 @@ class Indexer:
 
     # hooks -------------------------------------------------------------------------------------
 
-    def _apply(self, change: FileChange) -> None:
-        if self.on_change is not None:
-            self.on_change(change)
-
     _last_emit = 0.0
 
     def _emit(self) -> None:
@@ -610,18 +486,3 @@ class Indexer:
         if now - self._last_emit >= 0.1:
             self._last_emit = now
             self._emit()
-
-
-def _is_dir(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except OSError:
-        return False
-
-
-def _realpath(path: Path) -> str:
-    """The real path, or '' when a link changed while it was resolved (checked next time)."""
-    try:
-        return os.path.realpath(path)
-    except OSError:
-        return ""

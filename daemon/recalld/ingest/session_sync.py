@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -25,18 +25,13 @@ from recalld.embedding.base import Embedder
 from recalld.index import tombstones
 from recalld.index.chunk_facts import put_file_facts
 from recalld.index.index_health import is_index_failure
-from recalld.index.store import FileChange, FileRow, NewChunk, Store
+from recalld.index.store import FileChange, FileRow, Store
 from recalld.ingest.forgotten import Forgotten
 from recalld.ingest.path_rule import Swapped, Verdict, inside, name_problem, open_checked, shown
-from recalld.ingest.sessions import (
-    SessionChunk,
-    SessionChunker,
-    TailState,
-    TranscriptParser,
-    read_delta,
-)
-from recalld.ingest.sessions.chunking import carried, checked_kinds, to_carry
-from recalld.ingest.sessions.session_facts import LineTimes, scan_ident
+from recalld.ingest.session_delta import Saved, Step, chunk_delta, state_row, tail_extra
+from recalld.ingest.session_delta import new_chunk as new_chunk  # re-exported
+from recalld.ingest.sessions import Delta, SessionChunker, TailState, TranscriptParser, read_delta
+from recalld.ingest.sessions.chunking import checked_kinds
 from recalld.paths import glob_base
 
 log = logging.getLogger(__name__)
@@ -218,103 +213,67 @@ class SessionIndexer:
         return open_transcript(path, transcript_bases(self.config.session_globs()))
 
     def _sync_file(self, path: Path, report: SessionReport) -> None:
+        """Index a transcript's new lines, at most MAX_DELTA_BYTES of them at a time."""
         key = str(path)
-        saved = self.store.session_state(key)
-        extra: dict[str, Any] = saved["state"] if saved else {}
-        # The tail fields newer than the session_state columns ride in the JSON state.
-        tail = TailState.from_dict({**saved, **extra.get("tail", {})}) if saved else None
-        skipped = int(saved["skipped"]) if saved else 0
-        long_lines = int(extra.get("long_lines", 0))
+        saved = Saved.load(self.store.session_state(key))
         while True:
             delta = read_delta(
                 path,
-                tail,
+                saved.tail,
                 max_bytes=MAX_DELTA_BYTES,
                 max_line_bytes=self.max_line_bytes,
                 opener=self._open,
             )
-            fresh = delta.reset or tail is None
-            if delta.reset or tail is None:
-                parser = self._parser(None)
-                chunker = self._chunker()
-                keep_from = 1  # replace everything indexed for this file
-                skipped = long_lines = 0
-                if delta.reset and tail is not None:
-                    report.files_reset += 1
-            else:
-                parser = self._parser(str(extra.get("format") or "") or None)
-                parser.calls = dict(extra.get("calls") or {})
-                chunker = self._chunker()
-                chunker.restore(extra.get("chunker", {}))
-                open_start = extra.get("open_start")
-                keep_from = int(open_start) if open_start else (tail.line_count + 1)
+            fresh = delta.reset or saved.tail is None
+            parser, chunker, keep_from = self._resume(saved, delta, report, fresh=fresh)
             report.indexed_sizes[key] = delta.state.scan_end
-            if not delta.lines and not delta.reset and tail is not None:
-                if delta.state != tail:  # scanned further into an unfinished line, or touched
-                    self._save_state(key, saved, extra, delta.state, long_lines)
+            if not delta.lines and not delta.reset and saved.tail is not None:
+                if delta.state != saved.tail:  # scanned further into an unfinished line, or touched
+                    self._save_state(key, saved.row, saved.extra, delta.state, saved.long_lines)
                 return
-            messages = parser.feed(delta.lines)
-            # The search filters' facts: each chunk's last message time, the project, session.
-            times = LineTimes(None if fresh else extra.get("times"))
-            times.add(messages)
-            known = ("", "") if fresh else tuple(extra.get("ident") or ("", ""))
-            ident = scan_ident(delta.lines, (str(known[0]), str(known[1])))
-            final = chunker.feed(messages)
-            pending = chunker.pending()
-            # Final message chunks on the open chunk's first line are rewritten with it
-            # (keep_from drops the messages from that line on): the state carries them till then.
-            carry = [] if fresh else carried(extra)
-            written = carry + final + pending
-            open_start = pending[0].start_line if pending else None
-            chunks = [
-                new_chunk(c, times.date_of(c.start_line, c.end_line, c.text)) for c in written
-            ]
-            stats = parser.stats
-            dropped = stats.skipped_invalid + stats.skipped_unknown + stats.skipped_huge
-            skipped += dropped + delta.skipped_lines
-            long_lines += delta.skipped_lines
-            new_tail = replace(delta.state, messages=delta.state.messages + len(messages))
-            state = _state_row(new_tail, parser.fmt or "unknown", skipped)
-            state["state"] = {
-                "format": parser.fmt,
-                "chunker": chunker.save(),
-                "open_start": open_start,
-                "calls": parser.calls,
-                "carry": to_carry(carry + final, open_start),
-                "tail": _tail_extra(new_tail),
-                "long_lines": long_lines,
-                "times": times.saved(open_start or new_tail.line_count + 1),
-                "ident": list(ident),
-            }
-            vectors = self.vectors_for({c.hash: c.text for c in chunks if c.embed})
-            row = FileRow(
-                key,
-                "sessions",
-                new_tail.size,
-                _mtime_ns(path),
-                new_tail.last_line_hash,
-                new_tail.line_count,
-            )
-            with self.store.transaction():
-                change = self.store.replace_file(
-                    row,
-                    chunks,
-                    vectors,
-                    keep_from_line=keep_from,
-                    session_state=state,
-                    rewrite_kinds=None if fresh else ["message"],  # tool chunks are final
-                )
-                put_file_facts(self.store.conn, key, *ident)
-            self._change(change)
-            report.files_changed += 1
-            report.lines += len(delta.lines)
-            report.messages += len(messages)
-            report.chunks_written += len(chunks)
-            report.skipped_lines += dropped + delta.skipped_lines
-            report.long_lines += delta.skipped_lines
+            step = chunk_delta(delta, saved, parser, chunker, fresh=fresh)
+            self._write(path, step, keep_from, fresh=fresh)
+            _count(report, delta, step)
             if not delta.more:
                 return
-            tail, extra, saved = new_tail, state["state"], state
+            saved.advance(step)
+
+    def _resume(
+        self, saved: Saved, delta: Delta, report: SessionReport, *, fresh: bool
+    ) -> tuple[TranscriptParser, SessionChunker, int]:
+        """The parser and chunker to feed the delta, and the first line whose rows it rewrites."""
+        if fresh:
+            saved.skipped = saved.long_lines = 0
+            if delta.reset and saved.tail is not None:
+                report.files_reset += 1
+            return self._parser(None), self._chunker(), 1  # replace everything indexed for it
+        assert saved.tail is not None  # not fresh: resumed from a stored tail
+        parser = self._parser(str(saved.extra.get("format") or "") or None)
+        parser.calls = dict(saved.extra.get("calls") or {})
+        chunker = self._chunker()
+        chunker.restore(saved.extra.get("chunker", {}))
+        open_start = saved.extra.get("open_start")
+        return parser, chunker, int(open_start) if open_start else (saved.tail.line_count + 1)
+
+    def _write(self, path: Path, step: Step, keep_from: int, *, fresh: bool) -> None:
+        """The delta's chunks, tail state and file facts, in one transaction."""
+        key = str(path)
+        vectors = self.vectors_for({c.hash: c.text for c in step.chunks if c.embed})
+        tail = step.tail
+        row = FileRow(
+            key, "sessions", tail.size, _mtime_ns(path), tail.last_line_hash, tail.line_count
+        )
+        with self.store.transaction():
+            change = self.store.replace_file(
+                row,
+                step.chunks,
+                vectors,
+                keep_from_line=keep_from,
+                session_state=step.state,
+                rewrite_kinds=None if fresh else ["message"],  # tool chunks are final
+            )
+            put_file_facts(self.store.conn, key, *step.ident)
+        self._change(change)
 
     def _save_state(
         self,
@@ -325,9 +284,9 @@ class SessionIndexer:
         long_lines: int,
     ) -> None:
         """Store a new tail state for a file whose chunks did not change."""
-        state = _state_row(tail, str(saved["format"]) if saved else "unknown", 0)
+        state = state_row(tail, str(saved["format"]) if saved else "unknown", 0)
         state["skipped"] = int(saved["skipped"]) if saved else 0
-        state["state"] = {**extra, "tail": _tail_extra(tail), "long_lines": long_lines}
+        state["state"] = {**extra, "tail": tail_extra(tail), "long_lines": long_lines}
         with self.store.conn:
             self.store.set_session_state(key, state)
 
@@ -336,33 +295,14 @@ class SessionIndexer:
             self.on_change(change)
 
 
-_COLUMNS = ("offset", "line_count", "messages", "last_line_hash", "inode", "size")
-
-
-def _state_row(tail: TailState, fmt: str, skipped: int) -> dict[str, Any]:
-    """The session_state columns for ``tail`` (its newer fields go in the JSON state)."""
-    row: dict[str, Any] = {k: getattr(tail, k) for k in _COLUMNS}
-    row.update(format=fmt, skipped=skipped)
-    return row
-
-
-def _tail_extra(tail: TailState) -> dict[str, Any]:
-    """The TailState fields that have no column of their own."""
-    return {k: v for k, v in tail.to_dict().items() if k not in _COLUMNS}
-
-
-def new_chunk(c: SessionChunk, date: float | None = None) -> NewChunk:
-    """The store row of a transcript chunk (``date``: its last message's time)."""
-    return NewChunk(
-        c.start_line, c.end_line, c.text, _hash(c.text), kind=c.kind, tool=c.tool, embed=c.embed,
-        date=date,
-    )  # fmt: skip
-
-
-def _hash(text: str) -> str:
-    from recalld.ingest.indexer import text_hash
-
-    return text_hash(text)
+def _count(report: SessionReport, delta: Delta, step: Step) -> None:
+    """Add one written delta to the report."""
+    report.files_changed += 1
+    report.lines += len(delta.lines)
+    report.messages += step.messages
+    report.chunks_written += len(step.chunks)
+    report.skipped_lines += step.dropped + delta.skipped_lines
+    report.long_lines += delta.skipped_lines
 
 
 def _mtime_ns(path: Path) -> int:

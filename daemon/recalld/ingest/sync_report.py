@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from recalld.index.store import FileRow, NewChunk
+from recalld.ingest.path_rule import shown
 
 
 @dataclass
@@ -125,3 +128,17 @@ class SyncReport:
     def as_dict(self) -> dict[str, Any]:
         """Wire form."""
         return dict(self.__dict__)
+
+
+MAX_REPORTED_SKIPS = 100  # skipped files listed by name in a sync report
+# The indexer's logger by name: skips logged from the stages split off it keep their source.
+_indexer_log = logging.getLogger("recalld.ingest.indexer")
+
+
+def skip_file(report: SyncReport, path: Path | str, reason: str) -> None:
+    """Log a file the sync leaves out and count it (the first ones listed by name)."""
+    name = shown(path)
+    _indexer_log.warning("skipping %s: %s", name, reason)
+    report.files_skipped += 1
+    if len(report.skipped) < MAX_REPORTED_SKIPS:
+        report.skipped.append({"path": name, "reason": reason})
