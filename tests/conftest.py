@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,3 +96,14 @@ def env_for(home: Path) -> dict[str, str]:
     env["HOME"] = str(home)
     env.pop("RECALLD_CONFIG", None)
     return env
+
+
+def mcp_stdio_params(home: Path) -> Any:
+    """The parameters that start ``recalld mcp`` over stdio for ``home`` (the SDK client's)."""
+    from mcp import StdioServerParameters
+
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "recalld.surfaces.cli", "mcp"],
+        env={"RECALLD_HOME": str(home)},
+    )

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import write
+from conftest import mcp_stdio_params, write
 from daemon_process import wait_for
 from recalld.surfaces import mcp_server
 from recalld_client import Client, RecalldClientError, is_running
@@ -48,18 +48,14 @@ def shutdown_daemon(home: Path) -> None:
 def test_mcp_tools_over_stdio(home: Path) -> None:
     import anyio
     import jsonschema
-    from mcp import ClientSession, StdioServerParameters
+    from mcp import ClientSession
     from mcp.client.stdio import stdio_client
 
     (home / "config.toml").write_text("[sessions]\npaths = []\n[sync]\ndebounce_s = 0.3\n")
     for name, text in NOTES.items():
         write(home / "memory" / name, text)
     assert not is_running(home / "run" / "recalld.sock")
-    server = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "recalld.surfaces.cli", "mcp"],
-        env={"RECALLD_HOME": str(home)},
-    )
+    server = mcp_stdio_params(home)
 
     async def scenario() -> None:
         async with stdio_client(server) as (read, write_), ClientSession(read, write_) as session:

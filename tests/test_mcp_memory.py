@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import mcp_stdio_params
 from test_mcp import shutdown_daemon, text_of
 
 pytest.importorskip("mcp")
@@ -17,15 +17,11 @@ pytest.importorskip("mcp")
 def test_mcp_write_then_search_then_forget(home: Path) -> None:
     import anyio
     import jsonschema
-    from mcp import ClientSession, StdioServerParameters
+    from mcp import ClientSession
     from mcp.client.stdio import stdio_client
 
     (home / "config.toml").write_text('[sessions]\npaths = []\n[embedding]\nprovider = "none"\n')
-    server = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "recalld.surfaces.cli", "mcp"],
-        env={"RECALLD_HOME": str(home)},
-    )
+    server = mcp_stdio_params(home)
 
     async def scenario() -> None:
         async with stdio_client(server) as (read, write_), ClientSession(read, write_) as session:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import env_for
+from conftest import env_for, mcp_stdio_params
 from daemon_process import DaemonProcess
 from recalld_client import BadRequest
 from test_search_filters import CWD, SESSION_ID, populate
@@ -125,15 +125,11 @@ def test_cli_filters_and_stale_note(daemon: DaemonProcess) -> None:
 def test_mcp_filters_over_stdio(daemon: DaemonProcess) -> None:
     import anyio
     import jsonschema
-    from mcp import ClientSession, StdioServerParameters
+    from mcp import ClientSession
     from mcp.client.stdio import stdio_client
 
     home = daemon.home
-    server = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "recalld.surfaces.cli", "mcp"],
-        env={"RECALLD_HOME": str(home)},
-    )
+    server = mcp_stdio_params(home)
 
     async def scenario() -> None:
         async with stdio_client(server) as (read, write_), ClientSession(read, write_) as session:

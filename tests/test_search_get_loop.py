@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import env_for, write
+from conftest import env_for, mcp_stdio_params, write
 from daemon_process import wait_for
 from recalld.retrieval.answer_budget import count_tokens
 from recalld.surfaces import mcp_server
@@ -285,16 +285,12 @@ def test_every_subcommand_help_describes_its_arguments(homes: dict[str, Path]) -
 def test_mcp_get_forms_past_end_and_budget(homes: dict[str, Path]) -> None:
     pytest.importorskip("mcp")
     import anyio
-    from mcp import ClientSession, StdioServerParameters
+    from mcp import ClientSession
     from mcp.client.stdio import stdio_client
 
     served = homes["served"]
     note = served / "memory" / "decisions.md"
-    server = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "recalld.surfaces.cli", "mcp"],
-        env={"RECALLD_HOME": str(served)},
-    )
+    server = mcp_stdio_params(served)
 
     def text(result: object) -> str:
         return "".join(getattr(b, "text", "") for b in getattr(result, "content", []))
