@@ -138,3 +138,20 @@ def test_init_start_search_stop_in_a_fresh_home(user_home: Path) -> None:
         if pid is not None:  # a failed check must not leave a daemon behind
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_no_warning_without_xdg_runtime_dir(user_home: Path) -> None:
+    """ssh sessions, containers and cron have no XDG_RUNTIME_DIR: every command used to print
+    platformdirs' RuntimeDirWarning before its answer."""
+    env = {k: v for k, v in _env(user_home).items() if k != "XDG_RUNTIME_DIR"}
+    probe = "from recalld_client import locations; print(locations.socket_path())"
+    shown = subprocess.run(
+        [sys.executable, "-W", "default", "-c", probe],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stderr == ""
+    assert shown.stdout.strip().endswith("recalld.sock")

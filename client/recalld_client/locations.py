@@ -63,7 +63,14 @@ def runtime_dir() -> Path:
         xdg = env("XDG_RUNTIME_DIR")
         if xdg:
             return Path(xdg) / APP
-    return Path(_platformdirs().user_runtime_dir(APP))
+    # Without XDG_RUNTIME_DIR (ssh sessions, containers, cron, `env -i`) platformdirs warns on
+    # every call and falls back to a checked private folder; that fallback is what we want, and
+    # a warning printed before every `recalld search` answer is noise the user cannot act on.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return Path(_platformdirs().user_runtime_dir(APP))
 
 
 def socket_path() -> Path:
