@@ -26,20 +26,24 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from recalld.ingest.embed_ahead import AHEAD_CALL, EmbedAhead
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from recalld.embedding.base import Embedder
     from recalld.index.store import Store
-    from recalld.ingest.indexer import Indexer
-    from recalld.ingest.sync_report import SyncReport
+    from recalld.ingest.sync_report import Progress, SyncReport
 
 __all__ = [
     "BACKFILL_BUDGET_S",
     "BACKFILL_WINDOW",
     "BIG_FILE_BYTES",
     "BackgroundChunker",
+    "Filler",
     "VectorBacklog",
     "fill",
     "vector_counts",
@@ -249,7 +253,27 @@ def vectors_missing(counts: Mapping[str, int], *, vector_table: bool) -> dict[st
     return {"vectors_pending": max(due - counts["vectors"], 0), "vectors_total": due}
 
 
-def fill(indexer: Indexer, report: SyncReport | None, *, budget_s: float | None) -> int:
+class Filler(Protocol):
+    """What a back-fill step uses of the indexer (:class:`~recalld.ingest.indexer.Indexer`):
+    its store, provider and helpers; named here so that this module does not import it."""
+
+    store: Store
+    embedder: Embedder | None
+    embed_error: str | None
+    progress: Progress
+    ahead: EmbedAhead | None
+    backlog: VectorBacklog | None
+
+    def vectors_for(
+        self, texts_by_hash: dict[str, str], report: SyncReport | None = None, *, embed: bool = True
+    ) -> dict[str, npt.NDArray[np.float32]] | None: ...
+
+    def apply_vectors(
+        self, pairs: list[tuple[int, npt.NDArray[np.float32]]], generation: int | None = None
+    ) -> None: ...
+
+
+def fill(indexer: Filler, report: SyncReport | None, *, budget_s: float | None) -> int:
     """Embed chunks that have no vector yet (keyword-first writes, a provider that was down,
     a provider added later); returns how many got one.
 
@@ -274,7 +298,7 @@ def fill(indexer: Indexer, report: SyncReport | None, *, budget_s: float | None)
 
 
 def _step_ahead(
-    indexer: Indexer, ahead: EmbedAhead, report: SyncReport | None, budget_s: float
+    indexer: Filler, ahead: EmbedAhead, report: SyncReport | None, budget_s: float
 ) -> int:
     """One daemon step: offer the due chunks, wait up to ``budget_s`` for the vectors embedded
     ahead, write them (and any the cache already had)."""
@@ -322,7 +346,7 @@ def _step_ahead(
     return done
 
 
-def _write(indexer: Indexer, rows: list[tuple[int, str, str]], vectors: dict[str, Any]) -> int:
+def _write(indexer: Filler, rows: list[tuple[int, str, str]], vectors: dict[str, Any]) -> int:
     """Write the vectors of ``rows`` found in ``vectors``; returns how many."""
     pairs = [(cid, vectors[h]) for cid, h, _ in rows if h in vectors]
     if not pairs:
