@@ -157,7 +157,7 @@ def keyword_home(home: Path, chunks: int) -> int:
 
 
 def time_keyword(home: Path, queries: Sequence[str], settings: dict[str, Any]) -> list[float]:
-    """Keyword-only Engine.search (in-process, the daemon's code path) per query, in ms."""
+    """Keyword-only engine.searcher.search (in-process, the daemon's code path) per query, in ms."""
     from recalld.config import Config
     from recalld.embedding.registry import ProviderChoice
     from recalld.engine import Engine
@@ -166,11 +166,11 @@ def time_keyword(home: Path, queries: Sequence[str], settings: dict[str, Any]) -
     engine = Engine(config, writable=False, choice=ProviderChoice(None, "bench: keyword only"))
     try:
         for q in queries[:20]:
-            engine.search({"query": q, "mode": "keyword"})
+            engine.searcher.search({"query": q, "mode": "keyword"})
         out = []
         for q in queries:
             t = time.perf_counter()
-            engine.search({"query": q, "mode": "keyword"})
+            engine.searcher.search({"query": q, "mode": "keyword"})
             out.append((time.perf_counter() - t) * 1000)
         return out
     finally:

@@ -543,16 +543,16 @@ def large_index(ctx: Ctx) -> None:
 
 
 def _search_profile(ctx: Ctx, home: Path, queries: Sequence[str]) -> None:
-    """Engine.search in-process on the large index under the sampler: where a search goes."""
+    """Searches in-process on the large index under the sampler: where a search goes."""
     config = corpora.home_config(home)
     engine = Engine(config, writable=False, choice=ProviderChoice(ctx.embedder, "bench"))
     try:
-        engine.search({"query": queries[0]})  # loads the matrix
+        engine.searcher.search({"query": queries[0]})  # loads the matrix
         times = []
         with Sampler() as sampler:
             for q in queries[:100]:
                 t = time.perf_counter()
-                engine.search({"query": q})
+                engine.searcher.search({"query": q})
                 times.append(_ms(t))
         ctx.sheet.put("inprocess_search_p50_ms_100k", percentile(times, 0.5), 2)
         ctx.sheet.tables["profile_search_100k_inprocess"] = (
@@ -792,7 +792,7 @@ def transcript_append(ctx: Ctx) -> None:
                 t = time.perf_counter()
                 engine.sync_sessions([path])
                 times.append(_ms(t))
-                hits = engine.search({"query": token, "mode": "keyword", "min_score": 0.0})
+                hits = engine.searcher.search({"query": token, "mode": "keyword", "min_score": 0.0})
                 if not any(r["path"] == str(path) for r in hits["results"]):
                     s.errors[f"transcript_{size}"] = f"appended message {n} not found by search"
             s.put(f"transcript_append_ms_{size}", median(times), 2)

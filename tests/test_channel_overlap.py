@@ -73,12 +73,12 @@ def test_a_lone_search_overlaps_a_busy_one_runs_in_turn(home: Path) -> None:
         engine.sync()
         caller = threading.current_thread().name
         emb.query_threads.clear()
-        alone = engine.search({"query": "deploy key rotation"})
+        alone = engine.searcher.search({"query": "deploy key rotation"})
         assert emb.query_threads[-1] != caller  # embedded on the executor, beside the keywords
         assert emb.query_threads[-1].startswith("recalld-channel")
 
         with engine.in_flight.search():  # another search in flight
-            busy = engine.search({"query": "deploy key rotation"})
+            busy = engine.searcher.search({"query": "deploy key rotation"})
         assert emb.query_threads[-1] == caller  # one channel after the other, on this thread
         assert engine.in_flight.running == 0
 

@@ -23,18 +23,22 @@ def test_a_word_in_every_chunk_is_dropped_from_or_queries_but_never_the_last(hom
     engine = make_engine(home, None, search__max_term_df=0.2)
     try:
         engine.sync()
-        res = engine.search({"query": "Caroline quokka", "mode": "keyword", "explain": True})
+        res = engine.searcher.search(
+            {"query": "Caroline quokka", "mode": "keyword", "explain": True}
+        )
         match = res["explain"]["match"]
         assert "quokka" in match and "caroline" not in match.lower(), match
         assert [r["path"] for r in res["results"]] == [str(home / "memory" / "turn0007.md")]
         # Only common words: they are kept (a query never loses every term).
-        res = engine.search({"query": "Caroline Melanie", "mode": "keyword", "explain": True})
+        res = engine.searcher.search(
+            {"query": "Caroline Melanie", "mode": "keyword", "explain": True}
+        )
         assert "caroline" in res["explain"]["match"].lower() and res["results"]
     finally:
         engine.close()
     off = make_engine(home, None, search__max_term_df=0.0)
     try:
-        res = off.search({"query": "Caroline quokka", "mode": "keyword", "explain": True})
+        res = off.searcher.search({"query": "Caroline quokka", "mode": "keyword", "explain": True})
         assert "caroline" in res["explain"]["match"].lower()  # off: every word is searched
     finally:
         off.close()

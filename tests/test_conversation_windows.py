@@ -128,7 +128,7 @@ def test_focus_keeps_whole_turns_and_the_reply() -> None:
 
 
 def _search(engine: Any, query: str) -> dict[str, Any]:
-    res: dict[str, Any] = engine.search({"query": query, "max_results": 3, "min_score": 0})
+    res: dict[str, Any] = engine.searcher.search({"query": query, "max_results": 3, "min_score": 0})
     return res
 
 

@@ -160,10 +160,10 @@ def test_an_edit_during_a_call_never_gets_the_vector_of_its_old_text(home: Path)
         emb.gate.clear()
         report = engine.sync()  # keyword rows written; the step waits a second, then returns
         assert report.vectors_pending and emb.entered.is_set()
-        assert engine.search({"query": "first version", "mode": "keyword"})["results"]
+        assert engine.searcher.search({"query": "first version", "mode": "keyword"})["results"]
         write(note, "# a\n\nthe second version, edited while its vectors were embedded\n")
         engine.sync([note])  # written at once: the writer does not wait for the call
-        hits = engine.search({"query": "edited while", "mode": "keyword"})["results"]
+        hits = engine.searcher.search({"query": "edited while", "mode": "keyword"})["results"]
         assert hits and hits[0]["path"].endswith("a.md")
         emb.gate.set()
         _steps(engine)
@@ -173,7 +173,9 @@ def test_an_edit_during_a_call_never_gets_the_vector_of_its_old_text(home: Path)
         assert not any("first version" in t for t in stored)
         assert any("second version" in t for t in stored)
         text = next(t for t in stored if "second version" in t)
-        res = engine.search({"query": text, "mode": "vector"})  # the same text, the same vector
+        res = engine.searcher.search(
+            {"query": text, "mode": "vector"}
+        )  # the same text, the same vector
         assert res["results"][0]["path"].endswith("a.md")
     finally:
         engine.close()

@@ -34,7 +34,7 @@ def engine(home: Path, local_embedder: Any) -> Any:
 
 
 def test_search_result_contract(engine: Engine) -> None:
-    res = engine.search({"query": "which database did we pick for billing?"})
+    res = engine.searcher.search({"query": "which database did we pick for billing?"})
     assert res["mode"] == "hybrid"
     assert res["provider"] == "local/all-MiniLM-L6-v2"
     assert res["degraded"] is None
@@ -63,16 +63,16 @@ def test_search_result_contract(engine: Engine) -> None:
 
 
 def test_paraphrase_and_identifier(engine: Engine) -> None:
-    para = engine.search({"query": "what drink does Bob like", "mode": "vector"})
+    para = engine.searcher.search({"query": "what drink does Bob like", "mode": "vector"})
     assert para["results"][0]["path"].endswith("people/bob.md")
-    ident = engine.search({"query": "E-1234", "mode": "keyword"})
+    ident = engine.searcher.search({"query": "E-1234", "mode": "keyword"})
     assert ident["results"][0]["path"].endswith("projects/alpha.md")
-    snake = engine.search({"query": "alembic_runner"})
+    snake = engine.searcher.search({"query": "alembic_runner"})
     assert snake["results"][0]["path"].endswith("projects/alpha.md")
 
 
 def test_keyword_floor_keeps_a_match(engine: Engine) -> None:
-    res = engine.search({"query": "plumber", "mode": "keyword", "min_score": 1.0})
+    res = engine.searcher.search({"query": "plumber", "mode": "keyword", "min_score": 1.0})
     assert res["results"], "the floor must never drop every keyword-only match"
     assert res["results"][0]["path"].endswith("todo.md")
 
@@ -85,7 +85,7 @@ def test_filters_apply_inside_channels(home: Path, local_embedder: Any) -> None:
     eng.sync()
     try:
         for mode in ("hybrid", "keyword", "vector"):
-            res = eng.search(
+            res = eng.searcher.search(
                 {
                     "query": "quarterly budget review",
                     "max_results": 2,
@@ -95,9 +95,11 @@ def test_filters_apply_inside_channels(home: Path, local_embedder: Any) -> None:
                 }
             )
             assert [Path(r["path"]).name for r in res["results"]] == ["only.md"], mode
-        rel = eng.search({"query": "quarterly budget", "path_prefix": "b/", "min_score": 0.0})
+        rel = eng.searcher.search(
+            {"query": "quarterly budget", "path_prefix": "b/", "min_score": 0.0}
+        )
         assert [Path(r["path"]).name for r in rel["results"]] == ["only.md"]
-        none = eng.search({"query": "quarterly budget", "sources": ["sessions"]})
+        none = eng.searcher.search({"query": "quarterly budget", "sources": ["sessions"]})
         assert none["results"] == []
     finally:
         eng.close()
@@ -109,7 +111,7 @@ def test_rrf_fusion(home: Path, local_embedder: Any) -> None:
     eng = make_engine(home, local_embedder, search__fusion="rrf")
     eng.sync()
     try:
-        res = eng.search({"query": "Bob coffee tea", "min_score": 0.0})
+        res = eng.searcher.search({"query": "Bob coffee tea", "min_score": 0.0})
         assert res["results"][0]["path"].endswith("bob.md")
         assert 0 < res["results"][0]["score"] <= 1.0
     finally:
@@ -124,7 +126,7 @@ def test_incremental_sync_reuses_cache(engine: Engine, home: Path) -> None:
     edited = engine.sync()
     assert edited.files_changed == 1
     assert edited.chunks_embedded <= 2
-    assert engine.search({"query": "kettle", "mode": "keyword"})["results"]
+    assert engine.searcher.search({"query": "kettle", "mode": "keyword"})["results"]
     os.utime(home / "memory" / "people" / "bob.md")  # touched, same content: no re-embedding
     touched = engine.sync()
     assert touched.files_changed == 0 and touched.chunks_embedded == 0
@@ -134,7 +136,7 @@ def test_delete_removes_from_index(engine: Engine, home: Path) -> None:
     (home / "memory" / "people" / "bob.md").unlink()
     report = engine.sync()
     assert report.files_removed == 1
-    res = engine.search({"query": "Lisbon peanuts", "min_score": 0.0})
+    res = engine.searcher.search({"query": "Lisbon peanuts", "min_score": 0.0})
     assert all(not r["path"].endswith("bob.md") for r in res["results"])
     counts = engine.status()["counts"]
     assert counts["chunks"] == counts["fts_rows"] == counts["vectors"]
@@ -142,7 +144,7 @@ def test_delete_removes_from_index(engine: Engine, home: Path) -> None:
 
 def test_get_line_ranges(engine: Engine, home: Path) -> None:
     path = str(home / "memory" / "people" / "bob.md")
-    got = engine.get({"path": path, "from_line": 3, "lines": 2})
+    got = engine.searcher.get({"path": path, "from_line": 3, "lines": 2})
     assert got == {
         "path": path,
         "start_line": 3,
@@ -150,12 +152,12 @@ def test_get_line_ranges(engine: Engine, home: Path) -> None:
         "total_lines": 4,
         "text": "Bob prefers tea over coffee and lives in Lisbon.\nHe is allergic to peanuts.",
     }
-    rel = engine.get({"path": "people/bob.md", "from_line": 1, "lines": 1})
+    rel = engine.searcher.get({"path": "people/bob.md", "from_line": 1, "lines": 1})
     assert rel["text"] == "# Bob"
-    ranged = engine.get({"path": path + ":3-3"})
+    ranged = engine.searcher.get({"path": path + ":3-3"})
     assert ranged["text"].startswith("Bob prefers")
     with pytest.raises(NotFound, match="has 4 lines: line 99 is past its end"):
-        engine.get({"path": path, "from_line": 99})
+        engine.searcher.get({"path": path, "from_line": 99})
 
 
 def test_get_refuses_outside_roots(engine: Engine, home: Path, tmp_path: Path) -> None:
@@ -170,9 +172,9 @@ def test_get_refuses_outside_roots(engine: Engine, home: Path, tmp_path: Path) -
         str(secret),
     ):
         with pytest.raises(Forbidden):
-            engine.get({"path": bad})
+            engine.searcher.get({"path": bad})
     with pytest.raises(BadRequest):
-        engine.get({"path": "people/bob.md\x00"})
+        engine.searcher.get({"path": "people/bob.md\x00"})
 
 
 def test_symlink_out_of_roots_is_not_indexed(
@@ -184,17 +186,19 @@ def test_symlink_out_of_roots_is_not_indexed(
     eng = make_engine(home, local_embedder)
     try:
         eng.sync()
-        assert eng.search({"query": "zanzibar", "mode": "keyword"})["results"] == []
+        assert eng.searcher.search({"query": "zanzibar", "mode": "keyword"})["results"] == []
     finally:
         eng.close()
 
 
 def test_bad_queries(engine: Engine) -> None:
     with pytest.raises(BadRequest, match="empty"):
-        engine.search({"query": "   "})
+        engine.searcher.search({"query": "   "})
     with pytest.raises(BadRequest, match="limit"):
-        engine.search({"query": "x" * 200_000})
-    res = engine.search({"query": "tea " * 12_000})  # ~48 KB: accepted, cut to a sane length
+        engine.searcher.search({"query": "x" * 200_000})
+    res = engine.searcher.search(
+        {"query": "tea " * 12_000}
+    )  # ~48 KB: accepted, cut to a sane length
     assert res["results"]
     for params in (
         {"query": "x", "max_results": 0},
@@ -204,8 +208,8 @@ def test_bad_queries(engine: Engine) -> None:
         {"query": "x", "sources": ["web"]},
     ):
         with pytest.raises(BadRequest):
-            engine.search(params)
-    odd = engine.search({"query": 'AND OR NOT NEAR( "unbalanced * ^ col:val $HOME'})
+            engine.searcher.search(params)
+    odd = engine.searcher.search({"query": 'AND OR NOT NEAR( "unbalanced * ^ col:val $HOME'})
     assert isinstance(odd["results"], list)
 
 
@@ -225,7 +229,7 @@ def test_bad_files_are_skipped_not_fatal(home: Path, local_embedder: Any) -> Non
         assert report.files_skipped == 1  # the binary one
         indexed = eng.status()["counts"]["files"]
         assert indexed == 3  # good, latin1 (decoded with replacement), empty
-        assert eng.search({"query": "recipe", "mode": "keyword"})["results"]
+        assert eng.searcher.search({"query": "recipe", "mode": "keyword"})["results"]
         from recalld.ingest.indexer import SyncReport
 
         gone = home / "memory" / "vanished.md"
@@ -264,8 +268,8 @@ def test_a_write_that_fails_mid_batch_loses_only_its_own_file(
         rows = eng.writer.conn.execute("SELECT path FROM chunks ORDER BY path").fetchall()
         assert [Path(r[0]).name for r in rows] == ["a.md", "c.md"]
         assert sorted(Path(p).name for p in eng.writer.files("memory")) == ["a.md", "c.md"]
-        assert not eng.search({"query": "wordb", "mode": "keyword"})["results"]
-        assert eng.search({"query": "wordc", "mode": "keyword"})["results"]
+        assert not eng.searcher.search({"query": "wordb", "mode": "keyword"})["results"]
+        assert eng.searcher.search({"query": "wordc", "mode": "keyword"})["results"]
     finally:
         eng.close()
 
@@ -289,12 +293,12 @@ def test_identity_change_triggers_atomic_reindex(home: Path, local_embedder: Any
     changed = make_engine(home, local_embedder, chunking__target_tokens=100)
     try:
         assert changed.needs_reindex
-        res = changed.search({"query": "Lisbon", "mode": "hybrid"})
+        res = changed.searcher.search({"query": "Lisbon", "mode": "hybrid"})
         assert res["degraded"] and res["results"]  # old index still answers, keyword-only
         report = changed.sync()  # runs the full rebuild
         assert report.chunks_embedded == 0 or report.files_changed == 3
         assert not changed.needs_reindex
-        assert changed.search({"query": "Lisbon"})["degraded"] is None
+        assert changed.searcher.search({"query": "Lisbon"})["degraded"] is None
         assert not list(home.glob("index.sqlite.rebuild-*"))
     finally:
         changed.close()
@@ -312,7 +316,7 @@ def test_failed_reindex_leaves_old_index(engine: Engine, home: Path) -> None:
         engine.reindex()
     engine.on_progress = None
     assert engine.status()["counts"] == before
-    assert engine.search({"query": "Lisbon"})["results"]
+    assert engine.searcher.search({"query": "Lisbon"})["results"]
     assert not list(home.glob("index.sqlite.rebuild-*"))
 
 
@@ -322,7 +326,7 @@ def test_keyword_only_without_provider(home: Path) -> None:
     eng = Engine(make_config(home), choice=ProviderChoice(None, "no provider (test)"))
     try:
         eng.sync()
-        res = eng.search({"query": "PostgreSQL billing"})
+        res = eng.searcher.search({"query": "PostgreSQL billing"})
         assert res["mode"] == "keyword" and res["degraded"] == "no provider (test)"
         assert res["results"][0]["path"].endswith("alpha.md")
         assert eng.status()["provider"] == "none"

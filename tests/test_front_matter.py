@@ -183,12 +183,12 @@ def test_a_query_equal_to_an_alias_finds_its_note_first(home: Path, local_embedd
     try:
         eng.sync()
         for query in ("Weekly review", "/process/retro/", "sprint retrospective"):
-            res = eng.search({"query": query, "min_score": 0})
+            res = eng.searcher.search({"query": query, "min_score": 0})
             assert paths_of(res, home)[0] == "team/retro.md", query
-        top = eng.search({"query": "weekly review", "min_score": 0})["results"][0]
+        top = eng.searcher.search({"query": "weekly review", "min_score": 0})["results"][0]
         # The card is the front matter's own lines: citations and get stay exact.
         assert (top["start_line"], top["end_line"]) == (1, 13)
-        got = eng.get({"path": top["citation"]})
+        got = eng.searcher.get({"path": top["citation"]})
         assert got["text"].split("\n")[0] == "---" and got["text"].split("\n")[-1] == "---"
     finally:
         eng.close()
@@ -199,7 +199,7 @@ def test_without_front_matter_names_the_alias_is_not_first(home: Path, local_emb
     off = make_engine(home, local_embedder, chunking__front_matter=False)
     try:
         off.sync()
-        res = off.search({"query": "Weekly review", "min_score": 0})
+        res = off.searcher.search({"query": "Weekly review", "min_score": 0})
         assert paths_of(res, home)[0] != "team/retro.md"
     finally:
         off.close()
@@ -218,7 +218,7 @@ def test_description_and_tags_are_context(home: Path, local_embedder: Any) -> No
         assert "How the team looks back at the last sprint." in card and "agile" in card
         # The front matter title is the note's title in every chunk (not its first H2).
         assert body == "Sprint retrospective > Format"
-        res = eng.search({"query": "team rituals", "mode": "keyword", "min_score": 0})
+        res = eng.searcher.search({"query": "team rituals", "mode": "keyword", "min_score": 0})
         assert "a.md" in paths_of(res, home)
     finally:
         eng.close()
@@ -229,7 +229,7 @@ def test_bad_front_matter_is_indexed_and_reported(home: Path, local_embedder: An
     eng = make_engine(home, local_embedder)
     try:
         eng.sync()
-        res = eng.search({"query": "pelican", "mode": "keyword"})
+        res = eng.searcher.search({"query": "pelican", "mode": "keyword"})
         assert paths_of(res, home) == ["bad.md"]
         skipped = eng.status()["skipped_files"]
         assert any(
@@ -254,7 +254,7 @@ def test_front_matter_setting_is_part_of_the_index_identity(
         assert eng.needs_reindex is not None and "chunking" in eng.needs_reindex
         eng.sync()  # rebuilds
         assert eng.needs_reindex is None
-        res = eng.search({"query": "Weekly review", "min_score": 0})
+        res = eng.searcher.search({"query": "Weekly review", "min_score": 0})
         assert paths_of(res, home)[0] == "team/retro.md"
     finally:
         eng.close()
@@ -289,7 +289,7 @@ def test_wikilinks_and_tags_are_words(home: Path, local_embedder: Any, query: st
     eng = make_engine(home, local_embedder)
     try:
         eng.sync()
-        res = eng.search({"query": query, "mode": "keyword", "min_score": 0})
+        res = eng.searcher.search({"query": query, "mode": "keyword", "min_score": 0})
         assert paths_of(res, home)[:1] == ["journal.md"], query
     finally:
         eng.close()

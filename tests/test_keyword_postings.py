@@ -136,7 +136,7 @@ def _held_match_fresh(engine: Engine) -> None:
             assert held is not None and np.array_equal(held, fresh.ids), token
             # the document frequencies searches are told come from them too
             quoted = f'"{word}"'
-            told = engine.term_stats.on(store.conn, engine._held_counts(store)).df(quoted)
+            told = engine.term_stats.on(store.conn, engine.searcher.held_counts(store)).df(quoted)
             assert told == TermCounts(store.conn).df(quoted) == len(fresh.ids), word
 
 
@@ -170,7 +170,7 @@ def test_postings_follow_every_write(home: Path) -> None:
 
         def check() -> None:
             # through the engine's own cache, the one its searches use
-            engine.search({"query": "Caroline hiking dogs ledger", "mode": "keyword"})
+            engine.searcher.search({"query": "Caroline hiking dogs ledger", "mode": "keyword"})
             with engine.reader() as store:
                 assert engine.postings is not None
                 assert _check_all(store, engine.postings) > 0
@@ -232,14 +232,17 @@ def test_off_and_read_only_engines_use_fts5(home: Path) -> None:
     try:
         engine.sync()
         assert engine.postings is None
-        hits = engine.search({"query": "Caroline hiking", "mode": "keyword"})["results"]
+        hits = engine.searcher.search({"query": "Caroline hiking", "mode": "keyword"})["results"]
         assert hits
     finally:
         engine.close()
     reader = Engine(engine.config, writable=False, choice=engine.choice)
     try:
         assert reader.postings is None  # it hears of no write: it could not keep them fresh
-        assert reader.search({"query": "Caroline hiking", "mode": "keyword"})["results"] == hits
+        assert (
+            reader.searcher.search({"query": "Caroline hiking", "mode": "keyword"})["results"]
+            == hits
+        )
     finally:
         reader.close()
 
@@ -299,7 +302,7 @@ def test_a_failing_postings_read_falls_back_to_fts5_and_says_so(
     try:
         engine.sync()
         query = {"query": "Caroline hiking ledger", "mode": "keyword"}
-        held = engine.search(query)["results"]
+        held = engine.searcher.search(query)["results"]
         assert engine.status()["keyword_postings"]["words"] > 0
 
         def broken(conn: apsw.Connection, token: str) -> fts_postings.Postings:
@@ -308,7 +311,7 @@ def test_a_failing_postings_read_falls_back_to_fts5_and_says_so(
         assert engine.postings is not None
         engine.postings.reset()
         monkeypatch.setattr(fts_postings, "term_postings", broken)
-        assert engine.search(query)["results"] == held  # FTS5's own query, the same answer
+        assert engine.searcher.search(query)["results"] == held  # FTS5's own query, the same answer
         assert engine.status()["keyword_postings"]["failed"] >= 1
     finally:
         engine.close()
@@ -326,7 +329,7 @@ def test_searches_beside_writes_end_exact(home: Path) -> None:
         local = random.Random(seed)
         try:
             while not stop.is_set():
-                engine.search({"query": local.choice(QUERIES), "mode": "keyword"})
+                engine.searcher.search({"query": local.choice(QUERIES), "mode": "keyword"})
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             errors.append(exc)
 

@@ -38,7 +38,7 @@ def test_common_words_are_held_before_use_and_stay_exact(
         assert cache.held_ids("zanzibar") is None  # in one: left for its first use
         assert keyword_preload.preload(cache, engine.reader) == 0  # done for this index
         fetched = cache.stats["fetched"]
-        engine.search({"query": "When did Caroline go hiking", "mode": "keyword"})
+        engine.searcher.search({"query": "When did Caroline go hiking", "mode": "keyword"})
         assert cache.stats["fetched"] - fetched <= 2  # "carolin" (and "the") came held
         write(memory / "n003.md", _note(rng, 999))  # an edit: the read-ahead words catch up
         write(memory / "new.md", "Caroline and Melanie: hiking, dogs, the ledger.\n")
@@ -157,7 +157,7 @@ def test_a_failing_read_ahead_is_counted_and_searches_go_on(
         wait_for(lambda: not engine.preloader.running if engine.preloader else True)
         status = engine.status()["keyword_postings"]
         assert status["preload_failed"] == 1 and status["preloading"] is False
-        assert engine.search({"query": "Caroline hiking", "mode": "keyword"})["results"]
+        assert engine.searcher.search({"query": "Caroline hiking", "mode": "keyword"})["results"]
     finally:
         engine.close()
 

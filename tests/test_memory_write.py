@@ -36,7 +36,7 @@ def keyword_hits(engine_or_client: Any, query: str) -> list[dict[str, Any]]:
     params = {"query": query, "mode": "keyword"}
     if hasattr(engine_or_client, "call"):
         return list(engine_or_client.search(query, mode="keyword")["results"])
-    return list(engine_or_client.search(params)["results"])
+    return list(engine_or_client.searcher.search(params)["results"])
 
 
 # names and entries --------------------------------------------------------------------------

@@ -39,7 +39,7 @@ def engine(home: Path) -> Iterator[Engine]:
 
 
 def hits(eng: Engine, query: str) -> list[str]:
-    return [r["path"] for r in eng.search({"query": query, "mode": "keyword"})["results"]]
+    return [r["path"] for r in eng.searcher.search({"query": query, "mode": "keyword"})["results"]]
 
 
 def skipped(eng: Engine) -> dict[str, str]:
@@ -151,7 +151,7 @@ def test_any_bytes_in_names(engine: Engine, home: Path) -> None:
     seconds = time.monotonic() - started
     counts = engine.status()["counts"]
     assert counts["files"] == 2001, report.as_dict()
-    assert engine.get({"path": str(newline)})["text"].startswith("# Newline")
+    assert engine.searcher.get({"path": str(newline)})["text"].startswith("# Newline")
     reasons = skipped(engine)
     for shown in (f"{mem}/caf\\xe9.md", f"{mem}/\\xed\\xa0\\x80-surrogate.md"):
         assert "not valid UTF-8" in reasons[shown], reasons
@@ -205,7 +205,7 @@ def test_a_note_that_turns_binary_or_too_big_loses_its_old_text(
             counts = eng.status()["counts"]
             assert (counts["files"], counts["chunks"], counts["fts_rows"]) == (0, 0, 0)
             assert counts["vectors"] == 0
-            assert eng.search({"query": "old text", "mode": "vector"})["results"] == []
+            assert eng.searcher.search({"query": "old text", "mode": "vector"})["results"] == []
             reason = skipped(eng)[str(note)]
             assert ("binary" if change == "binary" else "max_file_bytes") in reason
     finally:

@@ -29,7 +29,9 @@ def engine_with(home: Path, notes: dict[str, str], **values: Value) -> Engine:
 
 
 def ranked(engine: Engine, query: str) -> list[str]:
-    res: dict[str, Any] = engine.search({"query": query, "min_score": 0.0, "max_results": 10})
+    res: dict[str, Any] = engine.searcher.search(
+        {"query": query, "min_score": 0.0, "max_results": 10}
+    )
     root = Path(engine.config.memory_roots()[0])
     return [os.path.relpath(r["path"], root) for r in res["results"]]
 
@@ -59,7 +61,7 @@ def test_coordination_credits_the_chunk_holding_every_term(
 def test_explain_shows_the_rare_term_share_each_result_holds(home: Path) -> None:
     engine = engine_with(home, COORD_NOTES)  # coordination is on by default
     try:
-        res = engine.search({"query": "zephyr quokka", "min_score": 0.0, "explain": True})
+        res = engine.searcher.search({"query": "zephyr quokka", "min_score": 0.0, "explain": True})
         shares = {Path(r["path"]).name: r["explain"]["coordination"] for r in res["results"]}
         assert shares["both.md"] == 1.0
         assert 0 < shares["repeat.md"] < 1 and 0 < shares["quokka-0.md"] < 1

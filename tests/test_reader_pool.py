@@ -97,15 +97,15 @@ def test_counts_warm_and_read_ahead_leave_the_index_unmapped(home: Path) -> None
         assert size_kb > 3000  # big enough for a whole-file read to show
         assert engine.postings is not None
         engine.warm()
-        with engine.reader() as store:
-            counts = engine.counts(store)
+        with engine.reader():  # as status counts: under the swap lock, a pooled reader out
+            counts = engine.row_counts.get()
         assert counts["chunks"] >= 1500
-        keyword_preload.preload(engine.postings, engine.scan_reader)
+        keyword_preload.preload(engine.postings, engine.readers.scan_reader)
         assert engine.postings.nbytes > 0
         # Before, each of these read the file through a pooled reader's map, and the pages
         # stayed resident: most of the file per reader.
         assert _mapped_kb(engine.index_path) < size_kb // 10
-        res = engine.search({"query": "charlie common", "mode": "keyword"})
+        res = engine.searcher.search({"query": "charlie common", "mode": "keyword"})
         assert res["results"]  # the pooled readers still serve searches from their map
     finally:
         engine.close()
@@ -118,9 +118,9 @@ def test_the_matrix_loaded_by_a_search_leaves_the_index_unmapped(home: Path) -> 
         size_kb = engine.index_path.stat().st_size // 1024
         # No warm(): the first search loads the matrix from vec0 (as after an index swap),
         # through a connection of its own, not the search's pooled reader.
-        res = engine.search({"query": "charlie common"})
+        res = engine.searcher.search({"query": "charlie common"})
         assert res["mode"] == "hybrid" and res["results"]
-        assert engine.vectors_load_s is not None
+        assert engine.matrix.load_s is not None
         assert _mapped_kb(engine.index_path) < size_kb // 4  # its own reads: ~1.5 of 13 MB
     finally:
         engine.close()

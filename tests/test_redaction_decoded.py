@@ -181,12 +181,12 @@ def test_engine_indexes_and_serves_none_of_them(home: Path, local_embedder: Any)
         engine.sync()
         status = engine.status()
         assert status["counts"]["session_files"] == 1
-        got = engine.get({"path": str(transcript), "lines": 5000})
+        got = engine.searcher.get({"path": str(transcript), "lines": 5000})
         served = strings([json.loads(line) for line in got["text"].splitlines()])
         secrets = [secret for secret, _ in KINDS.values()] + [s for _, s, _ in PROSE]
         for secret in secrets:
             word = re.sub(r"[^A-Za-z0-9]", " ", secret).split()[-1]
-            res = engine.search({"query": word, "mode": "keyword", "min_score": 0.0})
+            res = engine.searcher.search({"query": word, "mode": "keyword", "min_score": 0.0})
             assert secret not in json.dumps(res), secret
             assert secret[2:] not in served, secret
         stored = b"".join(p.read_bytes() for p in home.glob("index.sqlite*") if p.is_file())
@@ -199,7 +199,7 @@ def test_engine_indexes_and_serves_none_of_them(home: Path, local_embedder: Any)
         assert after["served"]["total"] == before["served"]["total"]  # get came later
         assert engine.status()["redactions"]["served"]["total"] > before["served"]["total"]
         first = counts()["served"]["total"]
-        again = engine.get({"path": str(transcript), "lines": 5000})
+        again = engine.searcher.get({"path": str(transcript), "lines": 5000})
         assert again["text"] == got["text"]  # served twice: nothing counted the second time
         assert counts()["served"]["total"] == first
         assert {"aws_secret_key", "high_entropy"} <= set(after["indexed"]["by_kind"])

@@ -120,7 +120,9 @@ def test_get_never_follows_a_link_swapped_in_after_the_check(swap_home: Path) ->
     engine = make_engine(swap_home, None, memory__paths=[str(swap_home / "memory")])
     try:
         with Swapper(swap_home) as swapper:
-            seen = _tally(ENGINE_GETS, lambda: engine.get({"path": "note.md"}), (Exception,))
+            seen = _tally(
+                ENGINE_GETS, lambda: engine.searcher.get({"path": "note.md"}), (Exception,)
+            )
     finally:
         engine.close()
     print(f"engine: {ENGINE_GETS} gets, {swapper.swaps} swaps, outcomes {dict(seen)}")

@@ -89,7 +89,7 @@ def test_split_word_and_ident_text() -> None:
 def test_partial_identifiers_find_the_full_one(
     code_engine: Engine, home: Path, query: str, expected: set[str]
 ) -> None:
-    res = code_engine.search({"query": query, "mode": "keyword", "min_score": 0})
+    res = code_engine.searcher.search({"query": query, "mode": "keyword", "min_score": 0})
     top = paths_of(res, home)[: len(expected)]
     assert set(top) == expected, (query, paths_of(res, home))
 
@@ -100,7 +100,7 @@ def test_partial_identifiers_can_be_turned_off(home: Path, local_embedder: Any) 
     eng = make_engine(home, local_embedder, search__partial_identifiers=False)
     try:
         eng.sync()
-        res = eng.search({"query": "ConnReset", "mode": "keyword", "min_score": 0})
+        res = eng.searcher.search({"query": "ConnReset", "mode": "keyword", "min_score": 0})
         assert res["results"] == []  # no exact token: only the partial match finds it
     finally:
         eng.close()
@@ -119,7 +119,7 @@ def test_cjk_notes_have_a_keyword_channel(home: Path, local_embedder: Any) -> No
             ("ラーメン", "ja/tokyo.md"),
             ("新宿", "ja/tokyo.md"),
         ]:
-            res = eng.search({"query": query, "mode": "keyword", "min_score": 0})
+            res = eng.searcher.search({"query": query, "mode": "keyword", "min_score": 0})
             assert paths_of(res, home)[:1] == [want], (query, res["results"])
         # Without the bigram column, a word inside a CJK sentence is not a token at all.
         with eng.reader() as store:
@@ -206,11 +206,11 @@ def test_a_file_named_like_the_query_comes_first(home: Path, local_embedder: Any
     off = make_engine(home, local_embedder, search__name_boost=0.0)
     try:
         eng.sync()
-        assert paths_of(eng.search({"query": "alpine", "min_score": 0}), home)[0] == (
+        assert paths_of(eng.searcher.search({"query": "alpine", "min_score": 0}), home)[0] == (
             "tools/alpine.md"
         )
         # Without the name boost the note that repeats the word wins: the boost is what helps.
-        assert paths_of(off.search({"query": "alpine", "min_score": 0}), home)[0] != (
+        assert paths_of(off.searcher.search({"query": "alpine", "min_score": 0}), home)[0] != (
             "tools/alpine.md"
         )
     finally:
@@ -219,13 +219,13 @@ def test_a_file_named_like_the_query_comes_first(home: Path, local_embedder: Any
 
 
 def test_identifier_queries_lean_on_keywords(code_engine: Engine) -> None:
-    res = code_engine.search({"query": "ERR_CONN_RESET", "explain": True, "min_score": 0})
+    res = code_engine.searcher.search({"query": "ERR_CONN_RESET", "explain": True, "min_score": 0})
     assert res["explain"]["shape"] == "identifier"
     assert res["explain"]["weights"]["vector"] == pytest.approx(0.1)
     top = res["results"][0]
     assert top["path"].endswith("net/errors.md")
     assert top["explain"]["boosts"]["literal"] == 1.0
-    res = code_engine.search(
+    res = code_engine.searcher.search(
         {"query": "what happens when the upstream drops the socket?", "explain": True}
     )
     assert res["explain"]["shape"] == "question"
@@ -261,9 +261,9 @@ def test_same_passage_in_a_note_and_a_transcript_comes_back_once(
     try:
         eng.sync()
         query = {"query": "when does the staging password rotation run", "min_score": 0}
-        plain = raw.search(query)["results"]
+        plain = raw.searcher.search(query)["results"]
         assert {r["source"] for r in plain[:2]} == {"memory", "sessions"}
-        res = eng.search(query)["results"]
+        res = eng.searcher.search(query)["results"]
         top = res[0]
         assert len(top["also"]) == 1
         places = {top["source"], top["also"][0]["source"]}
@@ -316,7 +316,7 @@ def test_mmr_through_the_engine(home: Path, local_embedder: Any) -> None:
     eng = make_engine(home, local_embedder, search__mmr_lambda=0.3)
     try:
         eng.sync()
-        res = eng.search({"query": "tomato blight", "max_results": 3, "min_score": 0})
+        res = eng.searcher.search({"query": "tomato blight", "max_results": 3, "min_score": 0})
         assert "pests.md" in {Path(r["path"]).name for r in res["results"]}
     finally:
         eng.close()
@@ -358,7 +358,7 @@ def test_recency_prefers_the_newer_note_but_not_over_evergreen(
     eng = make_engine(home, local_embedder, search__recency_half_life_days=30.0)
     try:
         eng.sync()
-        res = eng.search({"query": "office coffee machine beans", "explain": True})
+        res = eng.searcher.search({"query": "office coffee machine beans", "explain": True})
         names = [Path(r["path"]).name for r in res["results"]]
         assert names.index(new.name) < names.index(old.name)
         assert names.index(ever.name) < names.index(old.name)
@@ -395,17 +395,19 @@ def test_fit_to_budget_trims_then_drops() -> None:
 
 def test_search_max_tokens_and_explain(code_engine: Engine) -> None:
     # The answer's JSON (paths, scores, index state) takes ~220 tokens with one result.
-    res = code_engine.search({"query": "reset", "min_score": 0, "max_tokens": 300})
+    res = code_engine.searcher.search({"query": "reset", "min_score": 0, "max_tokens": 300})
     assert res["budget"]["max_tokens"] == 300
     assert res["budget"]["used_tokens"] <= 300
     assert estimate_tokens(res) <= 300  # took_ms had a wider stand-in during the fit
     assert all(len(r["snippet"]) >= 40 for r in res["results"])
     for bad in (50, -1, "many", True):
         with pytest.raises(BadRequest):
-            code_engine.search({"query": "reset", "max_tokens": bad})
+            code_engine.searcher.search({"query": "reset", "max_tokens": bad})
     with pytest.raises(BadRequest):
-        code_engine.search({"query": "reset", "explain": "yes"})
-    res = code_engine.search({"query": "connection reset", "explain": True, "min_score": 0})
+        code_engine.searcher.search({"query": "reset", "explain": "yes"})
+    res = code_engine.searcher.search(
+        {"query": "connection reset", "explain": True, "min_score": 0}
+    )
     e = res["results"][0]["explain"]
     assert set(e) >= {"vector", "keyword", "fused", "final"}
     assert e["keyword"]["rank"] >= 1 and 0 <= e["fused"] <= 1
@@ -470,15 +472,17 @@ def test_a_query_that_is_a_path_ranks_that_file_first(home: Path, local_embedder
     try:
         eng.sync()
         for query in ("ops/deploy/k8s.md", str(target), "deploy/k8s.md"):
-            res = eng.search({"query": query})
+            res = eng.searcher.search({"query": query})
             assert paths_of(res, home)[0] == "ops/deploy/k8s.md", (query, paths_of(res, home))
             assert res["results"][0]["score"] == 1.0
-        explained = eng.search({"query": "ops/deploy/k8s.md", "explain": True})
+        explained = eng.searcher.search({"query": "ops/deploy/k8s.md", "explain": True})
         assert explained["results"][0]["explain"]["path_match"] == str(target)
         # Filters still apply; a name two files share puts both first.
-        res = eng.search({"query": "ops/deploy/k8s.md", "sources": ["sessions"], "min_score": 0})
+        res = eng.searcher.search(
+            {"query": "ops/deploy/k8s.md", "sources": ["sessions"], "min_score": 0}
+        )
         assert not res["results"]
-        both = paths_of(eng.search({"query": "k8s.md", "min_score": 0}), home)[:2]
+        both = paths_of(eng.searcher.search({"query": "k8s.md", "min_score": 0}), home)[:2]
         assert sorted(both) == ["ops/deploy/k8s.md", "other/k8s.md"]
         # The words alone, not a path: the channels decide as before.
         assert not path_query.looks_like_path("deploy k8s")
@@ -496,13 +500,13 @@ def test_candidates_all_under_the_floor_are_announced_with_how_to_see_them(
     try:
         eng.sync()
         # Paraphrase with no shared word: candidates from the vector channel, all under 0.95.
-        res = eng.search({"query": "container orchestration choice", "min_score": 0.95})
+        res = eng.searcher.search({"query": "container orchestration choice", "min_score": 0.95})
         assert res["results"] == []
         floor = res["under_floor"]
         assert floor["candidates"] >= 1 and floor["min_score"] == 0.95
         assert 0 < floor["see_with"] <= floor["best_score"] < 0.95
         assert f"min_score {floor['see_with']:g}" in floor["hint"]
-        shown = eng.search(
+        shown = eng.searcher.search(
             {"query": "container orchestration choice", "min_score": floor["see_with"]}
         )
         assert shown["results"] and "under_floor" not in shown
@@ -515,7 +519,7 @@ def test_candidates_all_under_the_floor_are_announced_with_how_to_see_them(
         assert f"--min-score {floor['see_with']:g}" in printed
         assert floor["hint"] in search_payload(res)["note"]
         # Nothing found at all is not "under the floor": no such note.
-        none = eng.search({"query": "zzqx", "mode": "keyword"})
+        none = eng.searcher.search({"query": "zzqx", "mode": "keyword"})
         assert none["results"] == [] and "under_floor" not in none
     finally:
         eng.close()

@@ -91,7 +91,7 @@ def hits(eng: Engine, **params: Any) -> list[dict[str, Any]]:
     params.setdefault("query", "invoice signing key")
     params.setdefault("min_score", 0.0)
     params.setdefault("max_results", 20)
-    return list(eng.search(params)["results"])
+    return list(eng.searcher.search(params)["results"])
 
 
 def names(results: list[dict[str, Any]]) -> set[str]:
@@ -185,7 +185,7 @@ def test_a_narrow_filter_still_fills_max_results(home: Path, local_embedder: Any
     eng.sync()
     try:
         for mode in MODES:
-            res = eng.search(
+            res = eng.searcher.search(
                 {"query": "cache eviction", "max_results": 6, "since": "7d", "mode": mode}
             )
             assert len(res["results"]) == 6, (mode, res["results"])
@@ -209,7 +209,7 @@ def test_a_narrow_filter_still_fills_max_results(home: Path, local_embedder: Any
 )
 def test_bad_filters_are_refused_clearly(engine: Engine, params: dict[str, Any], says: str) -> None:
     with pytest.raises(BadRequest, match=says):
-        engine.search({"query": "invoice", **params})
+        engine.searcher.search({"query": "invoice", **params})
 
 
 def test_rows_indexed_before_the_facts_are_back_filled(home: Path, local_embedder: Any) -> None:

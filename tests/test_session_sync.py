@@ -56,10 +56,10 @@ def test_claude_code_session_delta_and_get(home: Path, local_embedder: Any) -> N
         assert report.sessions["skipped_lines"] == 1
         summary = eng.status()["transcripts"]
         assert summary["skipped_lines"] == 1 and summary["formats"] == {"claude_code": 1}
-        res = eng.search({"query": "rotate nginx logs", "sources": ["sessions"]})
+        res = eng.searcher.search({"query": "rotate nginx logs", "sources": ["sessions"]})
         top = res["results"][0]
         assert top["source"] == "sessions" and top["path"] == str(t)
-        got = eng.get(
+        got = eng.searcher.get(
             {
                 "path": str(t),
                 "from_line": top["start_line"],
@@ -68,10 +68,12 @@ def test_claude_code_session_delta_and_get(home: Path, local_embedder: Any) -> N
         )
         assert json.loads(got["text"].splitlines()[0])["type"] == "user"  # the JSONL's own lines
         # secrets never reach the index, a snippet, or get
-        assert eng.search({"query": "my key is", "mode": "keyword", "sources": ["sessions"]})
-        for r in eng.search({"query": "key please keep", "min_score": 0})["results"]:
+        assert eng.searcher.search(
+            {"query": "my key is", "mode": "keyword", "sources": ["sessions"]}
+        )
+        for r in eng.searcher.search({"query": "key please keep", "min_score": 0})["results"]:
             assert SECRET not in r["snippet"]
-        whole = eng.get({"path": str(t)})["text"]
+        whole = eng.searcher.get({"path": str(t)})["text"]
         assert SECRET not in whole and "REDACTED" in whole
         with eng.reader() as store:
             assert all(SECRET not in c.text for c in store.file_chunks(str(t)))
@@ -80,7 +82,7 @@ def test_claude_code_session_delta_and_get(home: Path, local_embedder: Any) -> N
             fh.write(msg("assistant", "Also compress with zstd to save disk on the archive."))
         delta = eng.sync_sessions([t])
         assert delta["lines"] == 1 and delta["files_reset"] == 0
-        assert eng.search({"query": "zstd archive", "mode": "keyword"})["results"][0][
+        assert eng.searcher.search({"query": "zstd archive", "mode": "keyword"})["results"][0][
             "path"
         ] == str(t)
         # a partial last line waits
@@ -91,8 +93,8 @@ def test_claude_code_session_delta_and_get(home: Path, local_embedder: Any) -> N
         t.write_text(msg("user", "fresh conversation about kubernetes ingress"))
         reset = eng.sync_sessions([t])
         assert reset["files_reset"] == 1
-        assert eng.search({"query": "zstd", "mode": "keyword"})["results"] == []
-        assert eng.search({"query": "kubernetes ingress", "mode": "keyword"})["results"]
+        assert eng.searcher.search({"query": "zstd", "mode": "keyword"})["results"] == []
+        assert eng.searcher.search({"query": "kubernetes ingress", "mode": "keyword"})["results"]
         counts = eng.status()["counts"]
         assert counts["chunks"] == counts["fts_rows"] == counts["vectors"]
         t.unlink()
@@ -115,10 +117,10 @@ def test_real_claude_code_sessions(home: Path, local_embedder: Any) -> None:
     try:
         report = eng.sync()
         assert report.sessions and report.sessions["messages"] > 10
-        res = eng.search({"query": "tool", "mode": "keyword", "max_results": 3})
+        res = eng.searcher.search({"query": "tool", "mode": "keyword", "max_results": 3})
         assert res["results"] and all(r["source"] == "sessions" for r in res["results"])
         r = res["results"][0]
-        got = eng.get({"path": r["path"], "from_line": r["start_line"], "lines": 1})
+        got = eng.searcher.get({"path": r["path"], "from_line": r["start_line"], "lines": 1})
         json.loads(got["text"])  # still valid JSON after redaction
     finally:
         eng.close()
@@ -194,7 +196,7 @@ def test_transcript_linked_from_outside_is_not_indexed(home: Path, local_embedde
     eng = make_engine(home, local_embedder, str(sessions / "*.jsonl"))
     try:
         eng.sync()
-        res = eng.search({"query": "plover-nine", "mode": "keyword", "min_score": 0})
+        res = eng.searcher.search({"query": "plover-nine", "mode": "keyword", "min_score": 0})
         assert [Path(r["path"]).name for r in res["results"]] == ["ok.jsonl"]
     finally:
         eng.close()
@@ -218,9 +220,9 @@ def test_transcript_swapped_for_a_link_after_its_check_is_not_read(
         t.unlink()
         t.symlink_to(outside / "secret.jsonl")  # swapped in after the last check
         eng.sync_sessions([t])
-        found = eng.search({"query": "plover-nine", "mode": "keyword", "min_score": 0})
+        found = eng.searcher.search({"query": "plover-nine", "mode": "keyword", "min_score": 0})
         assert found["results"] == []
-        kept = eng.search({"query": "tulip bulbs", "mode": "keyword", "min_score": 0})
+        kept = eng.searcher.search({"query": "tulip bulbs", "mode": "keyword", "min_score": 0})
         assert [Path(r["path"]).name for r in kept["results"]] == ["a.jsonl"]
         assert any("out of the transcript folders" in r for r in eng.skipped.values())
     finally:

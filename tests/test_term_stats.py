@@ -27,7 +27,7 @@ def _kept(engine: Engine) -> dict[str | None, int]:
 
 
 def _search(engine: Engine) -> None:
-    engine.search({"query": "zephyr quokka ledger", "mode": "keyword"})
+    engine.searcher.search({"query": "zephyr quokka ledger", "mode": "keyword"})
 
 
 def test_counts_follow_every_write(home: Path) -> None:
@@ -109,7 +109,7 @@ def test_an_engine_that_does_not_write_keeps_no_counts(home: Path) -> None:
             _search(reader)
             write(memory / "b.md", "zephyr again\n")
             writer.sync()  # another engine writes: the reader is not told
-            res = reader.search({"query": "zephyr", "mode": "keyword", "explain": True})
+            res = reader.searcher.search({"query": "zephyr", "mode": "keyword", "explain": True})
             assert len(res["results"]) == 2
             assert not reader.term_stats._df and reader.term_stats._total is None
         finally:

@@ -41,7 +41,9 @@ def keyword_engine(home: Path, glob: str, **values: Any) -> Engine:
 
 
 def hits(eng: Engine, query: str) -> int:
-    res = eng.search({"query": query, "mode": "keyword", "min_score": 0, "sources": ["sessions"]})
+    res = eng.searcher.search(
+        {"query": query, "mode": "keyword", "min_score": 0, "sources": ["sessions"]}
+    )
     return len(res["results"])
 
 

@@ -146,10 +146,10 @@ def test_a_result_arriving_later_than_its_call_is_indexed_with_the_tool_name(hom
         with target.open("a", encoding="utf-8") as fh:
             fh.write(_claude("user", [result]))
         eng.sync()
-        res = eng.search({"query": "qx_found", "mode": "keyword"})
+        res = eng.searcher.search({"query": "qx_found", "mode": "keyword"})
         top = res["results"][0]
         assert (top["start_line"], top["kind"], top["tool"]) == (3, "tool_output", "Grep")
-        call_hit = eng.search({"query": "zq_marker", "mode": "keyword"})["results"][0]
+        call_hit = eng.searcher.search({"query": "zq_marker", "mode": "keyword"})["results"][0]
         assert (call_hit["start_line"], call_hit["kind"]) == (2, "tool_call")
     finally:
         eng.close()

@@ -52,7 +52,9 @@ def _escaped_tool_result(dest: Path) -> str:
 
 
 def _rank(engine: Engine, root: Path, query: str, rows: tuple[tuple[str, int], ...]) -> int:
-    res = engine.search({"query": query, "max_results": 10, "min_score": 0.0, "mode": "keyword"})
+    res = engine.searcher.search(
+        {"query": query, "max_results": 10, "min_score": 0.0, "mode": "keyword"}
+    )
     for rank, hit in enumerate(res["results"], 1):
         rel = str(Path(hit["path"]).relative_to(root))
         if any(rel == r and hit["start_line"] <= n <= hit["end_line"] for r, n in rows):

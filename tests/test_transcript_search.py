@@ -80,7 +80,7 @@ def keyword_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]
 
 
 def _top(eng: Engine, query: str, **params: Any) -> dict[str, Any]:
-    res = eng.search({"query": query, "max_results": 10, **params})
+    res = eng.searcher.search({"query": query, "max_results": 10, **params})
     assert res["results"], (query, res)
     return dict(res["results"][0])
 
@@ -100,11 +100,13 @@ def test_results_say_what_they_are(keyword_engine: Engine) -> None:
     assert (top["kind"], top["tool"]) == ("tool_output", "Read")
     edit = _top(keyword_engine, "set_span_attributes", mode="keyword")
     assert (edit["kind"], edit["tool"]) == ("tool_call", "Edit")
-    talk = keyword_engine.search({"query": "opentelemetry", "kinds": ["message"]})
+    talk = keyword_engine.searcher.search({"query": "opentelemetry", "kinds": ["message"]})
     assert talk["results"] and all(r["kind"] == "message" for r in talk["results"])
     assert all("tool" not in r for r in talk["results"])
     # The kind filter drops a needle that lives in another kind.
-    only_calls = keyword_engine.search({"query": "server_headers_sort_fn", "kinds": ["tool_call"]})
+    only_calls = keyword_engine.searcher.search(
+        {"query": "server_headers_sort_fn", "kinds": ["tool_call"]}
+    )
     assert all(r["kind"] == "tool_call" for r in only_calls["results"])
     assert not any(r["start_line"] == 229 for r in only_calls["results"])
 
@@ -113,29 +115,29 @@ def test_bad_kinds_are_refused(keyword_engine: Engine) -> None:
     from recalld.errors import BadRequest
 
     with pytest.raises(BadRequest, match="kinds must be a list of"):
-        keyword_engine.search({"query": "x", "kinds": ["tool_result"]})
+        keyword_engine.searcher.search({"query": "x", "kinds": ["tool_result"]})
 
 
 def test_get_decoded_returns_the_readable_redacted_text(keyword_engine: Engine) -> None:
-    raw = keyword_engine.get({"path": f"{SESSION}:229-229"})
+    raw = keyword_engine.searcher.get({"path": f"{SESSION}:229-229"})
     assert raw["text"].startswith("{") and json.loads(raw["text"])["type"] == "user"
-    got = keyword_engine.get({"path": f"{SESSION}:229-229", "decoded": True})
+    got = keyword_engine.searcher.get({"path": f"{SESSION}:229-229", "decoded": True})
     assert (got["start_line"], got["end_line"]) == (229, 229)
     assert got["text"].startswith("tool output")
     assert "server_headers_sort_fn" in got["text"] and got["text"].count("\n") > 20
     assert "\u2192" not in got["text"]  # the Read tool's line-number gutter is gone
-    edit = keyword_engine.get(
+    edit = keyword_engine.searcher.get(
         {"path": str(SESSION), "from_line": 1859, "lines": 1, "decoded": True}
     )
     assert "tool: Edit" in edit["text"] and "new_string: " in edit["text"]
     with pytest.raises(Exception, match="decoded must be true or false"):
-        keyword_engine.get({"path": str(SESSION), "decoded": "yes"})
+        keyword_engine.searcher.get({"path": str(SESSION), "decoded": "yes"})
 
 
 def test_kinds_and_decoded_through_the_mcp_arguments(keyword_engine: Engine) -> None:
     params = search_params({"query": "server_headers_sort_fn", "kinds": ["tool_output"]})
     assert params["kinds"] == ["tool_output"]
-    body = json.loads(format_search(keyword_engine.search(params)))
+    body = json.loads(format_search(keyword_engine.searcher.search(params)))
     assert body["results"][0]["kind"] == "tool_output" and body["results"][0]["tool"] == "Read"
     assert "#L229-L229" in body["results"][0]["citation"]
     got = get_params({"path": f"{SESSION}#L229-L229", "decoded": True})
@@ -188,7 +190,7 @@ def hybrid_engine(tmp_path_factory: pytest.TempPathFactory, local_embedder: Any)
 @pytest.mark.parametrize("needle", NEEDLES, ids=[n[4] for n in NEEDLES])
 def test_found_first_by_hybrid(hybrid_engine: Engine, needle: tuple[Any, ...]) -> None:
     query, path, line, _, _ = needle
-    res = hybrid_engine.search({"query": query, "max_results": 10})
+    res = hybrid_engine.searcher.search({"query": query, "max_results": 10})
     assert res["mode"] == "hybrid"
     top = res["results"][0]
     assert top["path"] == str(path) and top["start_line"] <= line <= top["end_line"], top

@@ -92,6 +92,12 @@ class ActiveProvider:
         """The breaker's state for ``status``."""
         return self.guard.state() if self.guard is not None else {"state": "ok"}
 
+    def warm_up(self) -> Callable[[], object] | None:
+        """Resolve the provider now; returns what loads its model (one query embedded), or
+        None with no embedder (run it beside other loads: it is CPU, they are I/O)."""
+        emb = self.embedder
+        return (lambda: emb.embed(["warm up"], query=True)) if emb is not None else None
+
     def close(self) -> None:
         if self.guard is not None:
             self.guard.close()

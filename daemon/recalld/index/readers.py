@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from recalld.errors import RecalldError
 from recalld.index.rwlock import ReadWriteLock
 from recalld.index.store import Store
 
@@ -73,6 +74,19 @@ class ReaderPool:
             yield store
         finally:
             store.close()
+
+    def stored_space(self, writer: Store | None) -> tuple[str, int] | None:
+        """(provider key, dims) of the vector space the index was built with, or None (none
+        recorded, or the index cannot be read); read through ``writer`` when there is one."""
+        try:
+            if writer is not None:
+                identity = writer.identity()
+            else:
+                with self.reader() as store:
+                    identity = store.identity()
+        except RecalldError:
+            return None
+        return None if identity is None else (identity.provider_key, identity.dims)
 
     def close(self) -> None:
         """Close every pooled connection (the next reader opens the file again)."""

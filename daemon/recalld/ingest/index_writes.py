@@ -20,8 +20,10 @@ from recalld.config import Config
 from recalld.embedding.base import Embedder
 from recalld.errors import IndexError_
 from recalld.index import index_files
+from recalld.index.readers import ReaderPool
 from recalld.index.status_facts import mount_roots
 from recalld.index.store import FileChange, Store
+from recalld.ingest import identity_check
 from recalld.ingest.embed_ahead import EmbedAhead
 from recalld.ingest.indexer import Indexer, SyncReport
 from recalld.ingest.session_sync import SessionIndexer
@@ -51,6 +53,27 @@ class IndexWrites:
         self.on_written = on_written  # counts and term statistics are stale now
         self._ahead: EmbedAhead | None = None
         self.rebuild: Callable[[], SyncReport] | None = None  # set by the engine
+
+    def open(self, writable: bool, readers: ReaderPool) -> None:
+        """At the engine's start: open the writer (a writable engine, rebuilds a crash left
+        behind removed first) and compare the index with the settings (``needs_reindex``)."""
+        if not writable:
+            with readers.reader() as store:
+                self.s.needs_reindex = identity_check.check_readonly(
+                    store, self.config(), self.embedder()
+                )
+            return
+        index_files.remove_stale_rebuilds(self.index_path)
+        self.s.writer = Store(self.index_path)
+        self.s.writer.ensure_vectors_epoch()
+        self.check_identity()
+        self.s.vector_backlog.refresh(self.s.writer)
+
+    def check_identity(self) -> str | None:
+        """Compare the index with the current settings (the writer's); why a rebuild is due."""
+        reason = identity_check.check_writable(self.writer, self.config(), self.embedder())
+        self.s.needs_reindex = reason
+        return reason
 
     @property
     def writer(self) -> Store:

@@ -51,7 +51,7 @@ def status(
         "state": state.state,
         "provider": embedder.label if embedder else "none",
         "provider_reason": provider.choice.reason,
-        "degraded": degraded(state, provider),
+        "degraded": degraded(state.needs_reindex, provider),
         "identity": status_facts.identity_dict(facts.identity),
         "counts": counts,
         "progress": {**state.progress.as_dict(), **vectors},
@@ -75,10 +75,13 @@ def status(
     return status_texts(answer)
 
 
-def degraded(state: SyncState, provider: ActiveProvider) -> str | None:
-    """Why vector search is off (the engine's ``degraded``), or None."""
+def degraded(
+    needs_reindex: str | None, provider: ActiveProvider, *, outage: bool = True
+) -> str | None:
+    """Why vector search is off, or None (``outage=False``: leave out a provider outage, which
+    a search that probes the provider again does not report)."""
     if provider.embedder is None:
         return provider.choice.reason
-    if state.needs_reindex:
-        return f"{state.needs_reindex}; keyword-only until `recalld reindex` completes"
-    return provider.outage()
+    if needs_reindex:
+        return f"{needs_reindex}; keyword-only until `recalld reindex` completes"
+    return provider.outage() if outage else None

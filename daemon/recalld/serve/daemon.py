@@ -464,7 +464,7 @@ class Daemon:
 
     def h_get(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """``get``: lines of a local file, or of a shared one (``shared:...`` citations)."""
-        return self.shared.get(params) or self.engine.get(params)
+        return self.shared.get(params) or self.engine.searcher.get(params)
 
     def h_status(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """``status``: the engine's, with the daemon's progress and warnings."""

@@ -89,8 +89,8 @@ def status_event(d: StatusSource) -> dict[str, Any]:
     """A compact status for ``watch`` subscribers (the tray)."""
     engine = d.engine
     try:
-        with engine.reader() as store:
-            counts = engine.counts(store)
+        with engine.reader():  # the swap lock's shared side: no swap while counting
+            counts = engine.row_counts.get()
     except Exception:  # noqa: BLE001 - during a swap the counts can wait
         counts = {}
     progress, pending = d.backlog.snapshot()

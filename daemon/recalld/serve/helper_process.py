@@ -78,7 +78,10 @@ def _serve(channel: Channel, engine: Any) -> None:
 
     def answer(msg: dict[str, Any]) -> None:
         try:
-            reply: dict[str, Any] = {"id": msg["id"], "result": engine.search(msg["params"])}
+            reply: dict[str, Any] = {
+                "id": msg["id"],
+                "result": engine.searcher.search(msg["params"]),
+            }
         except Exception as exc:  # noqa: BLE001 - the daemon runs the search itself instead
             reply = {"id": msg["id"], "error": f"{type(exc).__name__}: {exc}"}
         try:

@@ -41,7 +41,7 @@ class LocalSearch:
                     self.engine.vector_backlog.pending if wants_vectors else 0
                 )
                 return result
-        return self.engine.search(params)
+        return self.engine.searcher.search(params)
 
     def _hello(self) -> dict[str, Any]:
         """What a new search helper opens: these settings, this index."""
@@ -67,6 +67,6 @@ class LocalSearch:
             return "a reranker is on (its searches wait on it, not on the interpreter)"
         if engine.state == "reindexing":
             return "a rebuild is running"
-        if engine.vector_count() > MAX_VECTORS:
+        if engine.matrix.count() > MAX_VECTORS:
             return f"over {MAX_VECTORS:,} vectors: a second copy would cost too much memory"
         return None

@@ -411,13 +411,13 @@ def _local(args: argparse.Namespace) -> int:
     engine = Engine(config, writable=False)
     try:
         if cmd == "search":
-            print_search(engine.search(_search_params(args)), args.json, args.max_tokens)
+            print_search(engine.searcher.search(_search_params(args)), args.json, args.max_tokens)
             _warn_if_stale(engine, config)
         elif cmd == "get":
             params: dict[str, Any] = {"path": args.target}
             if args.decoded:
                 params["decoded"] = True
-            print_get(engine.get(params), args.json)
+            print_get(engine.searcher.get(params), args.json)
         elif cmd == "status":
             from recalld.index.index_health import quick_check
             from recalld.security import config_warnings

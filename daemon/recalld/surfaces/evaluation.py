@@ -381,7 +381,7 @@ class _QueryRun:
                 "/" if q.scope.endswith("/") else ""
             )
         try:
-            res = self.engine.search(params)
+            res = self.engine.searcher.search(params)
         except BadRequest:
             res = {"results": []}
         hits = []
