@@ -50,6 +50,11 @@ def test_a_job_counts_each_file_once_across_syncs(home: Path, local_embedder: An
         write(mem / "late.md", note(99))
         engine.sync([*files[4:], mem / "late.md"])
         assert (job.files_total, job.files_done, job.files_changed, job.syncs) == (7, 7, 7, 3)
+        # A note written again while the job runs (a copy seen half-done, then whole) is read
+        # twice but stays one changed file: "7 files checked (8 changed)" read as nonsense.
+        write(mem / "late.md", note(100))
+        engine.sync([mem / "late.md"])
+        assert (job.files_total, job.files_done, job.files_changed, job.syncs) == (7, 7, 7, 4)
         dones = [d for d, _ in seen]
         assert dones == sorted(dones) and max(t for _, t in seen) == 7
         # Without a job (the CLI, a rebuild) every sync counts afresh.

@@ -279,7 +279,9 @@ def test_a_growing_transcript_keeps_its_message_times(engine: Engine, home: Path
     """Lines appended later (a delta sync, the open chunk rewritten) are dated by their own
     times, to the second; the transcript keeps its session and project."""
     transcript = home / "sessions" / "-home-dev-src-billing-api" / f"{SESSION_ID}.jsonl"
-    when = (NOW - timedelta(minutes=10)).replace(microsecond=0)
+    # Taken now, not from the module's NOW: a loaded suite may reach this test an hour after
+    # the import, and the record must stay inside the ``since="1h"`` window it is searched by.
+    when = (datetime.now(UTC) - timedelta(minutes=10)).replace(microsecond=0)
     with transcript.open("a") as f:
         f.write(claude_record("user", "zanzibar checkout totals look wrong", when))
         f.write(claude_record("assistant", "The zanzibar totals skip the tax line.", when))

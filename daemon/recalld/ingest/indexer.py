@@ -406,7 +406,7 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
         row = FileRow(str(path), "memory", st.st_size, st.st_mtime_ns, digest, lines)
         report.files_changed += 1
-        self.progress.files_changed += 1
+        self.progress.mark_changed(row.path)
         return Prepared(row, chunks)
 
     def _chunks(self, key: str, digest: str, text: str) -> list[Chunk] | None:

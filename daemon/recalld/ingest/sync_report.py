@@ -36,6 +36,7 @@ class Progress:
     syncs: int = 0  # syncs run for this job so far
     _seen: set[str] = field(default_factory=set, repr=False)
     _todo: set[str] = field(default_factory=set, repr=False)
+    _changed: set[str] = field(default_factory=set, repr=False)
     # Held while a sync adds its files, and by a status read that counts waiting files against
     # ``counted`` and then adds them to ``files_total``: without it a file could be counted as
     # waiting and, a moment later, in the total too (a total over the real number of files).
@@ -57,6 +58,13 @@ class Progress:
             self._todo.discard(key)
             self.files_done += 1
 
+    def mark_changed(self, key: str) -> None:
+        """``key`` was read and re-indexed; a file written twice during one job (a copy seen
+        half-done, then whole) is one changed file, not two."""
+        if key not in self._changed:
+            self._changed.add(key)
+            self.files_changed += 1
+
     def end(self) -> None:
         """The job is over: its rates stay those of the job (an idle daemon's status showed
         them falling for hours, as if measured since start-up)."""
@@ -65,7 +73,7 @@ class Progress:
 
     def release(self) -> None:
         """Forget the file names once the job is over (a full sync may list 100,000)."""
-        self._seen, self._todo = set(), set()
+        self._seen, self._todo, self._changed = set(), set(), set()
 
     def counted(self, key: str) -> bool:
         """Whether ``key`` is already part of this job's total."""
