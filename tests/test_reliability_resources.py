@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -141,6 +142,15 @@ def test_a_client_that_never_reads_keeps_the_daemon_bounded(daemon: DaemonProces
     wide = daemon.home / "memory" / "wide.md"
     base = rss_mb(pid)
     peak = [base]
+    # The other client's latency alone first, on the same daemon and machine: the bound below is
+    # relative to it, so a machine loaded by other work does not fail the test (issue 38).
+    alone = Prober(daemon.socket, wide)
+    alone.start()
+    time.sleep(3.0)
+    alone.stop.set()
+    alone.join(15)
+    assert not alone.errors and alone.latencies, alone.errors[:3]
+    quiet = statistics.median(alone.latencies)
     prober = Prober(daemon.socket, wide)
     prober.start()
     reader = NonReader(daemon.socket, wide)
@@ -153,6 +163,11 @@ def test_a_client_that_never_reads_keeps_the_daemon_bounded(daemon: DaemonProces
 
     try:
         reader.pump(10.0, sample)
+        # At least 20 answers to the other client while the flood goes on (on a loaded machine
+        # 10 s may hold fewer): the flood continues until then, for at most 50 s more.
+        until = time.monotonic() + 50
+        while len(prober.latencies) < 20 and time.monotonic() < until:
+            reader.pump(1.0, sample)
         peak[0] = max(peak[0], rss_mb(pid))
     finally:
         prober.stop.set()
@@ -161,12 +176,16 @@ def test_a_client_that_never_reads_keeps_the_daemon_bounded(daemon: DaemonProces
     print(
         f"\nnon-reading client: {reader.sent} gets sent in 10 s; VmRSS {base:.0f} -> peak "
         f"{peak[0]:.0f} MB (+{grown:.0f}); other client: {len(prober.latencies)} gets, max "
-        f"{max(prober.latencies) * 1000:.0f} ms"
+        f"{max(prober.latencies) * 1000:.0f} ms, median "
+        f"{statistics.median(prober.latencies) * 1000:.0f} ms (alone: median {quiet * 1000:.0f} ms)"
     )
     assert reader.sent > 100, "the non-reading client could not even send"
     assert grown < RSS_BOUND_MB, f"daemon grew by {grown:.0f} MB under a non-reading client"
     assert not prober.errors, prober.errors[:3]
-    assert len(prober.latencies) >= 20 and max(prober.latencies) < 2.0
+    assert len(prober.latencies) >= 20
+    # Not starved: each answer within 2 s as on a quiet machine, or, where the machine is so
+    # loaded that the client alone already waits, within 10x its slowest answer alone.
+    assert max(prober.latencies) < max(2.0, 10 * max(alone.latencies))
     reader.close()
     with daemon.client(timeout=10) as c:  # the daemon is fine after the client is gone
         assert c.get(wide, 2, 1)["text"].startswith("w1 ")
