@@ -13,6 +13,7 @@ from typing import Any
 
 from recalld import paths
 from recalld.config import Config
+from recalld.embedding.query_vector import query_vector
 from recalld.engine import Engine
 from recalld.errors import RecalldError
 
@@ -117,4 +118,4 @@ class SharedLink:
         embedder = self.engine.embedder
         if embedder is None or self.engine.degraded() is not None:
             return None
-        return embedder.embed([query], query=True)[0]
+        return query_vector(embedder, query)  # the local vector channel's, made once

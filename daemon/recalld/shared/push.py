@@ -176,13 +176,9 @@ class Pusher:
             done += 1
             self.state.waiting -= 1
             self._remember(remote)
-        batch: list[PushFile] = []
-        for key in (k for k in work if k in local):
-            batch.append(self._prepare(key, local[key]))
-            if sum(len(f.chunks) for f in batch) >= BATCH_CHUNKS:
-                done += self._send(batch, local, remote)
-                batch = []
-        if batch:
+        pending = [k for k in work if k in local]
+        while pending:
+            batch, pending = self._prepare_batch(pending, local)
             done += self._send(batch, local, remote)
         if done:
             self.state.last_push = time.time()
@@ -239,12 +235,28 @@ class Pusher:
         self._remember(remote)
         return len(batch)
 
-    def _prepare(self, key: str, entry: tuple[str, str]) -> PushFile:
+    def _prepare_batch(
+        self, keys: list[str], local: dict[str, tuple[str, str]]
+    ) -> tuple[list[PushFile], list[str]]:
+        """The next files to push (about BATCH_CHUNKS chunks), read on one index connection
+        (one per file cost more than the push itself); and the keys left for later batches."""
+        batch: list[PushFile] = []
+        chunks = 0
+        with self.reader() as store:
+            with_vectors = store.has_vec_table()
+            for n, key in enumerate(keys):
+                batch.append(self._prepare(store, with_vectors, key, local[key]))
+                chunks += len(batch[-1].chunks)
+                if chunks >= BATCH_CHUNKS:
+                    return batch, keys[n + 1 :]
+        return batch, []
+
+    @staticmethod
+    def _prepare(store: Store, with_vectors: bool, key: str, entry: tuple[str, str]) -> PushFile:
         """A file as it will be pushed: redacted text, chunks and the vectors already made."""
         path, file_hash = entry
-        with self.reader() as store:
-            chunks = store.file_chunks(path)
-            vectors = store.vectors([c.id for c in chunks]) if store.has_vec_table() else {}
+        chunks = store.file_chunks(path)
+        vectors = store.vectors([c.id for c in chunks]) if with_vectors else {}
         try:
             text = Path(path).read_text(encoding="utf-8", errors="replace")
         except OSError:
