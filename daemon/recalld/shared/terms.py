@@ -39,4 +39,3 @@ def query_terms(query: str) -> list[str]:
             seen.setdefault(term, None)
     content = [t for t in seen if t not in STOPWORDS]
     return (content or list(seen))[:MAX_QUERY_TERMS]
-
