@@ -60,13 +60,16 @@ def test_two_channels_of_one_search_share_one_embedding() -> None:
     assert emb.calls == 2
 
 
-def test_a_vector_is_kept_only_a_moment() -> None:
-    qv, emb = QueryVector(keep_s=0.3), _Slow(delay=0.0)
-    first = qv.get(emb, "q")
-    assert np.array_equal(qv.get(emb, "q"), first) and emb.calls == 1  # the other channel, late
-    time.sleep(0.4)
+def test_a_vector_is_kept_only_while_its_search_runs() -> None:
+    qv, emb = QueryVector(), _Slow(delay=0.0)
+    with qv.sharing("q"):
+        first = qv.get(emb, "q")
+        late = qv.get(emb, "q")  # the other channel of the search, after the first finished
+        assert np.array_equal(late, first) and emb.calls == 1
     qv.get(emb, "q")  # a later search embeds afresh
     assert emb.calls == 2
+    qv.get(emb, "q")  # and without a sharing search nothing is kept at all
+    assert emb.calls == 3
 
 
 def test_a_failure_reaches_every_waiting_channel_and_is_not_kept() -> None:
@@ -79,22 +82,24 @@ def test_a_failure_reaches_every_waiting_channel_and_is_not_kept() -> None:
         except RuntimeError as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=ask) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(errors) == 2 and emb.calls == 1
-    emb.fail = False
-    assert qv.get(emb, "q")[0] == 1.0  # tried again, not the kept failure
-    assert emb.calls == 2
+    with qv.sharing("q"):
+        threads = [threading.Thread(target=ask) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(errors) == 2 and emb.calls == 1
+        emb.fail = False
+        assert qv.get(emb, "q")[0] == 1.0  # tried again, not the kept failure
+        assert emb.calls == 2
 
 
 @pytest.mark.slow
 def test_the_shared_vector_is_the_models_query_vector() -> None:
     emb = LocalEmbedder()
     qv = QueryVector()
-    got = qv.get(emb, "how do I rotate the credentials")
+    with qv.sharing("how do I rotate the credentials"):
+        got = qv.get(emb, "how do I rotate the credentials")
     want = emb.embed(["how do I rotate the credentials"], query=True)[0]
     assert got.shape == (emb.dims,)
     assert np.allclose(got, want, atol=1e-6)

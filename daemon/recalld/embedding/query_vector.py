@@ -3,23 +3,21 @@
 With the shared store on, one search has two vector channels: the local one (on the engine's
 executor) and the shared one (on the shared channel's thread), and each embedded the query for
 itself: two model calls for one vector, on a machine where the model is most of a search's cost.
-:class:`QueryVector` lets the first caller embed it and the others wait for that vector. A vector
-is kept only a moment after it is made (``KEEP_S``): enough for the other channel of the same
-search to find it, not a cache that repeated searches would be measured against.
+:class:`QueryVector` lets the first caller embed it and the others wait for that vector. A made
+vector is kept only while a search that asked for it to be shared is running (:meth:`sharing`):
+the other channel of that search finds it however late it asks, and no later search does (this
+is not a cache that repeated searches would be measured against).
 """
 
 from __future__ import annotations
 
 import threading
-import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from recalld.embedding.base import Embedder, Vectors
-
-#: Seconds a made vector stays for the other channel of the same search.
-KEEP_S = 2.0
-#: Vectors kept at most (searches at once, a few each).
-MAX_KEPT = 64
 
 
 @dataclass
@@ -27,24 +25,37 @@ class _Entry:
     ready: threading.Event = field(default_factory=threading.Event)
     vector: Vectors | None = None
     error: BaseException | None = None
-    made_at: float = 0.0
 
 
 class QueryVector:
-    """Query vectors being made or just made, by vector space and text."""
+    """Query vectors being made, or made for a search still running, by vector space and text."""
 
-    def __init__(self, keep_s: float = KEEP_S) -> None:
-        self.keep_s = keep_s
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, str], _Entry] = {}
+        self._shared: Counter[str] = Counter()  # text -> searches sharing its vector
         self.made = 0  # model calls (a test counts them)
+
+    @contextmanager
+    def sharing(self, text: str) -> Iterator[None]:
+        """While this runs, a vector made for ``text`` is kept for every channel that asks."""
+        with self._lock:
+            self._shared[text] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._shared[text] -= 1
+                if self._shared[text] <= 0:
+                    del self._shared[text]
+                    for key in [k for k, e in self._entries.items() if k[1] == text]:
+                        if self._entries[key].ready.is_set():
+                            del self._entries[key]
 
     def get(self, embedder: Embedder, text: str) -> Vectors:
         """The query vector of ``text`` (one row of ``embedder.embed([text], query=True)``)."""
         key = (embedder.key, text)
-        now = time.monotonic()
         with self._lock:
-            self._forget_old(now)
             entry = self._entries.get(key)
             mine = entry is None
             if entry is None:
@@ -60,28 +71,13 @@ class QueryVector:
             self.made += 1
         except BaseException as exc:
             entry.error = exc
-            with self._lock:  # a failure is not kept: the next search tries again
-                self._entries.pop(key, None)
             raise
         finally:
-            entry.made_at = time.monotonic()
+            with self._lock:  # kept only for a search sharing it, and never a failure
+                if entry.error is not None or text not in self._shared:
+                    self._entries.pop(key, None)
             entry.ready.set()
         return entry.vector
-
-    def _forget_old(self, now: float) -> None:
-        """Drop vectors older than ``keep_s`` (and the oldest past MAX_KEPT); under the lock."""
-        old = [
-            k
-            for k, e in self._entries.items()
-            if e.ready.is_set() and now - e.made_at > self.keep_s
-        ]
-        for k in old:
-            del self._entries[k]
-        while len(self._entries) > MAX_KEPT:
-            done = [k for k, e in self._entries.items() if e.ready.is_set()]
-            if not done:
-                break
-            del self._entries[done[0]]
 
 
 #: The daemon's one registry: the local and shared channels of a search meet here.

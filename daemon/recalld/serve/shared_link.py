@@ -13,7 +13,7 @@ from typing import Any
 
 from recalld import paths
 from recalld.config import Config
-from recalld.embedding.query_vector import query_vector
+from recalld.embedding.query_vector import QUERY_VECTORS, query_vector
 from recalld.engine import Engine
 from recalld.errors import RecalldError
 
@@ -82,7 +82,9 @@ class SharedLink:
         """The local answer, with the shared store's hits when it is on."""
         if self.channel is None:
             return local()
-        return dict(self.channel.search(params, local, self._embed))
+        # Both channels' vectors are this search's one query vector (embedded once).
+        with QUERY_VECTORS.sharing(str(params.get("query", ""))):
+            return dict(self.channel.search(params, local, self._embed))
 
     def get(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
         """``get`` of a shared citation, or None for a local path."""
