@@ -22,6 +22,7 @@ pytest.importorskip(
 from conftest import make_engine, write  # noqa: E402
 from recalld.errors import ConfigError  # noqa: E402
 from recalld.serve.shared_link import SharedLink  # noqa: E402
+from recalld.shared import remote as remote_module  # noqa: E402
 from recalld.shared.remote import MAX_CANDIDATES, PushChunk, PushFile, Remote  # noqa: E402
 from test_reader_pool import HashEmbedder  # noqa: E402
 from test_shared_store import PASSWORDS, _as, _server, _settings  # noqa: E402
@@ -166,3 +167,20 @@ def test_a_search_with_the_store_on_embeds_its_query_once(
     finally:
         link.stop()
         engine.close()
+
+
+def test_the_readable_collections_are_asked_again_after_a_while(
+    store: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader = Remote(_settings(store, "alice", "alice@reader", **{"shared.read": ["*"]}))
+    assert reader.search("walrus", None, 5, 3000)  # alice@kw: the list is cached now
+    bob = Remote(_settings(store, "bob", "bob@cache"))
+    bob.claim("test:3", "test/3d", "three", 3)
+    bob.ensure_collection()
+    chunk = PushChunk(1, 1, "note", "hn", "the narwhal tusk inventory", None)
+    bob.push_file("notes/narwhal.md", "fn", "the narwhal tusk inventory\n", [chunk])
+    bob.close()
+    assert reader.search("narwhal", None, 5, 3000) == []  # a new collection, not asked yet
+    monkeypatch.setattr(remote_module, "COLLECTIONS_TTL_S", 0.0)
+    assert [h.collection for h in reader.search("narwhal", None, 5, 3000)] == ["bob@cache"]
+    reader.close()

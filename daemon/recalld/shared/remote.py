@@ -314,7 +314,8 @@ class Remote:
             for r in conn.execute("SELECT name FROM recalld.collections").fetchall()
             if self.settings.reads(str(r[0]))
         ]
-        self._readable = (time.monotonic(), names)
+        if names:  # none yet (the team's first daemons): asked again at the next search
+            self._readable = (time.monotonic(), names)
         return names
 
     def _vectors_exist(self, conn: Any) -> bool:
