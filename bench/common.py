@@ -106,6 +106,8 @@ def stage(name: str, timings: dict[str, float]) -> Iterator[None]:
 
 def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..1) of ``values``; NaN for none."""
+    if not 0.0 <= q <= 1.0:  # percentile(v, 50) once reported the maximum as a p50
+        raise ValueError(f"percentile takes a fraction in 0..1, got {q}")
     if not values:
         return math.nan
     ordered = sorted(values)

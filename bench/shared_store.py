@@ -170,7 +170,7 @@ def vector_recall(url: str, vecs: np.ndarray, base: int, queries: int) -> tuple[
             times.append((time.perf_counter() - t) * 1000)
             found += len(exact & {int(r[0]) for r in rows})
     reader.close()
-    return found / (10 * queries), percentile(times, 50)
+    return found / (10 * queries), percentile(times, 0.5)
 
 
 def channel_cost(url: str, local_home: Path, queries: list[str], rounds: int) -> dict[str, float]:
@@ -204,8 +204,8 @@ def channel_cost(url: str, local_home: Path, queries: list[str], rounds: int) ->
     finally:
         config.write_text(plain, encoding="utf-8")
         d.stop()
-    on, off = percentile(times["on"], 50), percentile(times["off"], 50)
-    return {"on_p50": on, "off_p50": off, "on_p95": percentile(times["on"], 95),
+    on, off = percentile(times["on"], 0.5), percentile(times["off"], 0.5)
+    return {"on_p50": on, "off_p50": off, "on_p95": percentile(times["on"], 0.95),
             "with_shared_hits": hits / max(len(times["on"]), 1)}  # fmt: skip
 
 

@@ -17,6 +17,7 @@ import apsw
 import numpy as np
 import numpy.typing as npt
 
+from recalld.embedding.query_vector import query_vector
 from recalld.retrieval import coordination, fusion, keyword_scoring, prf
 from recalld.retrieval.common_terms import common_checker
 from recalld.retrieval.filters import require_facts
@@ -116,7 +117,7 @@ def _vector_channel(
     embedder, vectors = ctx.embedder, ctx.vectors
 
     def vector_channel() -> Hits:
-        qvec = embedder.embed([req.query], query=True)[0]
+        qvec = query_vector(embedder, req.query)  # the shared channel's too, made once
         return vectors.search(qvec, want, allowed)
 
     return vector_channel

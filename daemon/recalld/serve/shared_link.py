@@ -13,6 +13,7 @@ from typing import Any
 
 from recalld import paths
 from recalld.config import Config
+from recalld.embedding.query_vector import QUERY_VECTORS, query_vector
 from recalld.engine import Engine
 from recalld.errors import RecalldError
 
@@ -81,7 +82,9 @@ class SharedLink:
         """The local answer, with the shared store's hits when it is on."""
         if self.channel is None:
             return local()
-        return dict(self.channel.search(params, local, self._embed))
+        # Both channels' vectors are this search's one query vector (embedded once).
+        with QUERY_VECTORS.sharing(str(params.get("query", ""))):
+            return dict(self.channel.search(params, local, self._embed))
 
     def get(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
         """``get`` of a shared citation, or None for a local path."""
@@ -117,4 +120,4 @@ class SharedLink:
         embedder = self.engine.embedder
         if embedder is None or self.engine.degraded() is not None:
             return None
-        return embedder.embed([query], query=True)[0]
+        return query_vector(embedder, query)  # the local vector channel's, made once

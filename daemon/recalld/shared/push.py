@@ -12,6 +12,7 @@ how many files wait even while the store is unreachable.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import fnmatch
 import json
 import logging
@@ -34,6 +35,8 @@ log = logging.getLogger("recalld.shared")
 
 #: Chunks sent in one transaction (a few files, or one big one).
 BATCH_CHUNKS = 500
+#: Transactions sent at once, each on its own connection (bench/shared_store.py: push / index).
+PUSH_CONNECTIONS = 2
 #: Backoff after a failed push: doubles from the first to the last, then stays there.
 BACKOFF_S = (1.0, 60.0)
 
@@ -176,14 +179,7 @@ class Pusher:
             done += 1
             self.state.waiting -= 1
             self._remember(remote)
-        batch: list[PushFile] = []
-        for key in (k for k in work if k in local):
-            batch.append(self._prepare(key, local[key]))
-            if sum(len(f.chunks) for f in batch) >= BATCH_CHUNKS:
-                done += self._send(batch, local, remote)
-                batch = []
-        if batch:
-            done += self._send(batch, local, remote)
+        done += self._push_batches([k for k in work if k in local], local, remote)
         if done:
             self.state.last_push = time.time()
         self._last_mark = mark
@@ -227,11 +223,32 @@ class Pusher:
             out[key] = (path, row.hash)
         return out
 
-    def _send(
+    def _push_batches(
+        self, pending: list[str], local: dict[str, tuple[str, str]], remote: dict[str, str]
+    ) -> int:
+        """Send the files in batches (one transaction each), PUSH_CONNECTIONS at once, the next
+        one prepared here meanwhile: inserting into the store's HNSW graph is most of a push,
+        and PostgreSQL gives each connection a process of its own. A failure ends the round;
+        what was sent is remembered, the rest is sent again next time (by content hash)."""
+        done = 0
+        with cf.ThreadPoolExecutor(PUSH_CONNECTIONS, thread_name_prefix="recalld-send") as pool:
+            sending: dict[cf.Future[None], list[PushFile]] = {}
+            while pending or sending:
+                if pending and len(sending) < PUSH_CONNECTIONS:
+                    batch, pending = self._prepare_batch(pending, local)
+                    sending[pool.submit(self.remote.push_files, batch)] = batch
+                    continue
+                finished, _ = cf.wait(sending, return_when=cf.FIRST_COMPLETED)
+                for future in finished:
+                    batch = sending.pop(future)
+                    future.result()
+                    done += self._sent(batch, local, remote)
+        return done
+
+    def _sent(
         self, batch: list[PushFile], local: dict[str, tuple[str, str]], remote: dict[str, str]
     ) -> int:
-        """Push a batch of files in one transaction; what the store now holds is remembered."""
-        self.remote.push_files(batch)
+        """A batch is in the store: remember it (and say so in ``status``)."""
         for f in batch:
             remote[f.path] = local[f.path][1]
         self.state.pushed += len(batch)
@@ -239,12 +256,28 @@ class Pusher:
         self._remember(remote)
         return len(batch)
 
-    def _prepare(self, key: str, entry: tuple[str, str]) -> PushFile:
+    def _prepare_batch(
+        self, keys: list[str], local: dict[str, tuple[str, str]]
+    ) -> tuple[list[PushFile], list[str]]:
+        """The next files to push (about BATCH_CHUNKS chunks), read on one index connection
+        (one per file cost more than the push itself); and the keys left for later batches."""
+        batch: list[PushFile] = []
+        chunks = 0
+        with self.reader() as store:
+            with_vectors = store.has_vec_table()
+            for n, key in enumerate(keys):
+                batch.append(self._prepare(store, with_vectors, key, local[key]))
+                chunks += len(batch[-1].chunks)
+                if chunks >= BATCH_CHUNKS:
+                    return batch, keys[n + 1 :]
+        return batch, []
+
+    @staticmethod
+    def _prepare(store: Store, with_vectors: bool, key: str, entry: tuple[str, str]) -> PushFile:
         """A file as it will be pushed: redacted text, chunks and the vectors already made."""
         path, file_hash = entry
-        with self.reader() as store:
-            chunks = store.file_chunks(path)
-            vectors = store.vectors([c.id for c in chunks]) if store.has_vec_table() else {}
+        chunks = store.file_chunks(path)
+        vectors = store.vectors([c.id for c in chunks]) if with_vectors else {}
         try:
             text = Path(path).read_text(encoding="utf-8", errors="replace")
         except OSError:

@@ -1,13 +1,16 @@
 """What recalld asks of PostgreSQL: push a file's chunks, leave a tombstone, search, read lines.
 
-One :class:`Remote` per daemon. Connections are opened on demand and dropped on any error (the
-next call opens a new one), so a database that goes away and comes back needs nothing from the
-user. Every statement runs as the member's own role: row-level security decides what it sees.
+One :class:`Remote` per daemon. Connections are opened on demand, kept open between calls (in
+autocommit: a search is one round trip, no BEGIN/COMMIT) and dropped on any error (the next call
+opens a new one), so a database that goes away and comes back needs nothing from the user. Every
+statement runs as the member's own role: row-level security decides what it sees.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,10 +20,35 @@ import numpy as np
 
 from recalld.errors import ConfigError, Unavailable
 from recalld.shared.settings import SharedSettings
-from recalld.shared.terms import terms_text, tsquery
+from recalld.shared.terms import query_terms, terms_text
 
-#: HNSW search width of the vector channel (bench: recall@10 vs exact, bench/shared_store.py).
-EF_SEARCH = 100
+#: HNSW search width of the vector channel (recall@10 vs exact on the bench's vectors, 300k:
+#: 0.956 at 100, 0.985 at 200 for +3 ms, 0.9855 at 400 at 2.3x the time; docs/DECISIONS.md).
+EF_SEARCH = 200
+#: Candidates of each channel (keyword, vector) one search asks for; keyword_hits caps it too.
+MAX_CANDIDATES = 64
+#: How long the list of collections this member reads is reused (a new teammate's collection
+#: shows up in searches within this time).
+COLLECTIONS_TTL_S = 30.0
+
+# One statement, one round trip: the keyword candidates (recalld.keyword_hits: the GIN index,
+# which row-level security would keep from a plain query), the vector candidates (HNSW), and
+# the rows of both. The ``vec`` part is left empty when the query has no vector.
+_VECTOR_PART = (
+    "SELECT chunk_id AS id, embedding <=> %(v)s AS dist FROM recalld.vectors "
+    "WHERE collection = ANY(%(colls)s) ORDER BY embedding <=> %(v)s LIMIT %(k)s"
+)
+_NO_VECTOR_PART = "SELECT NULL::bigint AS id, NULL::float8 AS dist WHERE false"
+_SEARCH = (
+    "WITH kw AS MATERIALIZED (SELECT id, rank FROM recalld.keyword_hits(%(terms)s, %(colls)s, "
+    "%(k)s)), vec AS MATERIALIZED ({vec}) "
+    "SELECT c.id, c.collection, co.owner, c.path, c.start_line, c.end_line, c.kind, c.text, "
+    "kw.rank, vec.dist FROM (SELECT id FROM kw UNION SELECT id FROM vec) ids "
+    "JOIN recalld.chunks c ON c.id = ids.id JOIN recalld.collections co ON co.name = c.collection "
+    "LEFT JOIN kw ON kw.id = c.id LEFT JOIN vec ON vec.id = c.id"
+)
+SEARCH_WITH_VECTOR = _SEARCH.replace("{vec}", _VECTOR_PART)
+SEARCH_KEYWORD_ONLY = _SEARCH.replace("{vec}", _NO_VECTOR_PART)
 
 
 @dataclass(frozen=True)
@@ -68,6 +96,10 @@ class Remote:
         self.connect_timeout_s = connect_timeout_s
         self._idle: list[Any] = []
         self._lock = threading.Lock()
+        # statement_timeout last set on each open connection (set again only when it changes)
+        self._timeouts: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._readable: tuple[float, list[str]] | None = None
+        self._has_vectors = False
 
     @contextmanager
     def connection(self, timeout_ms: int | None = None) -> Iterator[Any]:
@@ -79,16 +111,22 @@ class Remote:
         if conn is None or conn.closed:
             try:
                 conn = psycopg.connect(
-                    self.settings.dsn(), connect_timeout=max(1, round(self.connect_timeout_s))
+                    self.settings.dsn(),
+                    connect_timeout=max(1, round(self.connect_timeout_s)),
+                    autocommit=True,
                 )
             except psycopg.OperationalError as exc:
                 raise Unavailable(f"shared store unreachable: {_first_line(exc)}") from exc
             _register_vector(conn)
+            # The graph's search width (pgvector's default 40 misses neighbours at 1M), and an
+            # iterative scan, so that a collection filter still yields k rows.
+            conn.execute(f"SET hnsw.ef_search = {EF_SEARCH}")
+            conn.execute("SET hnsw.iterative_scan = relaxed_order")
         try:
-            if timeout_ms is not None:
+            if timeout_ms is not None and self._timeouts.get(conn) != int(timeout_ms):
                 conn.execute(f"SET statement_timeout = {int(timeout_ms)}")
+                self._timeouts[conn] = int(timeout_ms)
             yield conn
-            conn.commit()
         except BaseException:
             conn.close()
             raise
@@ -161,7 +199,7 @@ class Remote:
         """Replace these files (redacted text, chunks, vectors) in one transaction, each kind of
         row sent as one batch (a statement per chunk cost a round trip per chunk)."""
         coll = self.settings.collection
-        with self.connection() as conn, conn.cursor() as cur:
+        with self.connection() as conn, conn.transaction(), conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO recalld.files(collection, path, hash, lines, text) "
                 "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (collection, path) DO UPDATE SET "
@@ -176,27 +214,39 @@ class Remote:
             chunks = [(f.path, c) for f in files for c in f.chunks]
             if not chunks:
                 return
-            cur.executemany(
-                "INSERT INTO recalld.chunks(collection, path, start_line, end_line, kind, hash, "
-                "text, terms) VALUES (%s, %s, %s, %s, %s, %s, %s, to_tsvector('simple', %s)) "
-                "RETURNING id",
-                [
-                    (coll, p, c.start_line, c.end_line, c.kind, c.hash, c.text, terms_text(c.text))
-                    for p, c in chunks
-                ],
-                returning=True,
+            # Ids first (one statement), then every chunk in one INSERT of arrays: an
+            # INSERT ... RETURNING per chunk was most of a push's time.
+            ids = [
+                int(r[0])
+                for r in cur.execute(
+                    "SELECT nextval('recalld.chunks_id_seq') FROM generate_series(1, %s)",
+                    (len(chunks),),
+                ).fetchall()
+            ]
+            cur.execute(
+                "INSERT INTO recalld.chunks(id, collection, path, start_line, end_line, kind, "
+                "hash, text, terms) SELECT u.id, %s, u.path, u.a, u.b, u.kind, u.hash, u.text, "
+                "to_tsvector('simple', u.terms) FROM unnest(%s::bigint[], %s::text[], %s::int[], "
+                "%s::int[], %s::text[], %s::text[], %s::text[], %s::text[]) "
+                "AS u(id, path, a, b, kind, hash, text, terms)",
+                (
+                    coll,
+                    ids,
+                    [p for p, _ in chunks],
+                    [c.start_line for _, c in chunks],
+                    [c.end_line for _, c in chunks],
+                    [c.kind for _, c in chunks],
+                    [c.hash for _, c in chunks],
+                    [c.text for _, c in chunks],
+                    [terms_text(c.text) for _, c in chunks],
+                ),
             )
-            ids = []
-            while True:
-                ids.append(cur.fetchone()[0])
-                if not cur.nextset():
-                    break
             vectors = [
                 (cid, coll, np.frombuffer(c.vector, dtype=np.float32))
                 for cid, (_, c) in zip(ids, chunks, strict=True)
                 if c.vector is not None
             ]
-            if vectors:
+            if vectors:  # executemany: one pipeline, no round trip per row
                 cur.executemany(
                     "INSERT INTO recalld.vectors(chunk_id, collection, embedding) "
                     "VALUES (%s, %s, %s)",
@@ -206,7 +256,7 @@ class Remote:
     def tombstone(self, path: str) -> None:
         """The file left this collection (deleted, forgotten, no longer shared)."""
         coll = self.settings.collection
-        with self.connection() as conn:
+        with self.connection() as conn, conn.transaction():
             conn.execute(
                 "DELETE FROM recalld.chunks WHERE collection = %s AND path = %s", (coll, path)
             )
@@ -221,43 +271,24 @@ class Remote:
     def search(
         self, query: str, query_vector: np.ndarray | None, k: int, timeout_ms: int
     ) -> list[SharedHit]:
-        """The top ``k`` chunks of each channel in the collections this member reads."""
+        """The top ``k`` (at most MAX_CANDIDATES) chunks of each channel in the collections this
+        member reads, in one statement."""
         with self.connection(timeout_ms) as conn:
-            collections = [
-                str(r[0])
-                for r in conn.execute("SELECT name FROM recalld.collections").fetchall()
-                if self.settings.reads(str(r[0]))
-            ]
+            collections = self._collections(conn)
             if not collections:
                 return []
-            hits: dict[int, dict[str, Any]] = {}
-            q = tsquery(query)
-            if q is not None:
-                for cid, rank in conn.execute(
-                    "SELECT id, ts_rank_cd(terms, q) FROM recalld.chunks, "
-                    "to_tsquery('simple', %s) q WHERE terms @@ q AND collection = ANY(%s) "
-                    "ORDER BY 2 DESC LIMIT %s",
-                    (q, collections, k),
-                ):
-                    hits.setdefault(int(cid), {})["keyword"] = float(rank)
-            if query_vector is not None and _has_vectors(conn):
-                conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-                # The graph's search width: pgvector's default 40 misses neighbours at 1M.
-                conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(EF_SEARCH, k), 1000)}")
-                for cid, dist in conn.execute(
-                    "SELECT chunk_id, embedding <=> %s FROM recalld.vectors "
-                    "WHERE collection = ANY(%s) ORDER BY embedding <=> %s LIMIT %s",
-                    (query_vector, collections, query_vector, k),
-                ):
-                    hits.setdefault(int(cid), {})["vector"] = 1.0 - float(dist)
-            if not hits:
+            terms = query_terms(query)
+            vector = query_vector is not None and self._vectors_exist(conn)
+            if not terms and not vector:
                 return []
-            rows = conn.execute(
-                "SELECT c.id, c.collection, co.owner, c.path, c.start_line, c.end_line, c.kind, "
-                "c.text FROM recalld.chunks c JOIN recalld.collections co "
-                "ON co.name = c.collection WHERE c.id = ANY(%s)",
-                (list(hits),),
-            ).fetchall()
+            params = {
+                "terms": terms,
+                "colls": collections,
+                "k": min(max(k, 1), MAX_CANDIDATES),
+                "v": query_vector,
+            }
+            statement = SEARCH_WITH_VECTOR if vector else SEARCH_KEYWORD_ONLY
+            rows = _fetch(conn, statement, params)
         return [
             SharedHit(
                 str(coll),
@@ -267,11 +298,31 @@ class Remote:
                 int(b),
                 str(kind),
                 str(text),
-                hits[int(cid)].get("vector"),
-                hits[int(cid)].get("keyword"),
+                None if dist is None else 1.0 - float(dist),
+                None if rank is None else float(rank),
             )
-            for cid, coll, owner, path, a, b, kind, text in rows
+            for _, coll, owner, path, a, b, kind, text, rank, dist in rows
         ]
+
+    def _collections(self, conn: Any) -> list[str]:
+        """The collections searched: readable ones ``shared.read`` names (kept a while)."""
+        cached = self._readable
+        if cached is not None and time.monotonic() - cached[0] < COLLECTIONS_TTL_S:
+            return cached[1]
+        names = [
+            str(r[0])
+            for r in conn.execute("SELECT name FROM recalld.collections").fetchall()
+            if self.settings.reads(str(r[0]))
+        ]
+        if names:  # none yet (the team's first daemons): asked again at the next search
+            self._readable = (time.monotonic(), names)
+        return names
+
+    def _vectors_exist(self, conn: Any) -> bool:
+        """Whether the store has its vectors table (made once, by the first daemon to push)."""
+        if not self._has_vectors:
+            self._has_vectors = _has_vectors(conn)
+        return self._has_vectors
 
     def file_text(self, collection: str, path: str) -> str | None:
         """A shared file's (redacted) text, or None when it is not there or not readable."""
@@ -282,6 +333,20 @@ class Remote:
                 (collection, path),
             ).fetchone()
         return None if row is None else str(row[0])
+
+
+def _fetch(conn: Any, statement: str, params: dict[str, Any]) -> list[Any]:
+    """The search's rows (a prepared statement); a store not migrated to recalld.keyword_hits
+    says what to do."""
+    import psycopg
+
+    try:
+        return list(conn.execute(statement, params, prepare=True).fetchall())
+    except psycopg.errors.UndefinedFunction as exc:
+        raise ConfigError(
+            "the shared store's schema is older than this recalld: ask its administrator to run "
+            "`recalld shared init` (or `recalld shared up` for the embedded one)"
+        ) from exc
 
 
 def _has_vectors(conn: Any) -> bool:

@@ -39,9 +39,3 @@ def query_terms(query: str) -> list[str]:
             seen.setdefault(term, None)
     content = [t for t in seen if t not in STOPWORDS]
     return (content or list(seen))[:MAX_QUERY_TERMS]
-
-
-def tsquery(query: str) -> str | None:
-    """An OR of the query's terms for ``to_tsquery('simple', ...)``, or None when it has none."""
-    terms = query_terms(query)
-    return " | ".join(terms) if terms else None
