@@ -160,7 +160,7 @@ def test_a_search_with_the_store_on_embeds_its_query_once(
         engine.sync()
         params = {"query": "walrus ledger"}
         emb.queries = 0
-        res = link.search(params, lambda: engine.search(params))
+        res = link.search(params, lambda: engine.searcher.search(params))
         assert res["shared"]["hits"] >= 1 and not res.get("degraded")
         assert {r.get("source") for r in res["results"]} >= {"shared"}
         assert emb.queries == 1  # the local and the shared vector channel: one embedding
