@@ -7,7 +7,8 @@ every ``PACE_S`` (hybrid and keyword-only in turn, real queries) through three p
 
 - **sync**: from the daemon's start until every note is in and ``vectors_pending`` is 0 (the
   first sync: keyword rows, then the vector back-fill on every core);
-- **idle**: the same daemon once idle, as many searches as the sync phase had (the reference);
+- **idle**: the same daemon once idle, as many searches as the sync phase had (200 to
+  ``IDLE_MAX``; the reference);
 - **transcript**: ``TRANSCRIPT_S`` seconds while the transcript grows by real lines, at least
   ``APPEND_BYTES`` every ``APPEND_S`` (an agent at work with its tool output), which the daemon
   indexes and embeds in deltas.
@@ -42,6 +43,7 @@ from bench.common import OUT, log, percentile
 NOTES = int(os.environ.get("BUSY_NOTES", "3000"))
 QUICK_NOTES = 300
 PACE_S = 0.1  # between one answer and the next search
+IDLE_MAX = 600  # searches of the idle reference at most (a 3,000-note sync has thousands)
 APPEND_S = 0.5
 APPEND_BYTES = 4096
 TRANSCRIPT_S = float(os.environ.get("BUSY_TRANSCRIPT_S", "60"))
@@ -151,7 +153,9 @@ def round_(home: Path, docs: list[corpora.Doc], lines: list[bytes], gate: bool) 
             out["vectors_complete_s"] = time.perf_counter() - t0
         out["sync"] = _stats(during_sync)
         d.wait_idle()
-        idle_n = max(len(during_sync["hybrid"]) + len(during_sync["keyword"]), 200)
+        with d.client() as c:
+            out["gate_waits"] = c.status()["daemon"].get("search_first")  # what it did
+        idle_n = min(max(len(during_sync["hybrid"]) + len(during_sync["keyword"]), 200), IDLE_MAX)
         searcher = Searcher(d, queries)
         with searcher.running() as idle:
             while len(idle["hybrid"]) + len(idle["keyword"]) < idle_n:
