@@ -195,3 +195,55 @@ def test_cgroup_quota_is_the_tightest_cpu_max_on_the_way_up(tmp_path: Path) -> N
     assert cpus.cgroup_quota(root, proc) == 0.5
     proc.write_text("1:cpu:/\n")  # cgroup v1 only
     assert cpus.cgroup_quota(root, proc) is None
+
+
+def _task_nices(pid: int) -> list[int]:
+    """The nice value of every thread of ``pid`` (field 19 of /proc/<pid>/task/<tid>/stat)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        out.append(int(stat.rsplit(")", 1)[1].split()[16]))
+    return out
+
+
+@linux_only
+def test_a_daemon_back_fill_yields_to_searches_at_its_lower_priority(home: Path) -> None:
+    from daemon_process import DaemonProcess, wait_for
+
+    (home / "config.toml").write_text(
+        '[embedding]\nprovider = "local"\nbackground_nice = 4\n[sync]\ndebounce_s = 0.3\n'
+        "[chunking]\ntarget_tokens = 60\n"
+    )
+    words = [
+        "garden",
+        "planning",
+        "harvest",
+        "compost",
+        "seedling",
+        "trellis",
+        "irrigation",
+        "mulch",
+    ]
+    for i in range(120):
+        body = " ".join(words[(i + k) % len(words)] for k in range(160))
+        (home / "memory" / f"n{i:03d}.md").write_text(f"# Note {i}\n\n{body} marker{i:03d}\n")
+    d = DaemonProcess(home).start(timeout=120)
+    try:
+        assert d.proc is not None
+        pid = d.proc.pid
+        base = os.getpriority(os.PRIO_PROCESS, pid)
+        lowered: set[int] = set()
+        with d.client(timeout=120) as c:
+            wait_for(lambda: bool(c.search("marker119", mode="keyword")["results"]), 120)
+            while c.status()["vectors"]["vectors_pending"] > 0:
+                c.search("compost for the seedlings")  # a search in flight now and then
+                lowered.update(n for n in _task_nices(pid) if n > base)
+            gate = c.status()["daemon"]["search_first"]
+        assert gate["enabled"] and gate["nice"] == 4
+        assert gate["waits"] > 0  # the back-fill waited for searches
+        assert lowered == {base + 4}  # its threads ran lowered, by the setting
+    finally:
+        d.stop()
