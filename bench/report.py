@@ -202,6 +202,27 @@ TARGETS = (
     Target("chat mix: keyword p50 / numpy p50", "keyword_chat_vs_numpy", 1.0, True, "x"),
     Target("fresh 10k files keyword-searchable", "keyword_searchable_s_10k_files", 30.0, True, "s"),
     Target("first sync vectors / raw embedder", "first_sync_vs_embed_ratio", 0.9, False, ""),
+    # issue 40: searches while the daemon works, over the same daemon idle (bench/busy_search.py)
+    Target(
+        "hybrid p50 during a first sync / idle", "search_during_sync_over_idle_p50", 1.5, True, "x"
+    ),
+    Target(
+        "hybrid p95 during a first sync / idle", "search_during_sync_over_idle_p95", 2.0, True, "x"
+    ),
+    Target(
+        "hybrid p50 while a transcript grows / idle",
+        "search_during_transcript_over_idle_p50",
+        1.5,
+        True,
+        "x",
+    ),
+    Target(
+        "hybrid p95 while a transcript grows / idle",
+        "search_during_transcript_over_idle_p95",
+        2.0,
+        True,
+        "x",
+    ),
     # Scale (bench/scale.py, issue 16): ratios are to references measured in the same run.
     Target(
         "hybrid p50 at 1M / numpy p50 at 1M",

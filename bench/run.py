@@ -11,7 +11,8 @@ Parts: client_import, cli_start (bench/cli_start.py), throughput, rss_indexing, 
 noop, transcripts, quality, ablation, needles (bench/transcript_needles.py), chat
 (bench/chat_mix.py), first_sync (bench/first_sync.py), scale (bench/scale.py: 100k and 1M
 chunks), write_forget (bench/write_forget.py: remember to searchable, forget a session), shared
-(bench/shared_store.py: the PostgreSQL store).
+(bench/shared_store.py: the PostgreSQL store), busy (bench/busy_search.py: searches during a first
+sync and a growing transcript, over the same daemon idle).
 Corpora, homes and the embedding cache live under bench/out/ (gitignored).
 """
 
@@ -71,6 +72,7 @@ SNAPSHOT, SOURCE_HASH = _snapshot()
 
 from bench import (  # noqa: E402
     ablation,
+    busy_search,
     chat_mix,
     cli_start,
     common,
@@ -103,6 +105,7 @@ PARTS = (
     "needles",
     "chat",
     "first_sync",
+    "busy",
     "scale",
     "write_forget",
     "shared",
@@ -171,7 +174,11 @@ def main(argv: list[str] | None = None) -> int:
         if only is None or "cli_start" in only:
             with stage("cli_start", timings):
                 cli_start.run_part(sheet)
-        issue16 = (("chat", chat_mix.chat_index), ("first_sync", first_sync.first_sync))
+        issue16 = (
+            ("chat", chat_mix.chat_index),
+            ("first_sync", first_sync.first_sync),
+            ("busy", busy_search.busy),  # issue 40: searches while the daemon works
+        )
         speed.run_all(ctx, only, timings, steps=issue16)  # keyword first, the chat mix
         if only is None or "scale" in only:
             with stage("scale", timings):

@@ -74,7 +74,9 @@ class Engine(SyncState):
         self.matrix = VectorHolder(self.index_path, self.readers.own_connection, writable)
         self.row_counts = RowCounts(self.readers.own_connection)
         self.term_stats = TermStats()  # document frequencies of query terms, until a write
-        self.in_flight = InFlight()  # a lone search overlaps its channels (channel_overlap)
+        # A lone search overlaps its channels (channel_overlap); background embedding waits
+        # while any is in flight (search_first).
+        self.in_flight = InFlight(self.search_first)
         self.overlap_channels = True  # off in the search helper: it only serves a busy daemon
         # Postings of queried words (recalld.retrieval.keyword_postings): only an engine that
         # hears of every write keeps them fresh.

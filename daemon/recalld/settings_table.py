@@ -157,6 +157,19 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         1024,
     ),
+    Setting(
+        "embedding.search_first",
+        True,
+        "Background embedding (syncs, back-fill, transcripts) waits, up to 0.5 s a batch, "
+        "while a search is in flight.",
+    ),
+    Setting(
+        "embedding.background_nice",
+        10,
+        "Nice value added to background embedding threads (Linux); 0 = same as searches.",
+        0,
+        19,
+    ),
     Setting("search.max_results", 6, "Results returned by default.", 1, 50),
     Setting("search.min_score", 0.35, "Fused results under this score are dropped.", 0, 1),
     Setting("search.vector_weight", 0.2, "Weight of the vector channel in weighted fusion.", 0, 1),

@@ -16,6 +16,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from recalld.cpus import usable_cores
+from recalld.embedding import search_first
+
 __all__ = ["Runner", "physical_cores"]
 
 
@@ -26,13 +29,16 @@ class Runner:
         if width < 1:
             raise ValueError("width must be at least 1")
         self.width = width
-        self._pool: ThreadPoolExecutor | None = None
+        self._pools: dict[bool, ThreadPoolExecutor] = {}  # background or not -> helpers
         self._lock = threading.Lock()
 
     def run(self, batches: Sequence[list[int]], job: Callable[[list[int]], None]) -> None:
         """Every batch once, longest first (the calls' batches come shortest first, and the last
         one to finish sets the call's time); the first error stops the rest and is raised."""
         order = list(reversed(batches))
+        gate = search_first.current()
+        if gate is not None:
+            job = _paced(job, gate)
         helpers = min(self.width, len(order)) - 1
         if helpers <= 0:
             for batch in order:
@@ -43,6 +49,8 @@ class Runner:
         failed: list[BaseException] = []
 
         def work() -> None:
+            if gate is not None:
+                gate.lower_priority()  # a background helper (once per thread)
             while True:
                 with take:
                     batch = None if failed else next(todo, None)
@@ -55,7 +63,8 @@ class Runner:
                         failed.append(exc)
                     return
 
-        started: list[Future[None]] = [self._helpers().submit(work) for _ in range(helpers)]
+        pool = self._helpers(background=gate is not None)
+        started: list[Future[None]] = [pool.submit(work) for _ in range(helpers)]
         work()
         for future in started:
             future.result()  # a helper never raises: errors land in ``failed``
@@ -65,26 +74,40 @@ class Runner:
     def close(self) -> None:
         """Let the helper threads go (they are idle between calls)."""
         with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
             pool.shutdown(wait=False)
 
-    def _helpers(self) -> ThreadPoolExecutor:
+    def _helpers(self, *, background: bool) -> ThreadPoolExecutor:
         with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(
-                    max_workers=self.width - 1, thread_name_prefix="recalld-embed"
-                )
-            return self._pool
+            pool = self._pools.get(background)
+            if pool is None:
+                prefix = "recalld-embed-bg" if background else "recalld-embed"
+                pool = ThreadPoolExecutor(max_workers=self.width - 1, thread_name_prefix=prefix)
+                self._pools[background] = pool
+            return pool
+
+
+def _paced(
+    job: Callable[[list[int]], None], gate: search_first.SearchFirst
+) -> Callable[[list[int]], None]:
+    """``job`` behind the gate: each batch first waits for the searches in flight (capped)."""
+
+    def paced(batch: list[int]) -> None:
+        gate.wait_turn()
+        job(batch)
+
+    return paced
 
 
 def physical_cores() -> int:
     """Cores this process may run on, hyperthread siblings counted once (onnxruntime's own
-    default): two runs on one core's siblings gain little and double the memory of the runs."""
+    default): two runs on one core's siblings gain little and double the memory of the runs.
+    Never more than :func:`~recalld.cpus.usable_cores` (a CPU quota)."""
     try:
         allowed = sorted(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
-        return max(os.cpu_count() or 1, 1)
+        return usable_cores()
     cores: set[str] = set()
     for cpu in allowed:
         siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
@@ -92,4 +115,4 @@ def physical_cores() -> int:
             cores.add(siblings.read_text().strip())
         except OSError:
             cores.add(str(cpu))
-    return max(len(cores), 1)
+    return max(min(len(cores), usable_cores()), 1)

@@ -23,7 +23,6 @@ for the few microseconds of a row update.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from recalld.cpus import usable_cores
 from recalld.index.int8_scan import (
     ZERO_POINT,
     Int8Scan,
@@ -239,7 +239,7 @@ class VectorIndex:
         # keeping them all in float32 is the memory the int8 rows save (512 MB at 1M). The
         # daemon runs BLAS on one thread (cli.py); blocks on every core (matmul releases the
         # GIL) make the projection of a 1M-row load take seconds, not tens of seconds.
-        with ThreadPoolExecutor(max_workers=min(os.cpu_count() or 1, 4)) as pool:
+        with ThreadPoolExecutor(max_workers=min(usable_cores(), 4)) as pool:
             scale = scales_for(np.max(np.stack(list(pool.map(largest_abs, starts))), axis=0))
             list(pool.map(store, starts))
         self._proj, self._low, self._scale, self._fitted_rows = proj, low, scale, n

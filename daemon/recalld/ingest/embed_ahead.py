@@ -15,6 +15,9 @@ first, then each chunk still due with that text), so a chunk deleted or edited m
 gets a stale vector, and a crash loses only vectors not yet written, which the next step finds
 due again. A provider error stops the thread's work until the next offer; the writer reports it
 (``embed_error``) and the daemon retries later, as before.
+
+The thread is background work (:mod:`recalld.embedding.search_first`): it runs at a lower
+priority and each model batch waits, briefly, for the searches in flight.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.embedding.base import Embedder
+from recalld.embedding.search_first import SearchFirst, background
 
 __all__ = ["AHEAD_CALL", "AHEAD_CALL_CHARS", "Collected", "EmbedAhead"]
 
@@ -59,8 +63,9 @@ class EmbedAhead:
     Thread-safe; the writer calls :meth:`offer` and :meth:`collect`, the daemon :meth:`close`.
     """
 
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(self, embedder: Embedder, gate: SearchFirst | None = None) -> None:
         self.embedder = embedder
+        self.gate = gate  # searches first (None: embed at full speed, as foreground work)
         self._wanted: dict[str, str] = {}  # hash -> text, in the writer's order
         self._busy: set[str] = set()  # hashes of the call being embedded
         self._done: dict[str, F32] = {}  # finished, not yet collected
@@ -139,6 +144,10 @@ class EmbedAhead:
             return call
 
     def _run(self) -> None:
+        with background(self.gate):
+            self._embed_calls()
+
+    def _embed_calls(self) -> None:
         while (call := self._next_call()) is not None:
             hashes = list(call)
             error: str | None = None

@@ -169,6 +169,7 @@ class IndexWrites:
             on_progress=self._progress,
         )
         indexer.background = self.s.background
+        self.s.search_first.configure(self.config())  # an edit applies from the next step
         indexer.ahead = self._embed_ahead(indexer.embedder)
         indexer.backlog = self.s.vector_backlog if store is self.s.writer else None
         indexer.job = self.s.job
@@ -205,7 +206,7 @@ class IndexWrites:
             self._ahead.close()
             self._ahead = None
         if self._ahead is None and wanted is not None:
-            self._ahead = EmbedAhead(wanted)
+            self._ahead = EmbedAhead(wanted, self.s.search_first)
         return self._ahead
 
     def _progress(self, progress: Progress) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recalld.embedding.search_first import SearchFirst
 from recalld.index.store import Store
 from recalld.ingest.chunking import Chunk
 from recalld.ingest.path_rule import shown
@@ -42,6 +43,8 @@ class SyncState:
     background: BackgroundChunker[list[Chunk]] | None = None
     keyword_first: bool = False
     vector_backlog: VectorBacklog = field(default_factory=VectorBacklog)
+    # Searches enter it, background embedding waits on it (recalld.embedding.search_first).
+    search_first: SearchFirst = field(default_factory=SearchFirst)
 
     def note_skipped(self, report: SyncReport, dirty: list[Path] | None) -> None:
         """Keep the list of files that could not be indexed (a full sync renews it)."""

@@ -12,6 +12,9 @@ Measured on the 100k scale home (2 cores, alternating daemons, 4 s per rate):
 So a search overlaps its channels only when no other search is in flight: an idle daemon answers
 a lone query as fast as it can, a busy one spends its cores on more searches rather than on
 hand-offs inside each.
+
+The count also feeds the engine's search-first gate (:mod:`recalld.embedding.search_first`):
+background embedding waits while a search is in flight.
 """
 
 from __future__ import annotations
@@ -20,15 +23,18 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from recalld.embedding.search_first import SearchFirst
+
 __all__ = ["InFlight"]
 
 
 class InFlight:
     """Counts the searches running in one engine."""
 
-    def __init__(self) -> None:
+    def __init__(self, gate: SearchFirst | None = None) -> None:
         self._lock = threading.Lock()
         self._running = 0
+        self._gate = gate  # told of every search, here or handed to the search helper
 
     @property
     def running(self) -> int:
@@ -42,8 +48,12 @@ class InFlight:
         with self._lock:
             self._running += 1
             alone = self._running == 1
+        if self._gate is not None:
+            self._gate.enter()
         try:
             yield alone
         finally:
+            if self._gate is not None:
+                self._gate.leave()
             with self._lock:
                 self._running -= 1

@@ -21,10 +21,11 @@ memory, an idle one holds only what it uses.
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 import threading
 from collections.abc import Callable
+
+from recalld.cpus import usable_cores
 
 __all__ = ["QUIET_S", "IdleTrim", "note_activity", "trim", "tune_allocator"]
 
@@ -63,7 +64,7 @@ def tune_allocator(
         return False
     ok = bool(libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold))
     ok = bool(libc.mallopt(_M_TRIM_THRESHOLD, trim_threshold)) and ok
-    ok = bool(libc.mallopt(_M_ARENA_MAX, max(2, os.cpu_count() or 1))) and ok
+    ok = bool(libc.mallopt(_M_ARENA_MAX, max(2, usable_cores()))) and ok
     if ok and _trimmer is None:
         _trimmer = IdleTrim(trim)
         _trimmer.start()

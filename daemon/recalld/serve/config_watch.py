@@ -47,6 +47,8 @@ SESSION_WATCH_KEYS = (
 )
 # What a full sync must look at again: files of new roots or globs, rows of removed ones.
 RESYNC_KEYS = ("memory.paths", "memory.extensions", "memory.max_file_bytes", "sessions.paths")
+# How background embedding yields to searches: read at the next back-fill step, no new provider.
+PACING_KEYS = ("embedding.search_first", "embedding.background_nice")
 
 Signature = tuple[int, int, int, int, int] | None
 
@@ -73,7 +75,7 @@ def diff(old: Config, new: Config) -> Change:
         rewatch_memory=any(k in MEMORY_WATCH_KEYS for k in keys),
         rewatch_sessions=any(k in SESSION_WATCH_KEYS for k in keys),
         resync=any(k in RESYNC_KEYS for k in keys),
-        provider=any(k.startswith("embedding.") for k in keys),
+        provider=any(k.startswith("embedding.") and k not in PACING_KEYS for k in keys),
         chunking=chunking_identity(old) != chunking_identity(new),
         reranker=any(k.startswith("rerank.") for k in keys),
         shared=any(k.startswith("shared.") or k in MEMORY_WATCH_KEYS for k in keys),

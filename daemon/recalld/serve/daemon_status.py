@@ -79,6 +79,7 @@ def _daemon_facts(d: StatusSource, pending: int) -> dict[str, Any]:
         "pending": pending + d.chunker.pending(),
         "retry_in_s": d.retries.retry_in(),
         "search_helper": d.helper.status(),
+        "search_first": d.engine.search_first.as_dict(),  # background embedding's waits
         "missed_events": d.missed.status(),
         "connections": d.connections() if d.connections is not None else None,
         **(d.idle.status() if d.idle is not None else {}),  # who started it

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld import __version__
+from recalld.cpus import usable_cores
 from recalld.errors import Unavailable
 from recalld.serve import dispatch, listener
 from recalld.serve.admission import LOG_EVERY_S, Admission, LogEvery
@@ -116,7 +117,7 @@ class Server:
         self.max_connections = max_connections
         self.max_inflight = max_inflight
         self.max_unsent = max_unsent
-        self.workers = workers or min(32, (os.cpu_count() or 1) + 4)
+        self.workers = workers or min(32, usable_cores() + 4)
         self.shutdown_grace = shutdown_grace
         self.unread_grace = min(unread_grace, shutdown_grace)
         self._uid: int | None = None

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from recalld.cpus import usable_cores
 from recalld.errors import ProviderError
 
 __all__ = ["OnnxCrossEncoder"]
@@ -45,8 +46,8 @@ class OnnxCrossEncoder:
             import onnxruntime as ort
 
             opts = ort.SessionOptions()
-            if threads > 0:
-                opts.intra_op_num_threads = threads
+            # 0: the usable cores (onnxruntime's own default counts the nominal ones)
+            opts.intra_op_num_threads = threads if threads > 0 else usable_cores()
             self.session = ort.InferenceSession(
                 str(model_file), sess_options=opts, providers=["CPUExecutionProvider"]
             )
