@@ -123,7 +123,7 @@ def test_the_engine_counts_its_searches_in_its_gate(home: Path, local_embedder: 
         engine.sync()
         ahead = engine.writes._ahead
         assert ahead is not None and ahead.gate is gate and gate.nice == 3
-        assert engine.search({"query": "tomatoes"})["results"]
+        assert engine.searcher.search({"query": "tomatoes"})["results"]
         assert gate.searches == 0
     finally:
         engine.close()
