@@ -146,7 +146,7 @@ class VectorFiles:
                 _write_array(self.folder / "low.i8", low[:, :count])
                 _write_array(self.folder / "scale.f32", scale)
                 _write_array(self.folder / "proj.f32", proj)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: the rows moved to memory meanwhile
             log.warning("could not save the vectors for the next start (%s)", exc)
             return False
         return True
