@@ -7,11 +7,13 @@ none, and every next start read vec0 again (22-27 s at 1M instead of 7-11).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from conftest import write
 from daemon_process import DaemonProcess, wait_for
+from recalld.index.store import Store
 
 QUERIES = ("lentil soup with cumin", "sailing boat", "garden tomatoes")
 TOPICS = ("lentil soup", "sailing", "tomatoes", "bicycle repair", "sourdough", "chess", "jazz")
@@ -102,5 +104,36 @@ def test_kill9_during_the_save_still_answers_correctly(home: Path) -> None:
     try:
         got, loaded_from = _answers(d)
         assert (loaded_from, got) == ("index", want)
+    finally:
+        d.stop()
+
+
+def test_a_stop_during_the_start_sync_closes_cleanly(home: Path) -> None:
+    """SIGTERM while the start's sync runs: the sync ends early, the index is closed cleanly
+    (no check before the next start serves) and the next start indexes the rest."""
+    meta = _home(home)
+    d, _ = _indexed(home)
+    d.stop()
+    many = 3000
+    for i in range(many):
+        write(home / "memory" / "many" / f"m{i}.md", f"# Many {i}\n\nFiller note {i} of {many}.\n")
+    d = DaemonProcess(home).start()
+    with d.client() as c:  # the sync is under way
+        wait_for(lambda: (c.status()["counts"].get("memory_files") or 0) > 28, timeout=60)
+    started = time.monotonic()
+    d.stop()
+    took = time.monotonic() - started
+    log = d.log_tail(20_000)
+    assert "still indexing" not in log and took < 15, (took, log)
+    assert (home / "index.sqlite.closed-cleanly").exists()
+    assert meta.exists()  # keyword rows only so far: the matrix did not change
+    with Store(home / "index.sqlite", readonly=True) as store:
+        (indexed,) = store.conn.execute("SELECT count(*) FROM files").fetchone()
+    assert indexed < many + 28  # cut short, not finished before the stop
+    d = DaemonProcess(home).start()
+    try:
+        d.wait_idle(timeout=300)
+        with d.client() as c:
+            assert c.status()["counts"]["memory_files"] == many + 28
     finally:
         d.stop()
