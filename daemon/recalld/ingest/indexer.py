@@ -200,6 +200,8 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         seen: dict[str, Path] = {}
         for root in self.roots:
             for path, is_link in self.filter.walk(root):
+                if self._stopping():  # nothing is removed after (sync), nor indexed
+                    break
                 verdict = self.rule.check_walked(path, root, is_link)
                 if verdict.ok:
                     seen.setdefault(str(path), path)
