@@ -201,6 +201,13 @@ TARGETS = (
     ),
     Target("chat mix: keyword p50 / numpy p50", "keyword_chat_vs_numpy", 1.0, True, "x"),
     Target("fresh 10k files keyword-searchable", "keyword_searchable_s_10k_files", 30.0, True, "s"),
+    Target(
+        "fresh 10k files keyword-searchable / read + plain FTS5 insert",
+        "keyword_searchable_over_fts_floor_10k_files",
+        4.0,
+        True,
+        "x",
+    ),
     Target("first sync vectors / raw embedder", "first_sync_vs_embed_ratio", 0.9, False, ""),
     # issue 40: searches while the daemon works, over the same daemon idle (bench/busy_search.py)
     Target(
@@ -242,6 +249,21 @@ TARGETS = (
     ),
     Target("cold start to first answered search, 100k", "cold_start_s_100k", 2.0, True, "s"),
     Target("cold start to first answered search, 1M", "cold_start_s_1m", 10.0, True, "s"),
+    # issue 40: the saved matrix outlives a quick stop (bench/restart.py)
+    Target(
+        "cold start after a quick restart / cold start, 100k",
+        "cold_start_after_quick_restart_over_cold_start_100k",
+        1.2,
+        True,
+        "x",
+    ),
+    Target(
+        "cold start after a quick restart / cold start, 1M",
+        "cold_start_after_quick_restart_over_cold_start_1m",
+        1.2,
+        True,
+        "x",
+    ),
     Target("peak RSS / idle RSS, 100k", "rss_peak_over_idle_100k", 1.25, True, "x"),
     Target("peak RSS / idle RSS, 1M", "rss_peak_over_idle_1m", 1.25, True, "x"),
     Target("anonymous RSS idle at 1M", "rss_idle_anon_mb_1m", 1200.0, True, "MB"),

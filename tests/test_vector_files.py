@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +70,11 @@ def test_clean_close_is_reused_with_its_changes_and_prefilter(tmp_path: Path) ->
     assert np.all((np.abs(got - want) <= again._scale[:, None] * 0.5 + 1e-6) | ~inside)
     q = _unit(1, DIMS, 3)[0]
     assert again.search(q, 1)[0][0] == max(_row_by_row(store)) - 2  # the "new" file's first
-    # In use now: a crash from here must not leave it vouched for.
+    # Only read so far: still vouched for (a stop without a close keeps it usable) ...
+    assert (tmp_path / "index.sqlite.vectors" / "meta.json").exists()
+    change = _write(store, "newer", 4)
+    again.apply(change.removed, change.added, change.generation)
+    # ... but once a row changed, a crash from here must not leave it vouched for.
     assert not (tmp_path / "index.sqlite.vectors" / "meta.json").exists()
     store.close()
 
@@ -231,4 +236,98 @@ def test_a_save_without_prefilter_removes_an_earlier_ones_files(tmp_path: Path) 
     assert again.loaded_from == "saved files"  # without the files it never needed
     _same_as_index(again, store)
     again.close()
+    store.close()
+
+
+@pytest.mark.usefixtures("prefilter")
+def test_a_save_right_after_the_load_serves_a_start_that_never_closed(tmp_path: Path) -> None:
+    """The background save after a vec0 load: a process that exits without closing (a quick
+    stop, ``kill -9``) leaves a matrix the next start maps, as long as no row changed."""
+    path = tmp_path / "index.sqlite"
+    store = _store_with_vectors(path, files=20, per_file=50)
+    store.ensure_vectors_epoch()
+    index = _load(store, path)
+    assert index.loaded_from == "index"
+    assert index.save() and index.save()  # the second finds it saved already
+    q = _unit(1, DIMS, 11)[0]
+    want = index.search(q, 10)
+    again = _load(store, path)  # no close of the first: as after an exit without one
+    assert again.loaded_from == "saved files"
+    assert again.search(q, 10) == want
+    _same_as_index(again, store)
+    third = _load(store, path)  # searches alone never take the vouch away
+    assert third.loaded_from == "saved files"
+    store.close()
+
+
+def test_a_change_during_the_save_is_never_vouched_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "index.sqlite"
+    store = _store_with_vectors(path, files=4, per_file=10)
+    index = _load(store, path)
+    write_parts = VectorFiles.write_parts
+    changes = [_write(store, "meanwhile", 5)]
+
+    def racing(self: VectorFiles, *args: object) -> bool:
+        done = write_parts(self, *args)  # type: ignore[arg-type]
+        while changes:  # a delta lands between the files and meta.json
+            change = changes.pop()
+            index.apply(change.removed, change.added, change.generation)
+        return done
+
+    monkeypatch.setattr(VectorFiles, "write_parts", racing)
+    assert not index.save()
+    assert not (tmp_path / "index.sqlite.vectors" / "meta.json").exists()
+    assert index.save()  # the next save vouches for the matrix with the delta
+    again = _load(store, path)
+    assert again.loaded_from == "saved files"
+    _same_as_index(again, store)
+    store.close()
+
+
+@pytest.mark.usefixtures("prefilter")
+def test_sigkill_in_the_middle_of_a_save_leaves_no_vouched_matrix(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = _store_with_vectors(path, files=20, per_file=50)
+    store.ensure_vectors_epoch()
+    _load(store, path).close(save=True)  # a vouched matrix of the state before the write
+    phases = tmp_path / "phases"
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_vector_files import _load, _write
+        from recalld.index import vector_index
+        from recalld.index.store import Store
+        from pathlib import Path
+        vector_index.PREFILTER_MIN_ROWS = 500
+        path = Path({str(path)!r})
+        store = Store(path)
+        index = _load(store, path)
+        assert index.loaded_from == "saved files"
+        change = _write(store, "killed", 9, chunks=40)
+        index.apply(change.removed, change.added, change.generation)
+        index.save()  # paused half-way (RECALLD_TEST_PAUSE_AT), killed there
+        """
+    )
+    env = {
+        **os.environ,
+        "RECALLD_TEST_PHASE_LOG": str(phases),
+        "RECALLD_TEST_PAUSE_AT": "vectors-saving",
+    }
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not (phases.exists() and "vectors-saving" in phases.read_text()):
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert not (tmp_path / "index.sqlite.vectors" / "meta.json").exists()
+    again = _load(store, path)
+    assert again.loaded_from == "index"
+    _same_as_index(again, store)  # the killed process's write included
     store.close()

@@ -16,9 +16,10 @@ import numpy.typing as npt
 import pytest
 
 from recalld.index import vector_load
+from recalld.index.rescoring import SAMPLE_STRIDE, largest
 from recalld.index.rwlock import ReadWriteLock
 from recalld.index.store import FileRow, Identity, NewChunk, Store
-from recalld.index.vector_index import SAMPLE_STRIDE, VectorIndex, largest
+from recalld.index.vector_index import VectorIndex
 
 F32 = npt.NDArray[np.float32]
 DIMS = 32

@@ -8,11 +8,17 @@ another), ``scale.f32`` (their scale per dimension), ``ids.i64``, ``proj.f32`` a
 
 ``meta.json`` is the only thing that vouches for the rest, and only for one state of the index:
 its vectors epoch (new with each vec0 table: a rebuild, a new index) and generation (+1 in every
-transaction that writes vec0, in that transaction). It is written last, atomically, at a clean
-close, and only when the matrix mirrors exactly that generation (every change applied in order,
-none missed, see ``VectorIndex.apply``); it is removed *before* the files are used again. So:
+transaction that writes vec0, in that transaction). It is written last, atomically (temporary
+file, fsync, rename), once the other files are durable, and only when the matrix mirrors exactly
+that generation (every change applied in order, none missed, see ``VectorIndex.apply``): right
+after a load from vec0 (in the background) and at a clean close. It stays while the matrix is
+only read, and is removed durably *before* the first row changes (``rows.f32`` is the live
+matrix). So a daemon stopped before its first change, even one that exits without closing,
+leaves a matrix the next start maps. And:
 
-- ``kill -9`` or a power cut while running: no ``meta.json``, the next start reads vec0 again.
+- ``kill -9`` or a power cut after a change: no ``meta.json``, the next start reads vec0 again;
+  during a save: each file is replaced by rename, ``meta.json`` last, so the folder holds a
+  vouched matrix or none.
 - Another process wrote vectors since: the generation differs, vec0 is read again.
 - A rebuild swapped the index: the epoch differs; its new files replace these by rename, and a
   matrix still mapping the old ones keeps them (a file renamed over stays valid for its maps).
@@ -31,7 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recalld.index.index_files import fsync_dir, writer_alive
+from recalld.index.index_files import fsync_dir, test_phase, writer_alive
 from recalld.index.vector_load import Rows
 
 log = logging.getLogger(__name__)
@@ -68,7 +74,7 @@ class VectorFiles:
     def open_saved(self, state: tuple[str, int] | None, dims: int) -> Saved | None:
         """The saved matrix if it is exactly the index's vectors in ``state``, else None.
 
-        ``meta.json`` goes before anything is mapped: from here on only a clean close vouches.
+        ``meta.json`` stays: the caller removes it (``unvouch``) before it changes a row.
         """
         if state is None:
             return None
@@ -80,7 +86,6 @@ class VectorFiles:
         if any(meta.get(k) != v for k, v in wanted.items()):
             log.info("saved vectors are of another index state or format; reading the index")
             return None
-        self._unvouch()
         try:
             return self._read(meta, dims)
         except (OSError, ValueError, KeyError) as exc:
@@ -109,14 +114,14 @@ class VectorFiles:
         """A fresh ``rows.f32`` for a matrix read from vec0 (None: no room, use a scratch file)."""
         try:
             self.folder.mkdir(mode=0o700, exist_ok=True)  # vectors are derived from notes
-            self._unvouch()
+            self.unvouch()
             self._remove_leftovers()
         except OSError as exc:
             log.warning("no vectors folder %s (%s)", self.folder, exc)
             return None
         return Rows.create(self.folder / "rows.f32", dims, capacity)
 
-    def save(
+    def write_parts(
         self,
         rows: Rows,
         ids: I64,
@@ -124,34 +129,48 @@ class VectorFiles:
         low: I8 | None,
         scale: F32,
         proj: F32 | None,
-        fitted_rows: int,
-        state: tuple[str, int],
     ) -> bool:
-        """Vouch for the matrix of ``state``: rows flushed, the rest written, then meta.json."""
+        """Make everything but ``meta.json`` durable: rows flushed, the rest written by rename.
+
+        False when the rows are not the folder's any more (replaced by a rebuild) or a write
+        failed. Nothing is vouched for until ``vouch``.
+        """
         inode = rows.inode()
         try:
             if inode is None or os.stat(self.folder / "rows.f32").st_ino != inode:
                 return False  # our rows are not the folder's any more (replaced by a rebuild)
             rows.flush()
             _write_array(self.folder / "ids.i64", ids[:count])
-            rdims = 0
+            test_phase("vectors-saving")  # tests: a kill -9 in the middle of a save
             if low is not None and proj is not None:
-                rdims = int(proj.shape[1])
                 _write_array(self.folder / "low.i8", low[:, :count])
                 _write_array(self.folder / "scale.f32", scale)
                 _write_array(self.folder / "proj.f32", proj)
-            meta = {
-                "format": FORMAT,
-                "epoch": state[0],
-                "generation": state[1],
-                "dims": rows.dims,
-                "rdims": rdims,
-                "count": count,
-                "capacity": rows.capacity,
-                "fitted_rows": fitted_rows,
-                "rows_inode": inode,
-            }
-            tmp = self._meta.with_name(f".meta.{os.getpid()}.tmp")
+        except (OSError, ValueError) as exc:  # ValueError: the rows moved to memory meanwhile
+            log.warning("could not save the vectors for the next start (%s)", exc)
+            return False
+        return True
+
+    def vouch(
+        self, rows: Rows, count: int, rdims: int, fitted_rows: int, state: tuple[str, int]
+    ) -> bool:
+        """Write ``meta.json`` for the files ``write_parts`` made durable (matrix of ``state``)."""
+        inode = rows.inode()
+        meta = {
+            "format": FORMAT,
+            "epoch": state[0],
+            "generation": state[1],
+            "dims": rows.dims,
+            "rdims": rdims,
+            "count": count,
+            "capacity": rows.capacity,
+            "fitted_rows": fitted_rows,
+            "rows_inode": inode,
+        }
+        tmp = self._meta.with_name(f".meta.{os.getpid()}.tmp")
+        try:
+            if inode is None or os.stat(self.folder / "rows.f32").st_ino != inode:
+                return False
             with _private(tmp, "w") as fh:
                 json.dump(meta, fh)
                 fh.flush()
@@ -182,7 +201,7 @@ class VectorFiles:
             if pid.isdigit() and int(pid) != os.getpid() and not writer_alive(int(pid), leftover):
                 leftover.unlink(missing_ok=True)
 
-    def _unvouch(self) -> None:
+    def unvouch(self) -> None:
         """Remove meta.json durably (before the files are changed or replaced)."""
         if self._meta.exists():
             self._meta.unlink()

@@ -23,10 +23,10 @@ for the few microseconds of a row update.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +40,7 @@ from recalld.index.int8_scan import (
     scales_for,
     zero_point_offsets,
 )
+from recalld.index.rescoring import GatherBuffers, largest
 from recalld.index.rwlock import ReadWriteLock
 from recalld.index.store import Store
 from recalld.index.vector_files import VectorFiles
@@ -51,6 +52,7 @@ I64 = npt.NDArray[np.int64]
 #: A fitted prefilter: (projection, projected rows in int8, their scales, rows fitted on).
 Fitted = tuple[F32, I8, F32, int]
 _SCAN = Int8Scan()  # one session for every index of the process (thread-safe)
+_GATHER = GatherBuffers()  # the rescored rows' buffers, kept for every index of the process
 
 
 PREFILTER_MIN_ROWS = 20_000
@@ -93,9 +95,13 @@ class VectorIndex:
         self._offsets = zero_point_offsets(self._low)  # per projected row (Int8Scan.scores)
         self._maybe_fit()
         self.loaded_from = "index"  # or "saved files"
-        # The saved copy (vector_files): which index state this matrix mirrors, None: unknown.
+        # The saved copy (vector_files): which index state this matrix mirrors, None: unknown;
+        # the state its meta.json vouches for (None: none); changes applied (a save checks it).
         self._files: VectorFiles | None = None
         self._state: tuple[str, int] | None = None
+        self._vouched: tuple[str, int] | None = None
+        self._changes = 0
+        self._save_lock = threading.Lock()  # one save at a time
 
     def __len__(self) -> int:
         return self._count
@@ -135,6 +141,7 @@ class VectorIndex:
                     prefilter_min_rows=PREFILTER_MIN_ROWS,
                 )
                 index.loaded_from = "saved files"
+                index._vouched = scan.state
             else:
 
                 def make(capacity: int) -> Rows:
@@ -150,24 +157,49 @@ class VectorIndex:
 
     def close(self, *, save: bool = False) -> None:
         """Free the matrix (searches after this find nothing); ``save``: for the next start."""
+        if save:
+            self.save()
         with self._lock.exclusive():
-            if save and self._files is not None and self._state is not None:
-                low = self._low if self._proj is not None else None
-                self._files.save(
-                    self._rows,
-                    self._ids,
-                    self._count,
-                    low,
-                    self._scale,
-                    self._proj,
-                    self._fitted_rows,
-                    self._state,
-                )
             self._files = self._state = None
             self._count = 0
             self._rows.close()
             self._low = np.empty((self._rdims, 0), dtype=np.int8)
             self._offsets = zero_point_offsets(self._low)
+
+    def save(self) -> bool:
+        """Vouch for the matrix in its files (True: they hold it now), for the next start.
+
+        The files are written without the lock, so searches and deltas go on (a waiting delta
+        would hold off searches); meta.json is written only if no change came meanwhile.
+        """
+        with self._save_lock:
+            with self._lock.shared():
+                files, state, changes = self._files, self._state, self._changes
+                if files is None or state is None:
+                    return False
+                if self._vouched == state:
+                    return True
+                proj, low = self._proj, self._low if self._proj is not None else None
+                parts = (self._rows, self._ids, self._count, low, self._scale, proj)
+                fitted = self._fitted_rows
+            if not files.write_parts(*parts):
+                return False
+            with self._lock.exclusive():
+                state = self._state  # a newer generation without row changes: the same rows
+                if self._changes != changes or self._files is None or state is None:
+                    return False  # rows changed while written: the next save vouches
+                rdims = int(proj.shape[1]) if proj is not None else 0
+                if not files.vouch(self._rows, self._count, rdims, fitted, state):
+                    return False
+                self._vouched = state
+                return True
+
+    def _unvouch(self) -> None:
+        """Before the first row changes: the saved files stop vouching (lock held)."""
+        self._changes += 1
+        if self._vouched is not None and self._files is not None:
+            self._files.unvouch()
+        self._vouched = None
 
     def _track(self, generation: int | None) -> None:
         """Follow the index's vectors generation through the changes applied (lock held)."""
@@ -272,6 +304,8 @@ class VectorIndex:
         """
         with self._lock.exclusive():
             self._track(generation)
+            if len(removed) or len(added):
+                self._unvouch()
             for chunk_id in removed:
                 self._remove_one(int(chunk_id))
             if added:
@@ -396,8 +430,8 @@ class VectorIndex:
         """Scan the projected matrix, rescore the best candidates exactly (shared lock held)."""
         cand = self._candidates(q, k, len(ids), mask)
         # np.take rather than fancy indexing: the same rows copied in 1.7-1.8 ms against 2.8-3.7
-        # (4,000 rows x 384, one thread, three runs).
-        exact = np.take(self._matrix, cand, axis=0) @ q
+        # (4,000 rows x 384, one thread, three runs); into a kept buffer (rescoring).
+        exact = _GATHER.rescore(self._matrix, cand, q)
         k = min(k, len(cand))
         top = np.argpartition(-exact, k - 1)[:k] if k < len(cand) else np.arange(len(cand))
         top = top[np.argsort(-exact[top], kind="stable")]
@@ -431,30 +465,3 @@ def scan_engine() -> str:
 #: 12,500 16-19 ms, against 12-37 ms for the masked scan of all of them).
 FEW_ALLOWED_SHARE = 8
 ROWS_BLOCK = 1024  # rows scored exactly per BLAS call (see ``_search_rows``)
-
-SAMPLE_STRIDE = 16  # every 16th score estimates the cut
-
-
-def largest(values: npt.NDArray[np.floating[Any]], c: int) -> I64:
-    """Positions of the ``c`` largest ``values``, in no order (all of them when c >= len).
-
-    ``argpartition`` over all n scores cost 13-14 ms at 1M rows (1 ms at 100k), a third of the
-    scan. Every ``SAMPLE_STRIDE``-th score gives a cut that about 2c scores reach; one
-    vectorised comparison keeps those, and ``argpartition`` runs on them only: 1.7 ms at 1M,
-    0.2 ms at 100k, the same set. When fewer than c reach the cut (scores in an unlucky order),
-    the whole array is partitioned, as before.
-    """
-    n = len(values)
-    if c >= n:
-        return np.arange(n)
-    sample = values[::SAMPLE_STRIDE]
-    k = 2 * c // SAMPLE_STRIDE
-    if k >= 1 and len(sample) > k:
-        cut = np.partition(sample, len(sample) - k)[len(sample) - k]
-        kept = np.flatnonzero(values >= cut)
-        if len(kept) >= c:
-            top = np.argpartition(values[kept], len(kept) - c)[len(kept) - c :]
-            return kept[top]
-    # The c largest without negating ``values`` first (a copy of n floats): at 1M rows the
-    # selection took 1.9-4.5 ms with it, 1.5-2.2 ms without (three runs); same results.
-    return np.argpartition(values, n - c)[n - c :]

@@ -91,12 +91,13 @@ class Rows:
         return os.fstat(self._file.fileno()).st_ino if self._file is not None else None
 
     def flush(self) -> None:
-        """Make the file's rows durable (a no-op in memory)."""
-        if self._file is None:
+        """Make the file's rows durable (a no-op in memory; ValueError if closed meanwhile)."""
+        file, mapped = self._file, self._mmap  # a background save races a move to memory
+        if file is None:
             return
-        if self._mmap is not None:
-            self._mmap.flush()
-        os.fsync(self._file.fileno())
+        if mapped is not None:
+            mapped.flush()
+        os.fsync(file.fileno())
 
     @property
     def where(self) -> str:

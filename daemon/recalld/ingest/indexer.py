@@ -191,6 +191,7 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         # False for a note recalld just wrote: two writes within one tick of the file system's
         # clock may leave the same size and mtime, so the content hash decides.
         self.trust_stat = True
+        self.cut_short = False  # the last sync ended early: the daemon is stopping
 
     # discovery --------------------------------------------------------------------------------
 
@@ -199,6 +200,8 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         seen: dict[str, Path] = {}
         for root in self.roots:
             for path, is_link in self.filter.walk(root):
+                if self._stopping():  # nothing is removed after (sync), nor indexed
+                    break
                 verdict = self.rule.check_walked(path, root, is_link)
                 if verdict.ok:
                     seen.setdefault(str(path), path)
@@ -227,7 +230,8 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         self._index_files(files, report)
         # After the files: the sources of 20,000 renames are 20,000 removals, which must not
         # hold up the edits among the files (a removal has nothing newer to show).
-        self._remove_gone(gone, forgotten, report)
+        if not self._stopping():
+            self._remove_gone(gone, forgotten, report)
         self._end(report, started)
         return report
 
@@ -260,6 +264,8 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         pending: list[Prepared] = []
         pending_chunks = 0
         for path in files:
+            if self._stopping():  # a stop within seconds of a start closes cleanly (issue 40)
+                break
             prepared = self._prepare_one(path, report)
             self.progress.finish(str(path))
             if prepared is None:
@@ -273,6 +279,11 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
             self._emit_throttled()
         if pending:
             self._flush(pending, report)
+
+    def _stopping(self) -> bool:
+        """The daemon stops: the rest waits for the next start's sync (each file commits)."""
+        self.cut_short = self.background is not None and self.background.closed
+        return self.cut_short
 
     def _prepare_one(self, path: Path, report: SyncReport) -> Prepared | None:
         """One file's rows to write; a failure skips the file, unless the index itself failed."""

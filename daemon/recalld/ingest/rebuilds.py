@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
+from recalld.errors import Unavailable
 from recalld.index import index_files, rebuild
 from recalld.index.readers import ReaderPool
 from recalld.index.store import Store
@@ -97,6 +98,8 @@ class Rebuilds:
             # swapped in with every vector it can get (status says if any are missing).
             indexer.ahead = None
             report = indexer.sync()
+            if indexer.cut_short:  # never swap in an index with part of the files
+                raise Unavailable("the daemon is stopping; the rebuild is not finished")
             if self.writes.config().session_globs():
                 session_indexer = self.writes.session_indexer(new, indexer, None)
                 sessions = session_indexer.sync()

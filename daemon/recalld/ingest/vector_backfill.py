@@ -107,6 +107,11 @@ class BackgroundChunker(Generic[T]):
         with self._cond:
             return len(self._wanted) + (self._busy is not None)
 
+    @property
+    def closed(self) -> bool:
+        """The daemon is stopping: a sync then ends early (the next start syncs again)."""
+        return self._stop
+
     def close(self) -> None:
         with self._cond:
             self._stop = True

@@ -41,7 +41,7 @@ from recalld.serve.shared_link import SharedLink
 from recalld.serve.status_stream import StatusStream
 from recalld.serve.sync_paths import transcript_paths
 from recalld.serve.write_handlers import WriteHandlers
-from recalld.serve.writer_jobs import Job, run_job, take_batch
+from recalld.serve.writer_jobs import Job, run_job, take_batch, warm_wait
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ class Daemon:
         self.backlog.stop()
         if self._writer.is_alive():
             self.jobs.put(None)
-            self._writer.join(timeout=STOP_WAIT_S)
+            self._writer.join(timeout=max(STOP_WAIT_S, warm_wait(self.engine)))
         if self._writer.is_alive():
             log.warning(
                 "the writer is still indexing after %g s; exiting anyway (the unfinished batch "
