@@ -39,6 +39,7 @@ OFF: dict[str, Value] = {
     "search.query_shape": False,
     "search.partial_identifiers": False,
     "search.dedupe": False,
+    "search.group_short_docs": False,
     "search.mmr_lambda": 1.0,
     "search.recency_half_life_days": 0.0,
 }
@@ -67,6 +68,7 @@ LEVERS: dict[str, dict[str, Value]] = {
     "+coord 0.25": {"search.coordination": 0.25},
     "+doc 0.3": {"search.doc_evidence": 0.3},
     "+prf 0.5": {"search.prf": 0.5},
+    "-group short docs": {"search.group_short_docs": False},
     "-front matter": {"chunking.front_matter": False},
     "-chat windows": {"chunking.chat_windows": False, "search.chat_focus": False},
     "-message overlap": {"chunking.message_window_overlap": 0.0},
@@ -76,6 +78,10 @@ DECISIONS: dict[str, tuple[str, ...]] = {
     "coordination (`search.coordination` 0.5)": ("all (defaults)", "-coord", "+coord 0.25"),
     "document evidence (`search.doc_evidence` off)": ("all (defaults)", "+doc 0.3"),
     "pseudo-relevance feedback (`search.prf` off)": ("all (defaults)", "+prf 0.5"),
+    "one slot per short note (`search.group_short_docs` on)": (
+        "all (defaults)",
+        "-group short docs",
+    ),
     "front matter names (`chunking.front_matter` on)": ("all (defaults)", "-front matter"),
     "conversation windows (`chunking.chat_windows`, `search.chat_focus` on)": (
         "all (defaults)",

@@ -238,6 +238,11 @@ SETTINGS: tuple[Setting, ...] = (
         "search.dedupe_similarity", 0.8, "Shingle Jaccard at which two passages are one.", 0, 1
     ),
     Setting(
+        "search.group_short_docs",
+        True,
+        "One result per short note (<= 4 kB, not a chat or transcript); its other matches in also.",
+    ),
+    Setting(
         "search.mmr_lambda", 1.0, "MMR relevance/diversity balance (1 = no diversity pass).", 0, 1
     ),
     Setting(

@@ -1,5 +1,6 @@
 """Search stage 3, the answer's shape: the score floor, recency, the optional reranker,
-duplicates collapsed and diversity (MMR), chat hits focused on whole turns, snippets.
+duplicates collapsed, diversity (MMR), one slot per short note, chat hits focused on whole
+turns, snippets.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from recalld.config import Config
 from recalld.index.store import ChunkRow
 from recalld.ingest.conversation_windows import focus_result
-from recalld.retrieval import fusion, served
+from recalld.retrieval import doc_groups, fusion, served
 from recalld.retrieval.diversity import Candidate, collapse, mmr
 from recalld.retrieval.fts_query import query_terms
 from recalld.retrieval.note_dates import decay, is_evergreen, note_date
@@ -64,6 +65,8 @@ def shortlist(
     lam = cfg.float("search.mmr_lambda")
     if lam < 1.0:
         cands = mmr(cands, lam, ctx.vectors.vectors_of if ctx.vectors else None, req.max_results)
+    if cfg.bool("search.group_short_docs"):
+        cands = doc_groups.group(cands, ctx.store)
     return cands, channels, rerank_note
 
 
