@@ -193,6 +193,9 @@ def test_writes_reach_the_helper_in_order(daemon: DaemonProcess, home: Path) -> 
     note = write(home / "memory" / "zebra.md", "# Zebra\n\nThe quokkaflux zebra crossing plan.\n")
     wait_for(lambda: _found(daemon, "quokkaflux"), timeout=30)
     with daemon.client() as c:
+        # Keyword-searchable comes first; the vector follows (later still while searches run,
+        # which go first): wait for it, then the helper's matrix must hold it too.
+        wait_for(lambda: c.status()["vectors"]["vectors_pending"] == 0, timeout=60)
         # The vector channel alone: the helper's matrix must hold the new vector too.
         vec_alone = _shape(c.search("zebra crossing plan", mode="vector"))
     assert any(p.endswith("zebra.md") for p, *_ in vec_alone)
