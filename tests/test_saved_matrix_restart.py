@@ -51,6 +51,16 @@ def _indexed(home: Path) -> tuple[DaemonProcess, list[Any]]:
     return d, want
 
 
+def _started_answers(home: Path, loaded_from: str, want: list[Any]) -> None:
+    """A new daemon on ``home`` loads its matrix from ``loaded_from`` and answers ``want``."""
+    d = DaemonProcess(home).start()
+    try:
+        got, source = _answers(d)
+        assert (source, got) == (loaded_from, want)
+    finally:
+        d.stop()
+
+
 def test_a_quick_stop_keeps_the_saved_matrix(home: Path) -> None:
     meta = _home(home)
     d, want = _indexed(home)
@@ -63,12 +73,7 @@ def test_a_quick_stop_keeps_the_saved_matrix(home: Path) -> None:
         assert got == want
         d.kill9()
         assert meta.exists()
-    d = DaemonProcess(home).start()
-    try:
-        got, loaded_from = _answers(d)
-        assert (loaded_from, got) == ("saved files", want)
-    finally:
-        d.stop()
+    _started_answers(home, "saved files", want)
 
 
 def test_a_matrix_read_from_the_index_is_saved_at_once(home: Path) -> None:
@@ -81,12 +86,7 @@ def test_a_matrix_read_from_the_index_is_saved_at_once(home: Path) -> None:
     assert (loaded_from, got) == ("index", want)
     wait_for(meta.exists, timeout=60)  # saved in the background, no stop needed
     d.kill9()
-    d = DaemonProcess(home).start()
-    try:
-        got, loaded_from = _answers(d)
-        assert (loaded_from, got) == ("saved files", want)
-    finally:
-        d.stop()
+    _started_answers(home, "saved files", want)
 
 
 def test_kill9_during_the_save_still_answers_correctly(home: Path) -> None:
@@ -100,12 +100,7 @@ def test_kill9_during_the_save_still_answers_correctly(home: Path) -> None:
     wait_for(lambda: phases.exists() and "vectors-saving" in phases.read_text(), timeout=60)
     d.kill9()  # the rows and ids written, the rest and meta.json not
     assert not meta.exists()
-    d = DaemonProcess(home).start()
-    try:
-        got, loaded_from = _answers(d)
-        assert (loaded_from, got) == ("index", want)
-    finally:
-        d.stop()
+    _started_answers(home, "index", want)
 
 
 def test_a_stop_during_the_start_sync_closes_cleanly(home: Path) -> None:
