@@ -170,8 +170,8 @@ def test_an_edit_after_a_rename_storm_does_not_wait_for_the_storm(home: Path) ->
         daemon.wait_idle(180)
         # The storm and the edit are made while the daemon is stopped (SIGSTOP), so the watcher
         # reads them off the kernel queue together, the edit last (10,003 events; the default
-        # queue holds 16,384). Whatever the machine's speed, the edit is then due with the storm or just
-        # after it; the writer must take it first, not in name order or arrival order.
+        # queue holds 16,384). Whatever the machine's speed, the edit is then due with the storm
+        # or just after it; the writer must take it first, not in name order or arrival order.
         os.kill(daemon.proc.pid, signal.SIGSTOP)
         try:
             for i in range(renames):
