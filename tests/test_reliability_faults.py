@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -61,6 +62,9 @@ def mount_tmpfs(where: Path, size: str) -> None:
 
 def umount(where: Path) -> None:
     subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+
+
+BULK = 300  # notes of the mid-sync fill: a sync of them outlasts the SIGSTOP after "syncing"
 
 
 def fill_disk(path: Path) -> int:
@@ -132,15 +136,23 @@ def test_disk_full_during_sync_reports_keeps_serving_and_catches_up(home: Path) 
             daemon.start()
             daemon.full_sync()
             with daemon.client() as c:
-                # 2. The disk fills up in the middle of a sync (while it embeds a batch).
-                for i in range(40):
+                # 2. The disk fills up in the middle of a sync. The daemon is stopped (SIGSTOP)
+                # as soon as it says "syncing" and the disk filled meanwhile, so the fill lands
+                # mid-sync however fast the machine is (filled after the sync, the next job's
+                # free-space check would report it instead, and SQLite never meets ENOSPC).
+                for i in range(BULK):
                     write(
-                        memory / "bulk" / f"b{i:02}.md",
+                        memory / "bulk" / f"b{i:03}.md",
                         f"# Bulk {i}\n\nParagraph {i}: the heron counts {i * 7} silver "
                         f"pebbles near the weir number {i}, then flies to marsh {i % 5}.\n",
                     )
                 wait_for(lambda: c.status()["state"] == "syncing", timeout=60, step=0.01)
-                fill_disk(ballast)
+                assert daemon.proc is not None
+                os.kill(daemon.proc.pid, signal.SIGSTOP)
+                try:
+                    fill_disk(ballast)
+                finally:
+                    os.kill(daemon.proc.pid, signal.SIGCONT)
                 wait_for(lambda: "is full" in (c.status()["last_error"] or ""), timeout=90)
                 # That sync had passed the free-space check at its start: SQLite itself hit
                 # ENOSPC in the middle of it (later ones stop at the check, before embedding).
@@ -149,15 +161,16 @@ def test_disk_full_during_sync_reports_keeps_serving_and_catches_up(home: Path) 
                 assert "old1.md" in names(res), "search must keep answering on a full disk"
                 ballast.unlink()
                 freed = time.monotonic()
-                wait_for(lambda: c.status()["counts"]["memory_files"] == 53, timeout=120)
+                wait_for(lambda: c.status()["counts"]["memory_files"] == 13 + BULK, timeout=120)
                 recover_b = time.monotonic() - freed
                 wait_for(lambda: c.status()["last_error"] is None, timeout=30)
-                assert "b17.md" in names(c.search("heron silver pebbles weir number 17"))
+                assert "b017.md" in names(c.search("heron silver pebbles weir number 17"))
             daemon.full_sync()
         finally:
             daemon.stop()
         check_consistent(disk / "index.sqlite", "after the disk was full twice")
-        assert check_matches_disk(disk / "index.sqlite", [memory], "after the disk was full") == 53
+        on_disk = check_matches_disk(disk / "index.sqlite", [memory], "after the disk was full")
+        assert on_disk == 13 + BULK, on_disk
         print(f"disk full: caught up {recover_a:.1f} s / {recover_b:.1f} s after space was freed")
     finally:
         umount(disk)
