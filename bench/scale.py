@@ -335,7 +335,11 @@ def _search_vs_numpy(sheet: Any, c: Any, home: Path, queries: list[str], qvecs: 
     kw = [_timed(c, q, "keyword") for q in queries]
     vec = [_timed(c, q, "vector") for q in queries]
     sheet.put("keyword_search_p50_ms_1m", percentile(kw, 0.5), 2)
+    sheet.put("keyword_search_p95_ms_1m", percentile(kw, 0.95), 2)
     sheet.put("vector_search_p50_ms_1m", percentile(vec, 0.5), 2)
+    # issue 40: the tail against the median of the same searches (ratios, not absolute times)
+    sheet.put("search_p95_over_p50_1m", percentile(search_ms, 0.95) / percentile(search_ms, 0.5), 2)
+    sheet.put("keyword_p95_over_p50_1m", percentile(kw, 0.95) / percentile(kw, 0.5), 2)
     sheet.put("vector_recall_vs_exact_1m", _recall(vindex, qvecs, matrix), 4)
     prefilter.put(sheet, "1m", prefilter.measure(vindex, qvecs, matrix, ids[:n]), len(qvecs))
     sheet.note(
