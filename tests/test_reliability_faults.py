@@ -304,7 +304,11 @@ def test_provider_not_running_when_the_daemon_starts(
         with daemon.client() as c:
             res = c.search("ibex scree")
             assert res["results"] and res["mode"] == "keyword", res
-            assert "unavailable" in res["degraded"] and "cannot reach" in res["degraded"]
+            # "... is unavailable (cannot reach ...)" once the guard has marked it down, or, when
+            # this search is the first to try it (the start-up sync's embedding starved on a
+            # loaded machine), "vector search failed (cannot reach ...)": both say why.
+            assert "cannot reach" in res["degraded"], res["degraded"]
+            assert "keyword results only" in res["degraded"], res["degraded"]
             write(memory / "late.md", "# Late\n\nThe chamois arrived late.\n")
             wait_for(lambda: "late.md" in names(c.search("chamois arrived")), timeout=60)
             # 4. The service comes up (same address): vector search and back-fill resume.

@@ -259,7 +259,10 @@ def test_sigterm_with_busy_clients_exits_in_seconds(daemon: DaemonProcess) -> No
         reader.close()
     took = time.monotonic() - start
     print(f"\nSIGTERM with 3 busy clients and a non-reading one: exited in {took:.2f} s")
-    assert took < 5.0, f"SIGTERM took {took:.1f} s; log: {daemon.log_tail()}"
+    # The daemon's own bounds: 3 s of grace for running requests, then at most 2 s for the
+    # writer's batch (STOP_WAIT_S); the rest is slack for a loaded machine (5.9 s seen with
+    # the suite at nice 19 beside `make bench`). Waiting on the clients would be 20 s and more.
+    assert took < 8.0, f"SIGTERM took {took:.1f} s; log: {daemon.log_tail()}"
     assert daemon.proc.returncode == 0
     assert not daemon.socket.exists(), "the socket file was left behind"
     assert "Traceback" not in daemon.log_tail(100_000)

@@ -235,6 +235,8 @@ def test_a_daemon_back_fill_yields_to_searches_at_its_lower_priority(home: Path)
         assert d.proc is not None
         pid = d.proc.pid
         base = os.getpriority(os.PRIO_PROCESS, pid)
+        if base > 15:  # as the test above: nice stops at 19, so +4 cannot be seen
+            pytest.skip(f"the daemon inherits nice {base}: its threads cannot go 4 lower")
         lowered: set[int] = set()
         with d.client(timeout=120) as c:
             wait_for(lambda: bool(c.search("marker119", mode="keyword")["results"]), 120)

@@ -98,11 +98,20 @@ class Tray:
         x, y, w, h = self.icon()
         click(self.xs, x + w // 2, y + h // 2, button)
         self.until(lambda: (self.state().get("menu") or {}).get("rows"), "the menu opening", 20)
-        layout = dict(self.state()["menu"])
-        # The layout the tray reports is where X really shows a window.
-        where = find_window(self.xs, MENU)
-        assert where == (layout["x"], layout["y"], layout["width"], layout["height"]), where
-        return layout
+        # The layout the tray reports is where X really shows a window. The menu is laid out
+        # again when the status it shows changes (a row's text, so its width: 235 reported
+        # while X still had 231 on a loaded machine), so wait for the two to agree.
+        agreed: dict[str, Any] = {}
+
+        def matches() -> bool:
+            layout = dict(self.state().get("menu") or {})
+            where = find_window(self.xs, MENU)
+            box = tuple(layout.get(k) for k in ("x", "y", "width", "height"))
+            agreed.update(layout if where == box else {})
+            return where == box
+
+        self.until(matches, "the reported menu layout matching its X window", 20)
+        return agreed
 
     def choose(self, action: str) -> None:
         """Open the menu and click the item that runs ``action``."""
