@@ -61,6 +61,19 @@ VARIANTS: dict[str, dict[str, Value]] = {
     "all (defaults)": {},
     "all + mmr + recency": {"search.mmr_lambda": 0.7, "search.recency_half_life_days": 30.0},
 }
+#: Issue 39's rank-aware fusion levers (recalld.retrieval.rank_fusion), each against the defaults.
+FUSION: dict[str, dict[str, Value]] = {
+    "rrf k60": {"search.fusion": "rrf"},
+    "rrf k20": {"search.fusion": "rrf", "search.rrf_k": 20},
+    "wrrf k60": {"search.fusion": "wrrf"},
+    "wrrf k20": {"search.fusion": "wrrf", "search.rrf_k": 20},
+    "+blend 0.3": {"search.rrf_blend": 0.3},
+    "+blend 0.5": {"search.rrf_blend": 0.5},
+    "+gap 1": {"search.gap_confidence": 1.0},
+    "+gap 3": {"search.gap_confidence": 3.0},
+    "+guard 1": {"search.channel_guard": 1},
+    "+guard 2": {"search.channel_guard": 2},
+}
 #: Issue 17's levers, each alone against the defaults (``bench/loo.py`` judges them). Those that
 #: change chunking run last in each set: the home is rebuilt for them (cached vectors reused).
 LEVERS: dict[str, dict[str, Value]] = {
@@ -69,6 +82,7 @@ LEVERS: dict[str, dict[str, Value]] = {
     "+doc 0.3": {"search.doc_evidence": 0.3},
     "+prf 0.5": {"search.prf": 0.5},
     "-group short docs": {"search.group_short_docs": False},
+    **FUSION,  # search-time only: before the levers that rebuild the home
     "-front matter": {"chunking.front_matter": False},
     "-chat windows": {"chunking.chat_windows": False, "search.chat_focus": False},
     "-message overlap": {"chunking.message_window_overlap": 0.0},
@@ -91,6 +105,20 @@ DECISIONS: dict[str, tuple[str, ...]] = {
         "all (defaults)",
         "-message overlap",
     ),
+    "RRF inside hybrid (`search.fusion` weighted)": (
+        "all (defaults)",
+        "rrf k60",
+        "rrf k20",
+        "wrrf k60",
+        "wrrf k20",
+    ),
+    "weighted and RRF blended (`search.rrf_blend` off)": (
+        "all (defaults)",
+        "+blend 0.3",
+        "+blend 0.5",
+    ),
+    "score-gap confidence (`search.gap_confidence` off)": ("all (defaults)", "+gap 1", "+gap 3"),
+    "channel guard (`search.channel_guard` off)": ("all (defaults)", "+guard 1", "+guard 2"),
 }
 VARIANTS.update(LEVERS)
 #: Every open set of ../shared/bench, then the derived partial-identifier set.
