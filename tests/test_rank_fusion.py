@@ -148,7 +148,7 @@ def test_channel_guard_shows_the_vector_channels_best_within_the_slots(
     ("values", "method"),
     [
         ({"search__fusion": "wrrf"}, "wrrf"),
-        ({"search__rrf_blend": 0.5}, "weighted+wrrf"),
+        ({"search__rrf_blend": 0.5}, "weighted+rrf"),
         ({"search__gap_confidence": 2.0}, "weighted"),
     ],
 )

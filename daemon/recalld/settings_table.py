@@ -194,7 +194,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "search.rrf_blend",
         0.0,
-        "Share of weighted RRF mixed into weighted fusion's score (0 = off; rank_fusion).",
+        "Share of an equal-weight RRF mixed into weighted fusion's score (0 = off).",
         0,
         1,
     ),

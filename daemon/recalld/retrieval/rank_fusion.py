@@ -7,7 +7,8 @@ what one channel knows:
 - :func:`weighted_rrf` (``search.fusion = "wrrf"``): reciprocal rank fusion with the channel
   weights, the keyword channel ranked by its mapped scores (coordination's credit included,
   which the plain ``rrf`` mode's raw BM25 order lacks);
-- :func:`blend` (``search.rrf_blend``): weighted fusion's score mixed with that RRF's;
+- :func:`blend` (``search.rrf_blend``): weighted fusion's score mixed with that of an RRF of
+  equal channel weights (the rank evidence the keyword-heavy weights leave out);
 - :func:`gap_weights` (``search.gap_confidence``): a channel whose best hit stands clear of its
   runner-up gets more weight for this query;
 - :func:`guard` (``search.channel_guard``): each channel's top few are kept inside the slots

@@ -100,20 +100,22 @@ def _fuse(
         )
         return fused, "rrf"
     vw, tw = weights
-    method, share = cfg.str("search.fusion"), cfg.float("search.rrf_blend")
-    by_rank: list[fusion.Fused] = []
-    if method == "wrrf" or share > 0:
-        by_rank = rank_fusion.weighted_rrf(
-            vs, kw, vector_weight=vw, text_weight=tw, k=cfg.int("search.rrf_k"), no_vector=no_vector
+    k = cfg.int("search.rrf_k")
+    if cfg.str("search.fusion") == "wrrf":
+        wrrf = rank_fusion.weighted_rrf(
+            vs, kw, vector_weight=vw, text_weight=tw, k=k, no_vector=no_vector
         )
-        if method == "wrrf":
-            return by_rank, "wrrf"
+        return wrrf, "wrrf"
     minmax = cfg.str("search.score_norm") == "minmax"
     fused = fusion.weighted(
         vs, kw, vector_weight=vw, text_weight=tw, normalise=minmax, no_vector=no_vector
     )
-    if share > 0:
-        return rank_fusion.blend(fused, by_rank, share), "weighted+wrrf"
+    if (share := cfg.float("search.rrf_blend")) > 0:
+        # The channels' ranks, equally weighted: what the weights of the score part leave out.
+        ranks = rank_fusion.weighted_rrf(
+            vs, kw, vector_weight=1.0, text_weight=1.0, k=k, no_vector=no_vector
+        )
+        return rank_fusion.blend(fused, ranks, share), "weighted+rrf"
     return fused, "weighted"
 
 
