@@ -22,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.loo import LAST, METRICS, score_table  # noqa: E402
+from bench.loo import LAST, METRICS, TOLERANCE, score_table  # noqa: E402
 from bench.loo import markdown as loo_markdown  # noqa: E402
 from bench.partial_ids import transcript_overrides  # noqa: E402
 from recalld.config import Config, Value  # noqa: E402
@@ -252,7 +252,23 @@ def decisions_markdown(results: dict[str, Any]) -> str:
         table = score_table(results, sets, variants, None)
         out.append(f"\n**{label}**\n")
         out.append(loo_markdown(table, variants, "mean of " + ", ".join(METRICS)))
+        out.append(metric_losses(results, sets, variants))
     return "\n".join(out)
+
+
+def metric_losses(results: dict[str, Any], sets: list[str], variants: tuple[str, ...]) -> str:
+    """The second rule: each alternative's metrics that fall more than ``TOLERANCE`` below the
+    incumbent on some set (a lever that passes on the mean may not cost any one metric that)."""
+    lines = []
+    for v in variants[1:]:
+        worse = [
+            f"{name} {m} {results[name][v][m] - results[name][variants[0]][m]:+.3f}"
+            for name in sets
+            for m in METRICS
+            if results[name][v][m] < results[name][variants[0]][m] - TOLERANCE - 1e-12
+        ]
+        lines.append(f"- {v}: " + (", ".join(worse) if worse else "no metric loses more"))
+    return f"Losses past {TOLERANCE} on one metric (any blocks a default):\n\n" + "\n".join(lines)
 
 
 def markdown(results: dict[str, Any]) -> str:
