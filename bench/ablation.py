@@ -22,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.loo import LAST, METRICS, score_table  # noqa: E402
+from bench.loo import LAST, METRICS, TOLERANCE, score_table  # noqa: E402
 from bench.loo import markdown as loo_markdown  # noqa: E402
 from bench.partial_ids import transcript_overrides  # noqa: E402
 from recalld.config import Config, Value  # noqa: E402
@@ -61,6 +61,22 @@ VARIANTS: dict[str, dict[str, Value]] = {
     "all (defaults)": {},
     "all + mmr + recency": {"search.mmr_lambda": 0.7, "search.recency_half_life_days": 30.0},
 }
+#: Issue 39's rank-aware fusion levers (recalld.retrieval.rank_fusion), each against the defaults.
+FUSION: dict[str, dict[str, Value]] = {
+    "rrf k60": {"search.fusion": "rrf"},
+    "rrf k20": {"search.fusion": "rrf", "search.rrf_k": 20},
+    "wrrf k60": {"search.fusion": "wrrf"},
+    "wrrf k20": {"search.fusion": "wrrf", "search.rrf_k": 20},
+    "+blend 0.3": {"search.rrf_blend": 0.3},
+    "+blend 0.5": {"search.rrf_blend": 0.5},
+    "+gap 1": {"search.gap_confidence": 1.0},
+    "+gap 3": {"search.gap_confidence": 3.0},
+    "+guard 1": {"search.channel_guard": 1},
+    "+guard 2": {"search.channel_guard": 2},
+}
+#: Fusion variants measured once on the sets they could win (docs/DECISIONS.md) and not in
+#: every `make bench`: each lever keeps one or two values there (~90 s a variant over all sets).
+FUSION_ONCE = ("wrrf k20", "+blend 0.5", "+gap 3", "+guard 1")
 #: Issue 17's levers, each alone against the defaults (``bench/loo.py`` judges them). Those that
 #: change chunking run last in each set: the home is rebuilt for them (cached vectors reused).
 LEVERS: dict[str, dict[str, Value]] = {
@@ -69,6 +85,7 @@ LEVERS: dict[str, dict[str, Value]] = {
     "+doc 0.3": {"search.doc_evidence": 0.3},
     "+prf 0.5": {"search.prf": 0.5},
     "-group short docs": {"search.group_short_docs": False},
+    **FUSION,  # search-time only: before the levers that rebuild the home
     "-front matter": {"chunking.front_matter": False},
     "-chat windows": {"chunking.chat_windows": False, "search.chat_focus": False},
     "-message overlap": {"chunking.message_window_overlap": 0.0},
@@ -91,6 +108,15 @@ DECISIONS: dict[str, tuple[str, ...]] = {
         "all (defaults)",
         "-message overlap",
     ),
+    "RRF inside hybrid (`search.fusion` weighted)": (
+        "all (defaults)",
+        "rrf k60",
+        "rrf k20",
+        "wrrf k60",
+    ),
+    "weighted and RRF blended (`search.rrf_blend` off)": ("all (defaults)", "+blend 0.3"),
+    "score-gap confidence (`search.gap_confidence` off)": ("all (defaults)", "+gap 1"),
+    "channel guard (`search.channel_guard` off)": ("all (defaults)", "+guard 2"),
 }
 VARIANTS.update(LEVERS)
 #: Every open set of ../shared/bench, then the derived partial-identifier set.
@@ -106,7 +132,8 @@ SETS = (
 )
 #: Sets whose per-tag rows the Markdown shows.
 TAGGED = ("locomo", "locomo-transcripts", "vault-known-item")
-STANDARD = tuple(VARIANTS)  # what `make bench` runs: every variant, the levers last
+#: What `make bench` runs: every variant (the levers last) but the fusion values measured once.
+STANDARD = tuple(v for v in VARIANTS if v not in FUSION_ONCE)
 
 
 def set_files(name: str) -> tuple[Path, Path, Path, dict[str, Value]]:
@@ -225,7 +252,23 @@ def decisions_markdown(results: dict[str, Any]) -> str:
         table = score_table(results, sets, variants, None)
         out.append(f"\n**{label}**\n")
         out.append(loo_markdown(table, variants, "mean of " + ", ".join(METRICS)))
+        out.append(metric_losses(results, sets, variants))
     return "\n".join(out)
+
+
+def metric_losses(results: dict[str, Any], sets: list[str], variants: tuple[str, ...]) -> str:
+    """The second rule: each alternative's metrics that fall more than ``TOLERANCE`` below the
+    incumbent on some set (a lever that passes on the mean may not cost any one metric that)."""
+    lines = []
+    for v in variants[1:]:
+        worse = [
+            f"{name} {m} {results[name][v][m] - results[name][variants[0]][m]:+.3f}"
+            for name in sets
+            for m in METRICS
+            if results[name][v][m] < results[name][variants[0]][m] - TOLERANCE - 1e-12
+        ]
+        lines.append(f"- {v}: " + (", ".join(worse) if worse else "no metric loses more"))
+    return f"Losses past {TOLERANCE} on one metric (any blocks a default):\n\n" + "\n".join(lines)
 
 
 def markdown(results: dict[str, Any]) -> str:

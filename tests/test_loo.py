@@ -109,3 +109,14 @@ def test_decisions_table_judges_each_lever_on_the_sets_that_hold_it() -> None:
     assert "| b | +doc 0.3 | 0.500 | all (defaults) 0.700 | 0.200 | no |" in doc
     assert "Default: all (defaults)" in doc
     assert "front matter" not in md  # no set holds its variants
+
+
+def test_decisions_name_each_metric_an_alternative_loses_past_the_tolerance() -> None:
+    base = {"all (defaults)": 0.70, "+doc 0.3": 0.70}
+    results = _results({"a": base, "b": base})
+    results["b"]["+doc 0.3"]["hit@1"] = 0.69  # one metric of one set, 0.01 down
+    md = ablation.decisions_markdown(results).split("**document evidence")[1]
+    assert "- +doc 0.3: b hit@1 -0.010" in md
+    results["b"]["+doc 0.3"]["hit@1"] = 0.697  # within the tolerance
+    md = ablation.decisions_markdown(results).split("**document evidence")[1]
+    assert "- +doc 0.3: no metric loses more" in md

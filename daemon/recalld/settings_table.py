@@ -184,8 +184,34 @@ SETTINGS: tuple[Setting, ...] = (
         "search.candidate_multiplier", 4, "Each channel fetches max_results times this.", 1, 100
     ),
     Setting("search.snippet_chars", 700, "Maximum characters of a result's snippet.", 1, 700),
-    Setting("search.fusion", "weighted", "weighted|rrf.", choices=("weighted", "rrf")),
+    Setting(
+        "search.fusion",
+        "weighted",
+        "weighted|rrf|wrrf (RRF with the channel weights; retrieval.rank_fusion).",
+        choices=("weighted", "rrf", "wrrf"),
+    ),
     Setting("search.rrf_k", 60, "The k of reciprocal rank fusion.", 1, 100_000),
+    Setting(
+        "search.rrf_blend",
+        0.0,
+        "Share of an equal-weight RRF mixed into weighted fusion's score (0 = off).",
+        0,
+        1,
+    ),
+    Setting(
+        "search.gap_confidence",
+        0.0,
+        "Weight raise of a channel whose best hit stands clear of the next (0 = off).",
+        0,
+        10,
+    ),
+    Setting(
+        "search.channel_guard",
+        0,
+        "Each channel's top N kept inside the results shown (0 = off; rank_fusion).",
+        0,
+        10,
+    ),
     Setting(
         "search.context_weight", 1.5, "BM25 weight of a title/heading match vs the text.", 0, 100
     ),

@@ -11,7 +11,7 @@ from typing import Any
 from recalld.config import Config
 from recalld.index.store import ChunkRow, Store
 from recalld.ingest.front_matter import context_names
-from recalld.retrieval import doc_evidence, fusion
+from recalld.retrieval import doc_evidence, fusion, rank_fusion
 from recalld.retrieval.query_shape import QueryShape, boosted, literal_share, normalise_name
 from recalld.retrieval.search_channels import ChannelHits
 
@@ -44,7 +44,10 @@ def rank(
     rows = store.chunks(set(kw) | set(vs))
     # Keyword-only chunks (no vector by policy) are not chunks the vector channel rejected.
     no_vector = {cid for cid in kw if cid in rows and not rows[cid].embed}
-    weights = channel_weights(shape, cfg)
+    # A channel whose best hit stands clear gets more say for this query (off by default).
+    weights = rank_fusion.gap_weights(
+        vs, kw, channel_weights(shape, cfg), cfg.float("search.gap_confidence")
+    )
     fused, method = _fuse(hits, vs, kw, no_vector, weights, cfg)
     fused = [f for f in fused if f.chunk_id in rows]
     places = {cid: (row.path, row.start_line, row.end_line) for cid, row in rows.items()}
@@ -96,11 +99,23 @@ def _fuse(
             no_vector=no_vector,
         )
         return fused, "rrf"
-    minmax = cfg.str("search.score_norm") == "minmax"
     vw, tw = weights
+    k = cfg.int("search.rrf_k")
+    if cfg.str("search.fusion") == "wrrf":
+        wrrf = rank_fusion.weighted_rrf(
+            vs, kw, vector_weight=vw, text_weight=tw, k=k, no_vector=no_vector
+        )
+        return wrrf, "wrrf"
+    minmax = cfg.str("search.score_norm") == "minmax"
     fused = fusion.weighted(
         vs, kw, vector_weight=vw, text_weight=tw, normalise=minmax, no_vector=no_vector
     )
+    if (share := cfg.float("search.rrf_blend")) > 0:
+        # The channels' ranks, equally weighted: what the weights of the score part leave out.
+        ranks = rank_fusion.weighted_rrf(
+            vs, kw, vector_weight=1.0, text_weight=1.0, k=k, no_vector=no_vector
+        )
+        return rank_fusion.blend(fused, ranks, share), "weighted+rrf"
     return fused, "weighted"
 
 

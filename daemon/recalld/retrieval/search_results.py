@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from recalld.config import Config
 from recalld.index.store import ChunkRow
 from recalld.ingest.conversation_windows import focus_result
-from recalld.retrieval import doc_groups, fusion, served
+from recalld.retrieval import doc_groups, fusion, rank_fusion, served
 from recalld.retrieval.diversity import Candidate, collapse, mmr
 from recalld.retrieval.fts_query import query_terms
 from recalld.retrieval.note_dates import decay, is_evergreen, note_date
@@ -40,6 +40,15 @@ def shortlist(
         kept = fused[:1]  # never drop every keyword-only match
     if notes is not None:
         _note_floor(kept, req.min_score, notes)
+    if guard := cfg.int("search.channel_guard"):
+        # Each channel's best few (among what passed the floor) inside the slots shown.
+        kept = rank_fusion.guard(
+            kept,
+            {f.chunk_id: f.vector for f in kept if f.vector is not None},
+            {f.chunk_id: f.keyword for f in kept if f.keyword is not None},
+            guard,
+            req.max_results,
+        )
     kept = kept[: max(req.max_results, 1) * 4]
     # Recency reorders what passed the floor and never hides a note: an old answer is still one.
     kept = _recency(kept, rows, cfg, notes)
