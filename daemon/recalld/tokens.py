@@ -41,6 +41,7 @@ _SPACES = re.compile(r"[ \t\n\r]+")
 MEMO_WORDS = 100_000
 _MEMO_WORD_CHARS = 64  # longer words (base64, minified code) are counted, not remembered
 _FRESH_PER_CALL = 1024  # new words counted per library call
+_FEW_WORDS = 64  # fewer new words than this are counted one call each (no thread pool)
 
 
 # An ASCII word as BertPreTokenizer cuts it once lowercased: runs of letters and digits, and
@@ -175,6 +176,9 @@ class Tokenizer:
                 rest.append(word)
             else:
                 got[word] = n
+        if len(rest) < _FEW_WORDS:  # one by one: a batch call's threads cost ~1 ms when busy
+            got.update((w, len(self._plain.encode(w, add_special_tokens=False))) for w in rest)
+            return got
         for at in range(0, len(rest), _FRESH_PER_CALL):
             part = rest[at : at + _FRESH_PER_CALL]
             encs = self._plain.encode_batch_fast(part, add_special_tokens=False)
