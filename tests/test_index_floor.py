@@ -10,11 +10,14 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import BENCH, needs_bench
 from recalld.index import ident_tokens as it
+from recalld.index.store import FileRow, Identity, NewChunk, Store
 from recalld.ingest.chunking import chunk_markdown
 from recalld.ingest.indexer import text_hash
 from recalld.tokens import _MAX_PIECE, _SPACES, Tokenizer, _ascii_count
@@ -153,3 +156,33 @@ def test_ident_paths_on_ascii_and_other_text() -> None:
     assert "get user name" in it.ident_text(text) and "foobarbaz" in it.ident_text(text)
     assert list(it._rich_tokens("p53 and CD4+ cells")) == ["p53", "CD4"]
     assert list(it._compounds("a.b_c d._e x_y", it._DOTTED_LINK)) == [(0, 5), (6, 10), (11, 14)]
+
+
+# --- writes -------------------------------------------------------------------------------------
+
+
+def test_vectors_generation_moves_only_when_vectors_do(tmp_path: Path) -> None:
+    """A keyword-first write adds no vector and leaves the generation (a saved matrix stays
+    current); a vector written or a chunk removed counts as before."""
+    store = Store(tmp_path / "index.sqlite")
+    try:
+        store.set_identity(Identity("k", "local", "m", 4, "{}"))
+        state = store.vectors_state()
+        assert state is not None
+        epoch, g0 = state
+
+        def write(path: str, text: str, vectors: dict[str, np.ndarray] | None) -> int | None:
+            h = text_hash(text)
+            row = FileRow(path, "memory", len(text), 1, h, 1)
+            return store.replace_file(row, [NewChunk(1, 1, text, h)], vectors).generation
+
+        assert write("/m/a.md", "alpha words", None) == g0  # new file, no vector
+        assert store.vectors_state() == (epoch, g0)
+        vec = np.full(4, 0.5, dtype=np.float32)
+        assert write("/m/b.md", "beta words", {text_hash("beta words"): vec}) == g0 + 1
+        assert write("/m/a.md", "alpha edited", None) == g0 + 2  # its old chunk removed
+        assert store.vectors_state() == (epoch, g0 + 2)
+        ids = store.conn.execute("SELECT count(*) FROM chunks WHERE path = '/m/a.md'").fetchone()
+        assert ids == (1,)
+    finally:
+        store.close()
