@@ -98,9 +98,10 @@ def test_escaped_tokens_follow_the_plain_ones() -> None:
 )
 def test_long_lines_take_linear_time(text: str) -> None:
     # The old "_" compound regex backtracked from every position: 40 s for one 40k token.
-    t0 = time.perf_counter()
+    # CPU time: at nice 19 beside other work the wall clock once read 2.97 s for 0.05 s of work.
+    t0 = time.process_time()
     out = ident_text(text)
-    assert time.perf_counter() - t0 < 2.0
+    assert time.process_time() - t0 < 2.0
     assert len(out) <= MAX_IDENT_CHARS
 
 

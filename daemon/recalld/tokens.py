@@ -41,6 +41,42 @@ _SPACES = re.compile(r"[ \t\n\r]+")
 MEMO_WORDS = 100_000
 _MEMO_WORD_CHARS = 64  # longer words (base64, minified code) are counted, not remembered
 _FRESH_PER_CALL = 1024  # new words counted per library call
+_FEW_WORDS = 64  # fewer new words than this are counted one call each (no thread pool)
+
+
+# An ASCII word as BertPreTokenizer cuts it once lowercased: runs of letters and digits, and
+# every punctuation char alone (all of ASCII's non-alphanumeric printable chars are punctuation
+# to BERT, and each is a token of the vocab).
+_ASCII_PIECES = re.compile(r"[a-z0-9]+|[^a-z0-9]")
+_MAX_PIECE = 18  # longest token of the vocab, "##" included (checked in _ascii_count's test)
+_MAX_WORD_CHARS = 100  # WordPiece's max_input_chars_per_word: a longer piece is one [UNK]
+
+
+def _ascii_count(word: str, vocab: dict[str, int]) -> int:
+    """Wordpieces of one word of printable ASCII (no whitespace): WordPiece's greedy longest
+    match, the count the library gives (a piece that cannot be matched is one [UNK])."""
+    low = word.lower()
+    total = 0
+    for piece in (low,) if low.isalnum() else _ASCII_PIECES.findall(low):
+        if piece in vocab or len(piece) > _MAX_WORD_CHARS:  # one token, or one [UNK]
+            total += 1
+            continue
+        n, start, size = 0, 0, len(piece)
+        while start < size:
+            end = min(size, start + (_MAX_PIECE if start == 0 else _MAX_PIECE - 2))
+            sub = piece[start:end] if start == 0 else "##" + piece[start:end]
+            while sub not in vocab:
+                end -= 1
+                if end == start:
+                    n = 1  # no match: the whole piece is [UNK]
+                    start = size
+                    break
+                sub = piece[start:end] if start == 0 else "##" + piece[start:end]
+            else:
+                n += 1
+                start = end
+        total += n
+    return total
 
 
 def _read_vocab(path: Path | None) -> dict[str, int]:
@@ -104,29 +140,50 @@ class Tokenizer:
         repeats its words, so the chunker, which counts every line, asks the library about few
         of them; counting is linear in the text either way.
         """
+        words = _SPACES.split(text)
+        try:  # most lines hold only words counted before: one pass in C
+            return sum(map(self._memo.__getitem__, words))
+        except KeyError:
+            pass
         memo = self._memo
+        fresh = self._count_new({w for w in words if w not in memo})
         total = 0
-        fresh: dict[str, int] = {}  # word -> times it occurs here
-        for word in _SPACES.split(text):
-            n = memo.get(word)
+        for word in words:
+            n = fresh.get(word)
             if n is None:
-                fresh[word] = fresh.get(word, 0) + 1
-            else:
-                total += n
-        if fresh:
-            words = list(fresh)
-            for at in range(0, len(words), _FRESH_PER_CALL):
-                part = words[at : at + _FRESH_PER_CALL]
-                encs = self._plain.encode_batch_fast(part, add_special_tokens=False)
-                if len(memo) + len(part) > MEMO_WORDS:
-                    memo.clear()  # start over: a word that comes back is counted again
-                    memo[""] = 0
-                for word, enc in zip(part, encs, strict=True):
-                    n = len(enc.ids)
-                    total += n * fresh[word]
-                    if len(word) <= _MEMO_WORD_CHARS:
-                        memo[word] = n
+                n = memo.get(word)
+            if n is None:  # another thread started the memo over meanwhile
+                n = fresh[word] = self._count_new({word})[word]
+            total += n
+        if len(memo) + len(fresh) > MEMO_WORDS:
+            memo.clear()  # start over: a word that comes back is counted again
+            memo[""] = 0
+        memo.update((w, n) for w, n in fresh.items() if len(w) <= _MEMO_WORD_CHARS)
         return total
+
+    def _count_new(self, words: set[str]) -> dict[str, int]:
+        """The counts of words not remembered yet.
+
+        A word of printable ASCII is counted here (lowercase, cut at punctuation, WordPiece's
+        greedy longest match in the vocab: what the library does to it, at a fraction of the
+        cost of a library call); any other word goes to the library, in batches.
+        """
+        got: dict[str, int] = {}
+        rest: list[str] = []
+        for word in words:
+            n = _ascii_count(word, self._vocab) if word.isascii() and word.isprintable() else None
+            if n is None:
+                rest.append(word)
+            else:
+                got[word] = n
+        if len(rest) < _FEW_WORDS:  # one by one: a batch call's threads cost ~1 ms when busy
+            got.update((w, len(self._plain.encode(w, add_special_tokens=False))) for w in rest)
+            return got
+        for at in range(0, len(rest), _FRESH_PER_CALL):
+            part = rest[at : at + _FRESH_PER_CALL]
+            encs = self._plain.encode_batch_fast(part, add_special_tokens=False)
+            got.update(zip(part, (len(e) for e in encs), strict=True))
+        return got
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
         """:meth:`count` for many texts at once (parallel in the Rust library)."""

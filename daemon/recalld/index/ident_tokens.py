@@ -27,6 +27,7 @@ linear in the text (a megabyte-long minified or base64 line included) and the ou
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 __all__ = ["cjk_bigrams", "decode_escapes", "ident_text", "is_cjk", "split_word"]
 
@@ -37,12 +38,10 @@ MAX_SPLIT_CHARS = 100
 
 # unicode61's token characters (letters, digits; "_" separates) and a compound joined by "_".
 _TOKEN = re.compile(r"[^\W_]+")
-# Starts only where a token starts, and possessive: on a long token without "_" a plain
-# [^\W_]+(?:_+[^\W_]+)+ backtracks from every position (40 s for one 40k-character token).
-_UNDERSCORE_COMPOUND = re.compile(r"(?<![^\W_])[^\W_]++(?:_++[^\W_]++)++")
-# The same for a compound joined by "." (and "_"): ``SpotterWeb.Router``, ``tool.call``.
-_DOTTED_COMPOUND = re.compile(r"(?<![^\W_])[^\W_]++(?:[._]++[^\W_]++)++")
 _SEPARATORS = re.compile(r"[._]+")
+# The separators of those compounds when a token follows (``[^\W_]`` is ``str.isalnum``).
+_UNDERSCORE_LINK = re.compile(r"_++(?=[^\W_])")
+_DOTTED_LINK = re.compile(r"[._]++(?=[^\W_])")
 # A whitespace-separated word that holds a JSON escape or a terminal control sequence. It starts
 # only where a word starts: tried at every position, a long word would cost quadratic time.
 _DIRTY_WORD = re.compile(r"(?<!\S)[^\s\\\x1b]*+[\\\x1b]\S*+")
@@ -69,6 +68,15 @@ _RICH_TOKEN = re.compile(
     r"(?<![^\W_])(?=[^\W_]*?"
     rf"(?:[{_CJK_CHARS}]|[a-z][A-Z]|[A-Z]{{2}}[a-z]|[A-Za-z][0-9]|[0-9][A-Za-z]))[^\W_]+"
 )
+
+# ASCII chars by class for _rich_tokens: a lower, A upper, 0 digit, space anything else (also
+# "_", which ends a token). The byte pairs that a _RICH_TOKEN's lookahead looks for.
+_ASCII_CLASSES = bytes(
+    ord("a") if 97 <= c <= 122 else ord("A") if 65 <= c <= 90 else ord("0") if 48 <= c <= 57
+    else 32
+    for c in range(256)
+)  # fmt: skip
+_RICH_PAIRS = (b"aA", b"AAa", b"a0", b"A0", b"0a", b"0A")
 
 
 def is_cjk(text: str) -> bool:
@@ -144,25 +152,74 @@ def _noise(parts: list[str]) -> bool:
 
 def _derive(text: str, out: _Budget) -> None:
     """Identifier parts and CJK bigrams of the tokens, then squashed ``_`` compounds."""
-    for m in _RICH_TOKEN.finditer(text):
+    for tok in _rich_tokens(text):
         if out.full:
             return
-        tok = m.group()
         if _CJK.search(tok):
             out.add([g for run in _CJK.findall(tok) for g in cjk_bigrams(run)])
         else:
             parts = split_word(tok) if len(tok) <= MAX_SPLIT_CHARS else []
             if len(parts) > 1 and not _noise(parts):
                 out.add(parts)
-    for rx in (_UNDERSCORE_COMPOUND, _DOTTED_COMPOUND):
-        for m in rx.finditer(text):
+    for link, dotted in ((_UNDERSCORE_LINK, False), (_DOTTED_LINK, True)):
+        if "_" not in text and (not dotted or "." not in text):
+            continue  # no separator at all (a C scan, faster than the link pattern's)
+        for a, b in _compounds(text, link):
             if out.full:
                 return
-            if rx is _DOTTED_COMPOUND and "." not in m.group():
+            if dotted and "." not in text[a:b]:
                 continue  # a "_" compound: squashed above
-            squashed = _SEPARATORS.sub("", m.group()).casefold()
+            squashed = _SEPARATORS.sub("", text[a:b]).casefold()
             if not _CJK.search(squashed):
                 out.add([squashed])
+
+
+def _rich_tokens(text: str) -> Iterator[str]:
+    """The tokens ``_RICH_TOKEN`` matches, in order. In ASCII text they are found from their
+    pairs (``bytes.find`` over the text with each char replaced by its class) instead of trying
+    the pattern at every token: most chunks are prose and hold none. Lazy: a spent budget
+    stops it (a chunk may hold a megabyte-long word)."""
+    if not text.isascii():
+        yield from (m.group() for m in _RICH_TOKEN.finditer(text))
+        return
+    classes = text.encode("ascii").translate(_ASCII_CLASSES)
+    ahead = [classes.find(pair) for pair in _RICH_PAIRS]  # the next place of each pair
+    while True:
+        at = min((a for a in ahead if a >= 0), default=-1)
+        if at < 0:
+            return
+        start = classes.rfind(b" ", 0, at) + 1
+        end = classes.find(b" ", at)
+        end = len(text) if end < 0 else end
+        yield text[start:end]
+        ahead = [
+            a if a < 0 or a >= end else classes.find(p, end)
+            for a, p in zip(ahead, _RICH_PAIRS, strict=True)
+        ]
+
+
+def _compounds(text: str, link: re.Pattern[str]) -> Iterator[tuple[int, int]]:
+    r"""Spans of the tokens joined by ``link`` separators, in order: what
+    ``(?<![^\W_])[^\W_]++(?:SEP++[^\W_]++)++`` matches, found from the separators (rare chars
+    the regex engine skips to) instead of trying that pattern at every token."""
+    span: tuple[int, int] | None = None
+    for m in link.finditer(text):
+        at = m.start()
+        if at == 0 or not text[at - 1].isalnum():
+            continue  # no token before the separators
+        after = _TOKEN.match(text, m.end())
+        assert after is not None  # the link's lookahead saw a token char
+        if span is not None and span[1] == at:  # joins the compound before
+            span = (span[0], after.end())
+            continue
+        if span is not None:
+            yield span
+        start = at - 1
+        while start > 0 and text[start - 1].isalnum():
+            start -= 1
+        span = (start, after.end())
+    if span is not None:
+        yield span
 
 
 def ident_text(text: str) -> str:

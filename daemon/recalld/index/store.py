@@ -30,6 +30,7 @@ from recalld.index.migrations import migrate
 from recalld.index.rows import ChunkRow, FileChange, FileRow, Identity, NewChunk
 from recalld.index.session_state import SessionStates
 from recalld.index.table_counts import count_rows, table_exists
+from recalld.index.unchanged_chunks import unchanged
 from recalld.index.vector_scan import VectorBlock, VectorScan, has_scan_layout, vector_blob
 
 # Re-exported: the row types, the scan and the helpers were defined here, and are imported from
@@ -208,16 +209,21 @@ class Store(KeywordQueries, EmbeddingCache, SessionStates):
         """
         has_vec = self.has_vec_table()
         kept: dict[int, bool] = {}
+        held = True  # a file that held no chunk has none to delete
+        removed: list[int] = []
         with self.conn:
             if keep_from_line is None:
-                kept, chunks = self._unchanged(row.path, chunks)
-            removed = self._delete_chunks(
-                row.path, from_line=keep_from_line, has_vec=has_vec, kinds=rewrite_kinds, keep=kept
-            )
+                kept, chunks, held = unchanged(self.conn, row.path, chunks)
+            if held:
+                removed = self._delete_chunks(
+                    row.path, from_line=keep_from_line, has_vec=has_vec, kinds=rewrite_kinds,
+                    keep=kept,
+                )  # fmt: skip
             inserted, added = self._write_chunks(row, chunks, vectors if has_vec else None)
             if session_state is not None:
                 self.set_session_state(row.path, session_state)
-            generation = self._bump_vectors() if has_vec else None
+            # A write of no vector leaves the generation (a first sync writes keyword-first).
+            generation = self._bump_vectors(removed or added) if has_vec else None
             self._upsert_file(row)
         return FileChange(removed, added, generation, inserted, kept=sum(kept.values()))
 
@@ -277,31 +283,6 @@ class Store(KeywordQueries, EmbeddingCache, SessionStates):
             "hash = excluded.hash, lines = excluded.lines, indexed_at = excluded.indexed_at",
             (row.path, row.source, row.size, row.mtime_ns, row.hash, row.lines, time.time()),
         )
-
-    def _unchanged(
-        self, path: str, chunks: Sequence[NewChunk]
-    ) -> tuple[dict[int, bool], list[NewChunk]]:
-        """Chunks stored exactly as given (lines, text, context, kind) are kept with their ids
-        and vectors: a note that grows by one entry writes one chunk, not all of them again
-        (fewer FTS5 delete markers and index writes). Returns the kept
-        ids (with whether they take a vector) and the chunks still to write."""
-        held: dict[tuple[Any, ...], list[tuple[int, bool]]] = {}
-        for cid, *key in self.conn.execute(
-            "SELECT id, start_line, end_line, hash, context, kind, tool, embed FROM chunks "
-            "WHERE path = ?",
-            (path,),
-        ):
-            held.setdefault((*key[:-1], bool(key[-1])), []).append((int(cid), bool(key[-1])))
-        kept: dict[int, bool] = {}
-        fresh: list[NewChunk] = []
-        for c in chunks:
-            same = held.get((c.start_line, c.end_line, c.hash, c.context, c.kind, c.tool, c.embed))
-            if same:
-                cid, embed = same.pop()
-                kept[cid] = embed
-            else:
-                fresh.append(c)
-        return kept, fresh
 
     def remove_file(self, path: str) -> FileChange:
         """Drop a file, its chunks and its transcript state."""
@@ -401,12 +382,15 @@ class Store(KeywordQueries, EmbeddingCache, SessionStates):
             generation = self._bump_vectors()
         return generation
 
-    def _bump_vectors(self) -> int:
-        """Count one more write of the vec0 table (in the caller's transaction).
+    def _bump_vectors(self, wrote: object = True) -> int:
+        """Count one more write of the vec0 table (in the caller's transaction); the
+        generation as it is when nothing was ``wrote``.
 
         With ``VECTORS_EPOCH`` it names a state of the vectors: a saved copy of the matrix
         (``vector_files``) is used only when both match the index's.
         """
+        if not wrote:
+            return int(self.meta(VECTORS_GENERATION) or 0)
         row = self.conn.execute(
             "INSERT INTO meta(key, value) VALUES (?, '1') ON CONFLICT(key) DO UPDATE SET "
             "value = CAST(value AS INTEGER) + 1 RETURNING value",
