@@ -6,7 +6,7 @@ first, with fused scores in [0, 1] so that one ``min_score`` floor means the sam
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -111,16 +111,35 @@ def rrf(
 
     A chunk in ``no_vector`` (no vector by policy) counts its keyword rank for both channels.
     """
+    return weighted_rrf(
+        vector_ranked, keyword_ranked, vector, keyword, weights=(1.0, 1.0), k=k, no_vector=no_vector
+    )
+
+
+def weighted_rrf(
+    vector_ranked: Sequence[int],
+    keyword_ranked: Sequence[int],
+    vector: Mapping[int, float],
+    keyword: Mapping[int, float],
+    *,
+    weights: tuple[float, float],
+    k: int,
+    no_vector: Collection[int] = (),
+) -> list[Fused]:
+    """``wv / (k + rank_v) + wk / (k + rank_k)`` over the given rankings, scaled so that rank 1
+    in both scores 1; (wv, wk) are ``weights`` normalised to sum to 1. A chunk in ``no_vector``
+    counts its keyword rank for the vector channel too (its weight ``wv``)."""
+    total = weights[0] + weights[1]
+    wv, wk = (weights[0] / total, weights[1] / total) if total > 0 else (0.5, 0.5)
     raw: dict[int, float] = {}
-    for ranked in (vector_ranked, keyword_ranked):
+    for ranked, w in ((vector_ranked, wv), (keyword_ranked, wk)):
         for rank, cid in enumerate(ranked, start=1):
-            raw[cid] = raw.get(cid, 0.0) + 1.0 / (k + rank)
+            raw[cid] = raw.get(cid, 0.0) + w / (k + rank)
     if vector_ranked:
         for rank, cid in enumerate(keyword_ranked, start=1):
             if cid in no_vector:
-                raw[cid] += 1.0 / (k + rank)
-    channels = (1 if vector_ranked else 0) + (1 if keyword_ranked else 0)
-    best = channels / (k + 1) if channels else 1.0
+                raw[cid] += wv / (k + rank)
+    best = ((wv if vector_ranked else 0.0) + (wk if keyword_ranked else 0.0)) / (k + 1) or 1.0
     out = [Fused(cid, s / best, vector.get(cid), keyword.get(cid)) for cid, s in raw.items()]
     out.sort(key=lambda f: (-f.score, f.chunk_id))
     return out

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
+from recalld.retrieval import fusion
 from recalld.retrieval.fusion import Fused, min_max
 
 __all__ = ["blend", "gap_weights", "guard", "ranked_ids", "weighted_rrf"]
@@ -38,23 +39,17 @@ def weighted_rrf(
     k: int,
     no_vector: Collection[int] = (),
 ) -> list[Fused]:
-    """``wv / (k + rank_v) + wk / (k + rank_k)``, scaled so that rank 1 in both scores 1.
-
-    Each channel is ranked by its own mapped scores. A chunk in ``no_vector`` (no vector by
-    policy) counts its keyword rank for the vector channel too, as in ``fusion.rrf``.
-    """
-    total = vector_weight + text_weight
-    wv, wk = (vector_weight / total, text_weight / total) if total > 0 else (0.5, 0.5)
-    raw: dict[int, float] = {}
-    for rank, cid in enumerate(ranked_ids(vector), start=1):
-        raw[cid] = wv / (k + rank)
-    for rank, cid in enumerate(ranked_ids(keyword), start=1):
-        extra = wv / (k + rank) if vector and cid in no_vector else 0.0
-        raw[cid] = raw.get(cid, 0.0) + wk / (k + rank) + extra
-    best = ((wv if vector else 0.0) + (wk if keyword else 0.0)) / (k + 1) or 1.0
-    out = [Fused(cid, s / best, vector.get(cid), keyword.get(cid)) for cid, s in raw.items()]
-    out.sort(key=lambda f: (-f.score, f.chunk_id))
-    return out
+    """``fusion.weighted_rrf`` with each channel ranked by its own mapped scores (the plain
+    ``rrf`` mode ranks the keyword channel in raw BM25 order)."""
+    return fusion.weighted_rrf(
+        ranked_ids(vector),
+        ranked_ids(keyword),
+        vector,
+        keyword,
+        weights=(vector_weight, text_weight),
+        k=k,
+        no_vector=no_vector,
+    )
 
 
 def blend(weighted: Sequence[Fused], rrf: Sequence[Fused], share: float) -> list[Fused]:
