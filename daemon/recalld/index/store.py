@@ -223,7 +223,7 @@ class Store(KeywordQueries, EmbeddingCache, SessionStates):
             if session_state is not None:
                 self.set_session_state(row.path, session_state)
             # A write of no vector leaves the generation (a first sync writes keyword-first).
-            generation = self._bump_vectors(removed or added) if has_vec else None
+            generation = self._bump_vectors(bool(removed or added)) if has_vec else None
             self._upsert_file(row)
         return FileChange(removed, added, generation, inserted, kept=sum(kept.values()))
 
@@ -382,9 +382,9 @@ class Store(KeywordQueries, EmbeddingCache, SessionStates):
             generation = self._bump_vectors()
         return generation
 
-    def _bump_vectors(self, wrote: object = True) -> int:
+    def _bump_vectors(self, wrote: bool = True) -> int:
         """Count one more write of the vec0 table (in the caller's transaction); the
-        generation as it is when nothing was ``wrote``.
+        generation as it is when nothing was written (``wrote`` false).
 
         With ``VECTORS_EPOCH`` it names a state of the vectors: a saved copy of the matrix
         (``vector_files``) is used only when both match the index's.

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import apsw
+
 from recalld.index.rows import NewChunk
 
 
 def unchanged(
-    conn: Any, path: str, chunks: Sequence[NewChunk]
+    conn: apsw.Connection, path: str, chunks: Sequence[NewChunk]
 ) -> tuple[dict[int, bool], list[NewChunk], bool]:
     """Chunks stored exactly as given (lines, text, context, kind) are kept with their ids
     and vectors: a note that grows by one entry writes one chunk, not all of them again
