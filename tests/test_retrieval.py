@@ -22,7 +22,7 @@ from recalld.index import migrations
 from recalld.index.ident_tokens import ident_text, split_word
 from recalld.index.store import FileRow, NewChunk, Store
 from recalld.retrieval import path_query
-from recalld.retrieval.answer_budget import estimate_tokens, fit_to_budget
+from recalld.retrieval.answer_budget import estimate_tokens, fit_to_budget, refit
 from recalld.retrieval.diversity import Candidate, collapse, mmr
 from recalld.retrieval.fts_query import build_match
 from recalld.retrieval.note_dates import decay, is_evergreen, note_date
@@ -376,7 +376,11 @@ def test_fit_to_budget_trims_then_drops() -> None:
         {"path": f"/m/{i}.md", "citation": f"/m/{i}.md#L1-L9", "snippet": "word " * 140}
         for i in range(6)
     ]
-    answer: dict[str, Any] = {"results": list(results), "mode": "hybrid", "took_ms": 1.0}
+    answer: dict[str, Any] = {
+        "results": [dict(r) for r in results],
+        "mode": "hybrid",
+        "took_ms": 1.0,
+    }
     report = fit_to_budget(answer, 400)
     assert report["used_tokens"] <= 400 and estimate_tokens(answer) <= 400
     # The best result stays whole; the others share the rest, each a real snippet.
@@ -391,6 +395,35 @@ def test_fit_to_budget_trims_then_drops() -> None:
     roomy: dict[str, Any] = {"results": [dict(r) for r in results], "mode": "hybrid"}
     report = fit_to_budget(roomy, 100_000)
     assert report["snippets_trimmed"] == report["dropped"] == 0
+    # A field added after the fit (vectors_pending, shared hits, a longer `degraded`): refit
+    # keeps the answer within its budget and reports the earlier cuts with its own.
+    answer = {"results": [dict(r) for r in results], "mode": "hybrid"}
+    answer["budget"] = first = fit_to_budget(answer, 400)
+    answer["took_ms"] = 12.5
+    answer["degraded"] = "shared store unavailable: " + "connection refused " * 8
+    answer["results"].append({**results[0], "path": "shared:eng/x.md"})
+    second = refit(answer)["budget"]
+    assert estimate_tokens(answer) <= 400 and second["used_tokens"] <= 400
+    assert second["dropped"] >= first["dropped"]
+    assert second["snippets_trimmed"] == sum(1 for r in answer["results"] if r.get("truncated"))
+    assert refit({"results": []}) == {"results": []}  # no budget asked: left alone
+
+
+def test_every_budget_holds_the_whole_answer(home: Path, local_embedder: Any) -> None:
+    # vectors_pending is added after the search's own fit: the answer is fitted again with it.
+    for i in range(6):
+        write(home / "memory" / f"r{i}.md", f"# Reset {i}\n\n" + "the router reset again " * 40)
+    eng = make_engine(home, local_embedder)
+    try:
+        eng.sync()
+        for budget in range(300, 900, 11):
+            res = eng.searcher.search(
+                {"query": "router reset", "min_score": 0, "max_tokens": budget}
+            )
+            assert len(res["results"]) >= 1 and res["budget"]["used_tokens"] <= budget
+            assert estimate_tokens(res) <= budget, (budget, res["budget"])
+    finally:
+        eng.close()
 
 
 def test_search_max_tokens_and_explain(code_engine: Engine) -> None:

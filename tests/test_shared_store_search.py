@@ -21,6 +21,7 @@ pytest.importorskip(
 
 from conftest import make_engine, write  # noqa: E402
 from recalld.errors import ConfigError  # noqa: E402
+from recalld.retrieval.answer_budget import estimate_tokens  # noqa: E402
 from recalld.serve.shared_link import SharedLink  # noqa: E402
 from recalld.shared import remote as remote_module  # noqa: E402
 from recalld.shared.remote import MAX_CANDIDATES, PushChunk, PushFile, Remote  # noqa: E402
@@ -164,6 +165,12 @@ def test_a_search_with_the_store_on_embeds_its_query_once(
         assert res["shared"]["hits"] >= 1 and not res.get("degraded")
         assert {r.get("source") for r in res["results"]} >= {"shared"}
         assert emb.queries == 1  # the local and the shared vector channel: one embedding
+        # The shared hits come after the local answer was fitted: the whole still fits.
+        for budget in (450, 550, 700):
+            tight = {"query": "walrus ledger", "max_tokens": budget, "min_score": 0}
+            res = link.search(tight, lambda q=tight: engine.searcher.search(q))
+            assert res["shared"]["hits"] >= 1
+            assert estimate_tokens(res) <= budget and res["budget"]["used_tokens"] <= budget
     finally:
         link.stop()
         engine.close()

@@ -25,6 +25,7 @@ __all__ = [
     "estimate_tokens",
     "fit_rendered",
     "fit_to_budget",
+    "refit",
 ]
 
 #: Smallest budget accepted: one result with a short snippet.
@@ -85,12 +86,17 @@ def _largest(fits: Callable[[int], bool], low: int, high: int) -> int | None:
     return low
 
 
-def fit_rendered(results: list[dict[str, Any]], max_tokens: int, render: Render) -> dict[str, Any]:
+def fit_rendered(
+    results: list[dict[str, Any]], max_tokens: int, render: Render, dropped_before: int = 0
+) -> dict[str, Any]:
     """Trim ``results`` in place until ``render(results, report)`` fits; returns the report.
 
-    ``render`` must produce exactly what the caller receives, the report included.
+    ``render`` must produce exactly what the caller receives, the report included. Results
+    already trimmed by an earlier fit keep ``truncated``; ``dropped_before`` counts the results
+    that fit dropped, so a second fit (after fields were added) reports both.
     """
     originals = [r["snippet"] for r in results]
+    trimmed_before = [bool(r.get("truncated")) for r in results]
     longest = max((len(t) for t in originals), default=0)
     # The report shows used_tokens; measuring with max_tokens there never under-counts it.
     report: dict[str, Any] = {
@@ -105,13 +111,13 @@ def fit_rendered(results: list[dict[str, Any]], max_tokens: int, render: Render)
         for i, (r, text) in enumerate(zip(results, originals, strict=False)):
             cap = best if i == 0 else others
             r["snippet"] = _trim(text, cap)
-            if r["snippet"] != text:
+            if r["snippet"] != text or trimmed_before[i]:
                 r["truncated"] = True
                 trimmed += 1
             else:
                 r.pop("truncated", None)
         report["snippets_trimmed"] = trimmed
-        report["dropped"] = len(originals) - len(results)
+        report["dropped"] = dropped_before + len(originals) - len(results)
         return count_tokens(render(results, report))
 
     if used(longest, longest) > max_tokens:
@@ -129,11 +135,24 @@ def fit_rendered(results: list[dict[str, Any]], max_tokens: int, render: Render)
 
 
 def fit_to_budget(answer: dict[str, Any], max_tokens: int) -> dict[str, Any]:
-    """Trim ``answer['results']`` in place so its compact JSON fits; returns the report."""
+    """Trim ``answer['results']`` in place so its compact JSON fits; returns the report.
+
+    Run it again (:func:`refit`) whenever a field or a result is added after it."""
+    before = answer.get("budget")
+    dropped_before = int(before["dropped"]) if isinstance(before, dict) else 0
 
     def render(results: list[dict[str, Any]], report: dict[str, Any]) -> str:
         # took_ms is set after the budget: a placeholder of its usual width stands in for it.
         whole = {**answer, "results": results, "budget": report, "took_ms": 12345.678}
         return json.dumps(whole, ensure_ascii=False, separators=(",", ":"), default=str)
 
-    return fit_rendered(answer["results"], max_tokens, render)
+    return fit_rendered(answer["results"], max_tokens, render, dropped_before)
+
+
+def refit(answer: dict[str, Any]) -> dict[str, Any]:
+    """Fit ``answer`` to its budget again after something was added to it (``vectors_pending``
+    after the search, the shared store's hits); an answer without a budget is left alone."""
+    budget = answer.get("budget")
+    if isinstance(budget, dict):
+        answer["budget"] = fit_to_budget(answer, int(budget["max_tokens"]))
+    return answer

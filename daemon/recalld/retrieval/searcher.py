@@ -20,6 +20,7 @@ from recalld.index.vector_holder import VectorHolder
 from recalld.index.vector_index import VectorIndex
 from recalld.ingest.vector_backfill import VectorBacklog
 from recalld.retrieval import get_lines, keyword_scoring, status_answer
+from recalld.retrieval.answer_budget import refit
 from recalld.retrieval.channel_overlap import InFlight
 from recalld.retrieval.keyword_postings import PostingsCache
 from recalld.retrieval.search import run_search
@@ -92,7 +93,7 @@ class Searcher:
         # Keyword first: chunks still waiting for a vector are found by keyword only until then
         # (0 for a keyword-only search: it misses nothing).
         result["vectors_pending"] = ix.vector_backlog.pending if wants_vectors else 0
-        return result
+        return refit(result)  # the budget holds what the caller receives, this count included
 
     def get(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The ``get`` method: lines of an indexed file."""

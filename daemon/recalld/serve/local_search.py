@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from recalld.engine import Engine
+from recalld.retrieval.answer_budget import refit
 from recalld.retrieval.search_request import parse_request
 from recalld.serve.search_helper import MAX_VECTORS, SearchHelper
 
@@ -40,7 +41,7 @@ class LocalSearch:
                 result["vectors_pending"] = (
                     self.engine.vector_backlog.pending if wants_vectors else 0
                 )
-                return result
+                return refit(result)  # this count may be wider than the helper's
         return self.engine.searcher.search(params)
 
     def _hello(self) -> dict[str, Any]:

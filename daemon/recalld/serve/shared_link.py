@@ -16,6 +16,7 @@ from recalld.config import Config
 from recalld.embedding.query_vector import QUERY_VECTORS, query_vector
 from recalld.engine import Engine
 from recalld.errors import RecalldError
+from recalld.retrieval.answer_budget import refit
 
 log = logging.getLogger("recalld.shared")
 
@@ -84,7 +85,8 @@ class SharedLink:
             return local()
         # Both channels' vectors are this search's one query vector (embedded once).
         with QUERY_VECTORS.sharing(str(params.get("query", ""))):
-            return dict(self.channel.search(params, local, self._embed))
+            # The shared hits and any `degraded` come after the local fit: fit the whole again.
+            return refit(dict(self.channel.search(params, local, self._embed)))
 
     def get(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
         """``get`` of a shared citation, or None for a local path."""
