@@ -1,16 +1,19 @@
 """The prefilter's scan in int8: a quarter of float32's memory traffic, on the CPU's int8 units.
 
 The prefilter (``vector_index``) ranks every row by its projected (128-d) vectors, then rescores
-the best few thousand exactly. Its rows are stored as int8 with one scale per projected
-dimension, and the query's projection, times those scales, is quantized to 7 bits (uint8 in
-[1, 127] around 64: ``PAIR_BOUND`` says why). onnxruntime's ``MatMulInteger`` (MLAS: AVX-512
-VNNI / AVX2 kernels) then scans them: at 100k rows 0.8 ms against 2.2 ms for numpy's float32
-product, at 1M 6.2 ms against 28 ms (one thread), and the projected rows take 128 instead of
-512 MB at 1M. The final top 10 is unchanged on real embeddings (recall@10 0.994 at 100k and
-0.995 at 1M either way, 8-bit query; docs/DECISIONS.md: session 15, issue 38 for 7 bits).
+the best few thousand exactly. Its rows are int8 with one scale per projected dimension, stored
+biased as uint8 (int8 + ``ROW_BIAS``), one row per vector; the query's projection, times those
+scales, is quantized to int8 in [-63, 63] (``PAIR_BOUND`` says why 7 bits). onnxruntime's
+``MatMulInteger`` (MLAS: AVX-512 VNNI / AVX2 kernels) multiplies the rows (m x 128, the left
+operand) by the query (128 x 1) on one thread, and ``ROW_BIAS x sum(query)`` is taken off every
+score: the exact integer products. The other orientation (query 1 x 128 times rows 128 x m, up to
+issue 40) gives the same integers at 1.5-3x the CPU: MLAS repacks its right operand, every row,
+at each call (side by side, CPU per scan: 1M rows 20.1 against 29.7 ms, 100k 2.6 against 7.5 ms;
+docs/DECISIONS.md, issue 40). The rows take 128 MB at 1M (512 in float32), and the final top 10
+is unchanged on real embeddings (sessions 15 and issue 38).
 
-Without onnxruntime the same integers are multiplied by numpy in float32 blocks: slower, same
-ranking.
+Without onnxruntime the same integers are multiplied by numpy in float32 blocks (exact: every
+partial sum is an integer below 2**24): slower, the same scores.
 """
 
 from __future__ import annotations
