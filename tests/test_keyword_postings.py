@@ -159,6 +159,35 @@ def test_scores_equal_fts5_bm25(home: Path) -> None:
         assert cache.stats["fetched"] > 0 and cache.stats["held"] > 0
 
 
+def test_the_feedback_search_reads_the_phrases_once(home: Path) -> None:
+    """A second search with the first one's phrases (pseudo-relevance feedback) reuses FTS5's
+    part of the sum: the same answer as asking FTS5 again, one phrase query instead of two."""
+    with _synced(home, 60) as (store, cache):
+        terms = _terms("Did Deborah's dogs see ERR_CONN_RESET after useState", True)
+        extra = [*terms, ('"hiking"', False), ('"ledger"', False)]
+        weights = (1.0, 1.5, 1.0)
+        asked: list[str] = []
+
+        def trace(cursor: apsw.Cursor, sql: str, bindings: object) -> bool:
+            if "bm25(chunks_fts" in sql:
+                asked.append(sql)
+            return True
+
+        store.conn.exec_trace = trace
+        try:
+            memo: keyword_scoring.PhraseParts = {}
+            first = keyword_scoring.search(store.conn, cache, terms, 24, weights, None, memo)
+            second = keyword_scoring.search(store.conn, cache, extra, 24, weights, None, memo)
+            assert len(asked) == 1
+            assert first == keyword_scoring.search(store.conn, cache, terms, 24, weights)
+            assert second == keyword_scoring.search(store.conn, cache, extra, 24, weights)
+            assert len(asked) == 3  # without the memo each search asks again
+        finally:
+            store.conn.exec_trace = None
+        assert first and second and first != second
+        _assert_same(store, cache, extra, weights)
+
+
 def test_postings_follow_every_write(home: Path) -> None:
     memory = home / "memory"
     rng = _fill(memory, 60)

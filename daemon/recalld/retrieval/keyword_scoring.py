@@ -25,13 +25,15 @@ import numpy.typing as npt
 from recalld.index.fts_postings import RowIds, contained, query_tokens
 from recalld.retrieval.keyword_postings import PostingsCache, Snapshot
 
-__all__ = ["Term", "held_count", "holder", "match_of", "search"]
+__all__ = ["PhraseParts", "Term", "held_count", "holder", "match_of", "search"]
 
 K1 = 1.2  # FTS5's bm25 constants
 B = 0.75
 #: A term: (FTS5 expression, restricted to the text and context columns).
 Term = tuple[str, bool]
 Hits = list[tuple[int, float]]
+#: FTS5's part of the sum per phrase expression: (row ids, their part), kept for one search.
+PhraseParts = dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]
 _TEXT_COLUMNS = "{text context}"
 
 
@@ -97,10 +99,12 @@ def search(
     limit: int,
     weights: tuple[float, float, float],
     allowed: npt.NDArray[np.int64] | None = None,
+    phrases: PhraseParts | None = None,
 ) -> Hits | None:
     """(chunk id, bm25) best first, as ``Store.keyword_search`` gives them (FTS5's sign:
     lower is better), or None when no term is a single word (FTS5 alone is as fast).
-    ``allowed``: only these chunk ids (a search's filters)."""
+    ``allowed``: only these chunk ids (a search's filters). ``phrases``: FTS5's parts already
+    read by this search (the feedback search repeats the first one's phrases), filled here."""
     words: list[tuple[str, bool]] = []
     rest: list[Term] = []
     for expr, restricted in terms:
@@ -119,7 +123,8 @@ def search(
     for token, restricted in words:
         _add_word(scores, matched, snap, token, restricted, weights)
     if rest:
-        scores, matched = _add_phrases(conn, scores, matched, rest, weights)
+        part = _phrase_part(conn, rest, weights, {} if phrases is None else phrases)
+        scores, matched = _add_phrases(scores, matched, *part)
     if allowed is not None:
         keep = np.zeros(len(matched), dtype=bool)
         keep[allowed[(allowed >= 0) & (allowed < len(matched))]] = True
@@ -156,23 +161,41 @@ def _add_word(
     matched[ids] = True
 
 
-def _add_phrases(
+def _phrase_part(
     conn: apsw.Connection,
-    scores: np.ndarray,
-    matched: np.ndarray,
     rest: Sequence[Term],
     weights: tuple[float, float, float],
-) -> tuple[np.ndarray, np.ndarray]:
-    """FTS5's own bm25 of the other terms (phrases, NEAR, prefixes), for every row they match."""
+    memo: PhraseParts,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """FTS5's own bm25 of the other terms (phrases, NEAR, prefixes), for every row they match.
+
+    The costliest step of a search at scale (a NEAR group of prefixes walks every token they
+    expand to), and a prose query's feedback search asks for the same phrases again: ``memo``
+    keeps the first answer for the second."""
     w = ", ".join(repr(float(x)) for x in weights)
+    match = match_of(rest)
+    key = f"{w}|{match}"
+    if key in memo:
+        return memo[key]
     rows = conn.execute(
         f"SELECT rowid, bm25(chunks_fts, {w}) FROM chunks_fts WHERE chunks_fts MATCH ?",
-        (match_of(rest),),
+        (match,),
     ).fetchall()
-    if not rows:
-        return scores, matched
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     part = -np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
+    memo[key] = (ids, part)
+    return ids, part
+
+
+def _add_phrases(
+    scores: np.ndarray,
+    matched: np.ndarray,
+    ids: npt.NDArray[np.int64],
+    part: npt.NDArray[np.float64],
+) -> tuple[np.ndarray, np.ndarray]:
+    """FTS5's part of the phrases added into the dense per-row arrays (grown if need be)."""
+    if not len(ids):
+        return scores, matched
     top = int(ids.max()) + 1
     if top > len(scores):  # rows written after the lengths were read
         scores = np.concatenate([scores, np.zeros(top - len(scores))])

@@ -146,12 +146,13 @@ def _keyword_channel(
     # with ``chunks``). The stored-facts filters keep the held postings, masked by the ids
     # both channels may return: a filter that keeps 1 % then costs nothing extra.
     postings = ctx.postings if not req.filtered or (req.facts and allowed is not None) else None
+    phrases: keyword_scoring.PhraseParts = {}  # the feedback search repeats the phrases
 
     def keyword_search(these: list[Term]) -> Hits:
         if postings is not None:
             try:
                 hits = keyword_scoring.search(
-                    ctx.store.conn, postings, these, want, weights, allowed
+                    ctx.store.conn, postings, these, want, weights, allowed, phrases
                 )
             except (apsw.Error, ValueError) as exc:  # FTS5's own query still answers
                 postings.stats["failed"] += 1
