@@ -59,15 +59,11 @@ def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
         yield mp
 
 
-def _hits(
-    conn: Any, terms: list[str], collections: list[str], k: int = 10, budget: int | None = None
-) -> list[int]:
-    if budget is None:  # the default, as the daemon calls it
-        sql, args = "SELECT id FROM recalld.keyword_hits(%s, %s, %s)", (terms, collections, k)
-    else:
-        sql = "SELECT id FROM recalld.keyword_hits(%s, %s, %s, %s)"
-        args = (terms, collections, k, budget)
-    return [int(r[0]) for r in conn.execute(sql, args).fetchall()]
+def _hits(conn: Any, terms: list[str], collections: list[str], k: int = 10) -> list[int]:
+    rows = conn.execute(
+        "SELECT id FROM recalld.keyword_hits(%s, %s, %s)", (terms, collections, k)
+    ).fetchall()
+    return [int(r[0]) for r in rows]
 
 
 def test_keyword_hits_reads_only_what_the_member_may_read(store: dict[str, Any]) -> None:
@@ -96,21 +92,23 @@ def test_keyword_hits_drops_common_words_and_caps_candidates(store: dict[str, An
         assert len(_hits(bob, ["common"], ["alice@kw"], 5)) == 5
 
 
-def test_keyword_hits_picks_candidates_by_the_rarest_words_within_a_budget(
-    store: dict[str, Any],
-) -> None:
-    with _as(store, "bob") as bob:
-        # Each of "3" and "walrus" is in one chunk. Within the budget (the default: far more
-        # rows than this store has) both pick candidates; with none, only the rarest word
-        # (the first by frequency, then by name: "3") picks, and every kept word still ranks.
-        both = _hits(bob, ["walrus", "3"], ["alice@kw"])
-        assert len(both) == 2
-        rarest = _hits(bob, ["walrus", "3"], ["alice@kw"], budget=0)
-        assert len(rarest) == 1 and rarest[0] in both
-        path = bob.execute("SELECT path FROM recalld.chunks WHERE id = %s", rarest).fetchone()
-        assert path[0] == "notes/n3.md"
-        walrus = _hits(bob, ["walrus", "ledger", "balances"], ["alice@kw"], budget=0)
-        assert walrus == _hits(bob, ["walrus"], ["alice@kw"])  # one chunk holds all three
+def test_keyword_hits_prefer_the_shorter_chunk_for_the_same_words(store: dict[str, Any]) -> None:
+    """Ranks are divided by 1 + log(length) (migration 3): a long chunk that holds the word once
+    no longer comes first for being first in the table."""
+    bob = Remote(_settings(store, "bob", "bob@len"))
+    bob.ensure_collection()
+    long_text = "zebra crossing " + " ".join(f"filler{i}" for i in range(300))
+    for name, text in (("long", long_text), ("short", "zebra crossing notes")):
+        chunk = PushChunk(1, 1, "note", f"h-{name}", text, None)
+        bob.push_files([PushFile(f"{name}.md", f"f-{name}", text + "\n", (chunk,))])
+    bob.close()
+    with _as(store, "bob") as conn:
+        ids = _hits(conn, ["zebra"], ["bob@len"])
+        paths = [
+            conn.execute("SELECT path FROM recalld.chunks WHERE id = %s", (i,)).fetchone()[0]
+            for i in ids
+        ]
+        assert paths == ["short.md", "long.md"]
 
 
 def test_one_search_brings_keyword_and_vector_candidates(store: dict[str, Any]) -> None:
@@ -132,7 +130,7 @@ def test_one_search_brings_keyword_and_vector_candidates(store: dict[str, Any]) 
 
 
 def test_a_store_not_migrated_says_what_to_run(store: dict[str, Any]) -> None:
-    rename = "ALTER FUNCTION recalld.{}(text[], text[], int, int) RENAME TO {}"
+    rename = "ALTER FUNCTION recalld.{}(text[], text[], int) RENAME TO {}"
     with psycopg.connect(store["admin"], autocommit=True) as admin:
         admin.execute(rename.format("keyword_hits", "keyword_hits_gone"))  # as at version 1
         try:
