@@ -5,11 +5,13 @@ background, a search finds a note, ``stop`` ends it."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,7 +69,7 @@ def test_init_proposes_what_it_finds_and_writes_only_when_confirmed(user_home: P
     config = user_home / ".config/recalld/config.toml"
     asked = recalld(user_home, "init")  # no terminal, no --yes: it shows and writes nothing
     assert asked.returncode == 1 and not config.exists()
-    assert "recalld init --yes" in asked.stdout
+    assert "recalld init --yes" in asked.stdout and "input is not a terminal" in asked.stdout
     for found in ("Documents/Vault", "Documents/Vault2", "notes", "Documents/Work"):
         assert f"{user_home}/{found}  " in asked.stdout, asked.stdout
     assert "Documents/Few" not in asked.stdout and "inner" not in asked.stdout
@@ -155,3 +157,83 @@ def test_no_warning_without_xdg_runtime_dir(user_home: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     assert shown.stderr == ""
     assert shown.stdout.strip().endswith("recalld.sock")
+
+
+def _fake_systemctl(home: Path, fails: str) -> dict[str, str]:
+    """An env whose ``systemctl`` fails the way it does without a user bus (SSH, containers):
+    every call when ``fails`` is "all", only ``enable`` when it is "enable"."""
+    bin_dir = home / f"fakebin-{fails}"
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "systemctl"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "{fails}" = all ] || [ "$2" = enable ]; then\n'
+        '  echo "Failed to connect to bus: No medium found" >&2; exit 1\nfi\nexit 0\n'
+    )
+    script.chmod(0o755)
+    env = _env(home)
+    env["PATH"] = f"{bin_dir}:{env.get('PATH', '')}"
+    return env
+
+
+def _pid_of(home: Path, env: dict[str, str]) -> int | None:
+    status = subprocess.run(
+        [*RECALLD, "status", "--json"], env=env, cwd=home, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    pid = json.loads(status.stdout).get("daemon", {}).get("pid") if status.stdout else None
+    return int(pid) if pid is not None else None
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="systemd user services are Linux-only")
+def test_a_service_install_the_manager_refuses_never_leaves_no_daemon(user_home: Path) -> None:
+    """Without a user bus the unit is written but cannot be enabled: the daemon that ran keeps
+    running, and ``start``/``stop`` still work although the unit file exists."""
+    assert recalld(user_home, "init", "--yes").returncode == 0
+    run = lambda env, *a: subprocess.run(  # noqa: E731
+        [*RECALLD, *a], env=env, cwd=user_home, capture_output=True, text=True, timeout=240
+    )
+    no_bus, no_enable = _fake_systemctl(user_home, "all"), _fake_systemctl(user_home, "enable")
+    pids: list[int] = []
+    try:
+        assert run(no_bus, "start").returncode == 0
+        first = _pid_of(user_home, no_bus)
+        assert first is not None
+        pids.append(first)
+        refused = run(no_bus, "service", "install")
+        assert refused.returncode == 1 and "Failed to connect to bus" in refused.stdout
+        assert "stopped the recalld daemon" not in refused.stdout
+        assert (user_home / ".config/systemd/user/recalld.service").is_file()
+        assert _pid_of(user_home, no_bus) == first  # untouched
+
+        stopped = run(no_bus, "stop")  # the unit is installed; its manager cannot stop it
+        assert stopped.returncode == 0 and "recalld stopped" in stopped.stdout, stopped.stderr
+        assert _pid_of(user_home, no_bus) is None
+        started = run(no_bus, "start")
+        assert started.returncode == 0, started.stderr
+        assert "instead of as the service" in started.stdout
+        assert "logs/daemon.log" in started.stdout
+        second = _pid_of(user_home, no_bus)
+        assert second is not None and second != first
+        pids.append(second)
+
+        handed = run(no_enable, "service", "install")  # reload works, enable does not
+        assert handed.returncode == 1
+        assert f"stopped the recalld daemon that was running (pid {second})" in handed.stdout
+        assert "recalld runs again in the background" in handed.stdout, handed.stdout
+        third = None
+        for _ in range(100):
+            third = _pid_of(user_home, no_bus)
+            if third is not None:
+                break
+            time.sleep(0.2)
+        assert third is not None and third != second
+        pids.append(third)
+        # The manager says it stopped the service, but this daemon is not the service's.
+        assert run(no_enable, "stop").returncode == 0
+        assert _pid_of(user_home, no_bus) is None
+        pids.clear()
+    finally:
+        for pid in pids:  # a failed check must not leave a daemon behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

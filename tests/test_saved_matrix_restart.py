@@ -7,6 +7,7 @@ none, and every next start read vec0 again (22-27 s at 1M instead of 7-11).
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from conftest import write
 from daemon_process import DaemonProcess, wait_for
 from recalld.index.store import Store
+from recalld.index.vector_files import FORMAT
 
 QUERIES = ("lentil soup with cumin", "sailing boat", "garden tomatoes")
 TOPICS = ("lentil soup", "sailing", "tomatoes", "bicycle repair", "sourdough", "chess", "jazz")
@@ -85,6 +87,20 @@ def test_a_matrix_read_from_the_index_is_saved_at_once(home: Path) -> None:
     got, loaded_from = _answers(d)
     assert (loaded_from, got) == ("index", want)
     wait_for(meta.exists, timeout=60)  # saved in the background, no stop needed
+    d.kill9()
+    _started_answers(home, "saved files", want)
+
+
+def test_a_matrix_saved_in_an_older_format_is_used_and_saved_anew(home: Path) -> None:
+    """Format 3 (before issue 40) is read as it is, then written again in the background."""
+    meta = _home(home)
+    d, want = _indexed(home)
+    d.stop()
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "format": 3}))
+    d = DaemonProcess(home).start()
+    got, loaded_from = _answers(d)
+    assert (loaded_from, got) == ("saved files", want)
+    wait_for(lambda: json.loads(meta.read_text())["format"] == FORMAT, timeout=60)
     d.kill9()
     _started_answers(home, "saved files", want)
 

@@ -407,3 +407,36 @@ def test_install_hands_a_running_daemon_over(home: Path, tmp_path: Path) -> None
         assert daemon.proc is not None and daemon.proc.wait(20) == 0
     finally:
         daemon.stop()
+
+
+@pytest.mark.parametrize("platform", ["linux", "darwin"])
+def test_a_refused_start_restarts_the_daemon_it_stopped(tmp_path: Path, platform: str) -> None:
+    """The running daemon is stopped only once the manager answers, and started again in the
+    background when the service itself does not start (the launchd form tries both commands)."""
+    kind = service.manager_for(platform)
+    assert kind is not None
+    lines: list[str] = []
+    steps: list[str] = []
+    refused = CommandResult(1, "refused")
+    runner = Recorder(
+        {
+            "systemctl --user enable": refused,
+            "launchctl bootstrap": refused,
+            "launchctl load": refused,
+        }
+    )
+    installer = service.Installer(
+        kind, service.Layout.current(kind), tmp_path / "unit", runner, lines.append,
+        stop_running=lambda: steps.append("stop") or "stopped the daemon",
+        restart=lambda: steps.append("restart") or "runs again",
+    )  # fmt: skip
+    with pytest.raises(service.ServiceError):
+        installer.install()
+    assert steps == ["stop", "restart"] and "runs again" in lines
+    if kind == SYSTEMD:  # nothing was stopped where the manager cannot even reload
+        steps.clear()
+        runner = Recorder({"systemctl --user daemon-reload": refused})
+        installer.runner = runner
+        with pytest.raises(service.ServiceError):
+            installer.install()
+        assert steps == [] and len(runner.calls) == 1

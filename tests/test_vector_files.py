@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -10,14 +11,17 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from recalld.index import vector_index
+from recalld.index.int8_scan import ROW_BIAS
 from recalld.index.store import FileChange, FileRow, NewChunk, Store
 from recalld.index.vector_files import VectorFiles
+from recalld.index.vector_holder import VectorHolder
 from recalld.index.vector_index import VectorIndex
 from test_vector_index import DIMS, _row_by_row, _store_with_vectors, _unit
 
@@ -55,19 +59,19 @@ def test_clean_close_is_reused_with_its_changes_and_prefilter(tmp_path: Path) ->
     assert index.loaded_from == "index" and index._proj is not None
     for change in (_write(store, "new", 3), store.remove_file("/m/f2.md")):
         index.apply(change.removed, change.added, change.generation)
-    low, scale = index._low[:, : len(index)].copy(), index._scale.copy()
+    low, scale = index._low[: len(index)].copy(), index._scale.copy()
     index.close(save=True)
     assert (tmp_path / "index.sqlite.vectors" / "meta.json").exists()
     again = _load(store, path)
     assert again.loaded_from == "saved files" and again._proj is not None
     _same_as_index(again, store)
-    n = len(again)  # the projected rows came back transposed, as the prefilter scans them
-    np.testing.assert_array_equal(again._low[:, :n], low)
+    n = len(again)  # the projected rows came back as the prefilter scans them
+    np.testing.assert_array_equal(again._low[:n], low)
     np.testing.assert_array_equal(again._scale, scale)
-    want = (again._matrix[:n] @ again._proj).T  # int8 steps, clipped past the fitted range
-    got = again._low[:, :n].astype(np.float32) * again._scale[:, None]
-    inside = np.abs(want) <= 127 * again._scale[:, None]
-    assert np.all((np.abs(got - want) <= again._scale[:, None] * 0.5 + 1e-6) | ~inside)
+    want = again._matrix[:n] @ again._proj  # int8 steps, clipped past the fitted range
+    got = (again._low[:n].astype(np.float32) - ROW_BIAS) * again._scale[None, :]
+    inside = np.abs(want) <= 127 * again._scale[None, :]
+    assert np.all((np.abs(got - want) <= again._scale[None, :] * 0.5 + 1e-6) | ~inside)
     q = _unit(1, DIMS, 3)[0]
     assert again.search(q, 1)[0][0] == max(_row_by_row(store)) - 2  # the "new" file's first
     # Only read so far: still vouched for (a stop without a close keeps it usable) ...
@@ -186,7 +190,7 @@ def test_files_are_private_and_a_dead_writers_leftovers_go(tmp_path: Path) -> No
         capture_output=True,
         text=True,
     )
-    leftover = folder / f".low.i8.{int(dead.stdout)}.tmp"  # a save killed half-way
+    leftover = folder / f".low.u8.{int(dead.stdout)}.tmp"  # a save killed half-way
     leftover.write_bytes(b"\0" * 4096)
     mine = folder / f".other.{os.getpid()}.tmp"  # a live process's own: not touched
     mine.write_bytes(b"")
@@ -210,7 +214,7 @@ def test_files_the_saved_matrix_does_not_use_are_removed(tmp_path: Path) -> None
     assert index._proj is not None
     index.close(save=True)
     assert not old.exists()
-    for name in ("low.i8", "scale.f32", "proj.f32", "meta.json", "rows.f32", "ids.i64"):
+    for name in ("low.u8", "scale.f32", "proj.f32", "meta.json", "rows.f32", "ids.i64"):
         assert (folder / name).exists(), name
     again = _load(store, path)
     assert again.loaded_from == "saved files"
@@ -225,7 +229,7 @@ def test_a_save_without_prefilter_removes_an_earlier_ones_files(tmp_path: Path) 
     store.ensure_vectors_epoch()
     folder = tmp_path / "index.sqlite.vectors"
     folder.mkdir()
-    stale = [folder / name for name in ("low.i8", "scale.f32", "proj.f32")]
+    stale = [folder / name for name in ("low.u8", "scale.f32", "proj.f32")]
     for f in stale:
         f.write_bytes(b"\0" * 1024)
     index = _load(store, path)
@@ -330,4 +334,91 @@ def test_sigkill_in_the_middle_of_a_save_leaves_no_vouched_matrix(tmp_path: Path
     again = _load(store, path)
     assert again.loaded_from == "index"
     _same_as_index(again, store)  # the killed process's write included
+    store.close()
+
+
+def _as_format_3(folder: Path) -> None:
+    """Rewrite a saved matrix as recalld wrote it before issue 40: ``low.i8``, int8 transposed."""
+    meta = json.loads((folder / "meta.json").read_text())
+    count, rdims = int(meta["count"]), int(meta["rdims"])
+    if rdims:
+        rows = np.fromfile(folder / "low.u8", dtype=np.uint8).reshape(count, rdims)
+        old = (rows.astype(np.int16) - ROW_BIAS).astype(np.int8).T
+        np.ascontiguousarray(old).tofile(folder / "low.i8")
+        (folder / "low.u8").unlink()
+    (folder / "meta.json").write_text(json.dumps({**meta, "format": 3}))
+
+
+@pytest.mark.usefixtures("prefilter")
+def test_a_format_3_matrix_is_converted_at_load_and_saved_anew(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    folder = tmp_path / "index.sqlite.vectors"
+    store = _store_with_vectors(path, files=20, per_file=50)
+    store.ensure_vectors_epoch()
+    index = _load(store, path)
+    queries = _unit(5, DIMS, 21)
+    want = [index.search(q, 10) for q in queries]
+    low = index._low[: len(index)].copy()
+    index.close(save=True)
+    _as_format_3(folder)
+    again = _load(store, path)
+    assert again.loaded_from == "saved files" and again.unsaved
+    np.testing.assert_array_equal(again._low[: len(again)], low)
+    assert [again.search(q, 10) for q in queries] == want
+    assert again.save()  # in format 4 now, and the transposed file is gone
+    assert json.loads((folder / "meta.json").read_text())["format"] == 4
+    assert (folder / "low.u8").exists() and not (folder / "low.i8").exists()
+    assert not again.unsaved
+    third = _load(store, path)
+    assert third.loaded_from == "saved files" and not third.unsaved
+    np.testing.assert_array_equal(third._low[: len(third)], low)
+    assert [third.search(q, 10) for q in queries] == want
+    # Converted but not yet saved anew: its first change still takes the vouch away.
+    _as_format_3(folder)
+    fourth = _load(store, path)
+    change = _write(store, "after", 22)
+    fourth.apply(change.removed, change.added, change.generation)
+    assert not (folder / "meta.json").exists()
+    store.close()
+
+
+@pytest.mark.usefixtures("prefilter")
+def test_a_damaged_format_3_matrix_reads_the_index(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    folder = tmp_path / "index.sqlite.vectors"
+    store = _store_with_vectors(path, files=20, per_file=50)
+    store.ensure_vectors_epoch()
+    _load(store, path).close(save=True)
+    _as_format_3(folder)
+    with (folder / "low.i8").open("r+b") as fh:
+        fh.truncate(fh.seek(0, os.SEEK_END) - 1)  # one byte short
+    got = _load(store, path)
+    assert got.loaded_from == "index"
+    _same_as_index(got, store)
+    store.close()
+
+
+@pytest.mark.usefixtures("prefilter")
+def test_the_holder_saves_a_converted_matrix_in_the_background(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    folder = tmp_path / "index.sqlite.vectors"
+    store = _store_with_vectors(path, files=20, per_file=50)
+    store.ensure_vectors_epoch()
+    _load(store, path).close(save=True)
+    _as_format_3(folder)
+
+    @contextlib.contextmanager
+    def connection() -> Iterator[Store]:
+        yield store
+
+    holder = VectorHolder(path, connection, saved=True)
+    matrix = holder.get(DIMS)
+    assert matrix.loaded_from == "saved files"
+    deadline = time.monotonic() + 30
+    while json.loads((folder / "meta.json").read_text())["format"] != 4:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert not (folder / "low.i8").exists()
+    holder.close()
+    assert _load(store, path).loaded_from == "saved files"
     store.close()

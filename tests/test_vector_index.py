@@ -16,6 +16,7 @@ import numpy.typing as npt
 import pytest
 
 from recalld.index import vector_load
+from recalld.index.int8_scan import ROW_BIAS
 from recalld.index.rescoring import SAMPLE_STRIDE, largest
 from recalld.index.rwlock import ReadWriteLock
 from recalld.index.store import FileRow, Identity, NewChunk, Store
@@ -201,14 +202,16 @@ def test_apply_replaces_and_swap_removes(prefilter: bool) -> None:
     assert index.search(mat[0], 1)[0][0] == 5
     assert not index.vectors_of([1, 2, 3])
     np.testing.assert_array_equal(index.vectors_of([2500])[2500], mat[2499])
-    if prefilter:  # the projected rows (transposed) followed every add, swap-remove and growth
+    if prefilter:  # the projected rows followed every add, swap-remove and growth
         n = len(index)
-        assert index._proj is not None and index._low.shape[0] == index._proj.shape[1]
-        want = (index._matrix[:n] @ index._proj).T
-        # int8 with one scale per projected dimension: each value within half a step.
-        got = index._low[:, :n].astype(np.float32) * index._scale[:, None]
-        assert np.all(np.abs(got - want) <= index._scale[:, None] * 0.5 + 1e-6)
-        assert np.abs(index._low).max() == 127  # the scales use the whole range
+        assert index._proj is not None and index._low.shape[1] == index._proj.shape[1]
+        want = index._matrix[:n] @ index._proj
+        # int8 (stored + 128) with one scale per projected dimension: within half a step each.
+        values = index._low[:n].astype(np.int16) - ROW_BIAS
+        got = values.astype(np.float32) * index._scale[None, :]
+        assert np.all(np.abs(got - want) <= index._scale[None, :] * 0.5 + 1e-6)
+        assert np.abs(values).max() == 127  # the scales use the whole range
+        assert (index._low[n : n + 3] == ROW_BIAS).all()  # the 3 vacated rows: int8 zeros
 
 
 @contextlib.contextmanager

@@ -1,16 +1,19 @@
 """The prefilter's scan in int8: a quarter of float32's memory traffic, on the CPU's int8 units.
 
 The prefilter (``vector_index``) ranks every row by its projected (128-d) vectors, then rescores
-the best few thousand exactly. Its rows are stored as int8 with one scale per projected
-dimension, and the query's projection, times those scales, is quantized to 7 bits (uint8 in
-[1, 127] around 64: ``PAIR_BOUND`` says why). onnxruntime's ``MatMulInteger`` (MLAS: AVX-512
-VNNI / AVX2 kernels) then scans them: at 100k rows 0.8 ms against 2.2 ms for numpy's float32
-product, at 1M 6.2 ms against 28 ms (one thread), and the projected rows take 128 instead of
-512 MB at 1M. The final top 10 is unchanged on real embeddings (recall@10 0.994 at 100k and
-0.995 at 1M either way, 8-bit query; docs/DECISIONS.md: session 15, issue 38 for 7 bits).
+the best few thousand exactly. Its rows are int8 with one scale per projected dimension, stored
+biased as uint8 (int8 + ``ROW_BIAS``), one row per vector; the query's projection, times those
+scales, is quantized to int8 in [-63, 63] (``PAIR_BOUND`` says why 7 bits). onnxruntime's
+``MatMulInteger`` (MLAS: AVX-512 VNNI / AVX2 kernels) multiplies the rows (m x 128, the left
+operand) by the query (128 x 1) on one thread, and ``ROW_BIAS x sum(query)`` is taken off every
+score: the exact integer products. The other orientation (query 1 x 128 times rows 128 x m, up to
+issue 40) gives the same integers at 1.5-3x the CPU: MLAS repacks its right operand, every row,
+at each call (side by side, CPU per scan: 1M rows 20.1 against 29.7 ms, 100k 2.6 against 7.5 ms;
+docs/DECISIONS.md, issue 40). The rows take 128 MB at 1M (512 in float32), and the final top 10
+is unchanged on real embeddings (sessions 15 and issue 38).
 
-Without onnxruntime the same integers are multiplied by numpy in float32 blocks: slower, same
-ranking.
+Without onnxruntime the same integers are multiplied by numpy in float32 blocks (exact: every
+partial sum is an integer below 2**24): slower, the same scores.
 """
 
 from __future__ import annotations
@@ -25,26 +28,28 @@ import numpy.typing as npt
 __all__ = [
     "PAIR_BOUND",
     "QUERY_LEVELS",
-    "ZERO_POINT",
+    "ROW_BIAS",
     "Int8Scan",
+    "biased",
     "quantize_query",
     "quantize_rows",
     "scales_for",
-    "zero_point_offsets",
 ]
 
 F32 = npt.NDArray[np.float32]
 I8 = npt.NDArray[np.int8]
 U8 = npt.NDArray[np.uint8]
-#: The query's levels either side of ``ZERO_POINT``: its uint8 values lie in [1, 127].
+I32 = npt.NDArray[np.int32]
+#: The query's levels either side of 0: its int8 values lie in [-63, 63].
 QUERY_LEVELS = 63
-ZERO_POINT = 64
+#: The rows are stored as uint8: their int8 value plus this (``biased``).
+ROW_BIAS = 128
 #: MLAS's AVX2 kernel without VNNI (and AVX-512BW's) multiplies uint8 x int8 with
-#: ``vpmaddubsw``, which adds each *pair* of products into a saturating int16. With the query in
-#: [0, 127] and rows in [-128, 127] no pair sum leaves int16, so every CPU gives the exact
-#: integer product (a query up to 255 gave 19077 for 20495 on this class of CPU: issue 38).
-#: VNNI and ARM's dot products accumulate in int32: exact anyway.
-PAIR_BOUND = 2 * (ZERO_POINT + QUERY_LEVELS) * 128
+#: ``vpmaddubsw``, which adds each *pair* of products into a saturating int16. With the rows'
+#: uint8 in [0, 255] and the query in [-63, 63] no pair sum leaves int16, so every CPU gives the
+#: exact integer product (a query up to 255 against int8 rows gave 19077 for 20495 on this class
+#: of CPU: issue 38). VNNI and ARM's dot products accumulate in int32: exact anyway.
+PAIR_BOUND = 2 * 255 * QUERY_LEVELS
 assert PAIR_BOUND <= 32_767, PAIR_BOUND
 _FALLBACK_BLOCK = 65_536
 
@@ -56,22 +61,22 @@ def scales_for(max_abs: F32) -> F32:
     return out
 
 
-def quantize_rows(values: F32, scale: F32, out: npt.NDArray[np.int8]) -> None:
-    """``values`` (rdims x m, float) into ``out`` (rdims x m, int8), clipped to +-127."""
-    q = np.rint(values / scale[:, None])
+def quantize_rows(values: F32, scale: F32, out: U8) -> None:
+    """``values`` (m x rdims, float) into ``out`` (m x rdims): int8 clipped to +-127, biased."""
+    q = np.rint(values / scale[None, :])
     np.clip(q, -127, 127, out=q)
+    q += ROW_BIAS
     out[...] = q
 
 
-def zero_point_offsets(rows: I8) -> npt.NDArray[np.int32]:
-    """``ZERO_POINT`` x each column's sum: what the raw uint8 query adds to its scores."""
-    offsets: npt.NDArray[np.int32] = rows.sum(axis=0, dtype=np.int32)
-    offsets *= ZERO_POINT
-    return offsets
+def biased(rows: I8) -> U8:
+    """int8 rows as the scan stores them: uint8 = int8 + ``ROW_BIAS`` (the sign bit flipped)."""
+    out: U8 = rows.view(np.uint8) ^ np.uint8(ROW_BIAS)
+    return out
 
 
-def quantize_query(projected: F32, scale: F32) -> U8:
-    """The query's projection as uint8 around ``ZERO_POINT``, shape (1, rdims).
+def quantize_query(projected: F32, scale: F32) -> I8:
+    """The query's projection as int8 in [-63, 63], shape (rdims, 1).
 
     Multiplying by the rows' scales first makes the integer product proportional to the float
     one; the query's own scale is one factor for every row, so it does not change the ranking.
@@ -80,18 +85,19 @@ def quantize_query(projected: F32, scale: F32) -> U8:
     weighted = np.asarray(projected, dtype=np.float32) * scale
     top = float(np.abs(weighted).max())
     step = top / QUERY_LEVELS if top > 0 else 1.0
-    q = np.clip(np.rint(weighted / step), -QUERY_LEVELS, QUERY_LEVELS) + ZERO_POINT
-    out: U8 = q.astype(np.uint8)[None, :]
+    q = np.clip(np.rint(weighted / step), -QUERY_LEVELS, QUERY_LEVELS)
+    out: I8 = q.astype(np.int8)[:, None]
     return out
 
 
 class Int8Scan:
-    """``scores(query, rows, offsets)``: the (zero-point shifted) query times every row, int32.
+    """``scores(query, rows)``: every (unbiased) row times the query, int32.
 
-    The graph has no zero point: with one, ``MatMulInteger`` took 16.8 ms at 1M rows against
-    5.4 ms without (same data, one thread). So it multiplies the raw uint8 query, and the
-    ``ZERO_POINT x (sum of each row)`` that adds is taken off after: ``offsets``, kept by
-    ``vector_index`` with the rows (``zero_point_offsets``), so no search multiplies them.
+    The rows are the left operand (uint8, m x rdims, row-major) and the query the right one
+    (int8, rdims x 1): MLAS then packs 128 query bytes per call instead of every row, 1.5x
+    faster than the other orientation (issue 40). The bias adds ``ROW_BIAS x sum(query)`` to
+    every score, one integer taken off after (no zero point in the graph: with one,
+    ``MatMulInteger`` took 16.8 ms at 1M rows against 5.4 ms, session 15).
     """
 
     def __init__(self) -> None:
@@ -104,21 +110,24 @@ class Int8Scan:
         """ "onnxruntime" or "numpy" (after the first scan)."""
         return "onnxruntime" if self._session is not None else "numpy"
 
-    def scores(self, query: U8, rows: I8, offsets: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
-        """Dot products of the (zero-point shifted) query with every column of ``rows``;
-        ``offsets``: ``zero_point_offsets(rows)``."""
+    def scores(self, query: I8, rows: U8) -> I32:
+        """Dot products of the query (``quantize_query``) with every row of ``rows``
+        (``quantize_rows``: biased), exact, as int32."""
+        bias = ROW_BIAS * int(query.sum(dtype=np.int64))
         session = self._get_session()
         if session is not None:
-            (out,) = session.run(None, {"a": query, "b": rows})
-            raw: npt.NDArray[np.int32] = np.asarray(out, dtype=np.int32)[0]
-            raw -= offsets
+            (out,) = session.run(None, {"a": rows, "b": query})
+            raw: I32 = np.asarray(out, dtype=np.int32).reshape(-1)
+            raw -= bias
             return raw
-        shifted = query[0].astype(np.float32) - ZERO_POINT
-        n = rows.shape[1]
+        # float32 is exact here: every partial sum is an integer below 128 x 255 x 63 < 2**24.
+        q = query[:, 0].astype(np.float32)
+        n = rows.shape[0]
         result = np.empty(n, dtype=np.int32)
         for start in range(0, n, _FALLBACK_BLOCK):
-            block = rows[:, start : start + _FALLBACK_BLOCK].astype(np.float32)
-            result[start : start + block.shape[1]] = np.rint(shifted @ block)
+            block = rows[start : start + _FALLBACK_BLOCK].astype(np.float32)
+            result[start : start + len(block)] = np.rint(block @ q)
+        result -= bias
         return result
 
     def _get_session(self) -> Any:
@@ -131,13 +140,13 @@ class Int8Scan:
         return self._session
 
 
-#: The one-node graph ``y = MatMulInteger(a, b)`` (a: 1 x k uint8, b: k x n int8, y: 1 x n
+#: The one-node graph ``y = MatMulInteger(a, b)`` (a: m x k uint8, b: k x 1 int8, y: m x 1
 #: int32), opset 13, IR version 8, serialized. Kept as bytes so that the daemon
 #: needs onnxruntime only, not the ``onnx`` package; tests/test_int8_scan.py builds it again
 #: with ``onnx.helper`` and compares.
 SCAN_MODEL = base64.b64decode(
-    "CAgSB3JlY2FsbGQ6YQoYCgFhCgFiEgF5Ig1NYXRNdWxJbnRlZ2VyEg5wcmVmaWx0ZXJfc2NhbloRCgFhEgwKCggCEgYK"
-    "AggBCgBaDwoBYhIKCggIAxIECgAKAGIRCgF5EgwKCggGEgYKAggBCgBCBAoAEA0="
+    "CAgSB3JlY2FsbGQ6YQoYCgFhCgFiEgF5Ig1NYXRNdWxJbnRlZ2VyEg5wcmVmaWx0ZXJfc2NhbloPCgFhEgoKCAgCEgQK"
+    "AAoAWhEKAWISDAoKCAMSBgoACgIIAWIRCgF5EgwKCggGEgYKAAoCCAFCBAoAEA0="
 )
 
 

@@ -3,8 +3,11 @@
 vec0 stays the source of truth; these files only spare the next start the bulk read, the file
 write and the PCA projection (1M vectors: tens of seconds on a busy machine, well under one to
 map). Files: ``rows.f32`` (the full float32 rows, the live matrix while the daemon runs),
-``low.i8`` (the prefilter's projected rows in int8, transposed: one projected dimension after
-another), ``scale.f32`` (their scale per dimension), ``ids.i64``, ``proj.f32`` and ``meta.json``.
+``low.u8`` (the prefilter's projected rows in int8, biased to uint8, one row per vector: the
+scan's layout, ``int8_scan``), ``scale.f32`` (their scale per dimension), ``ids.i64``,
+``proj.f32`` and ``meta.json``. Format 3 held those rows transposed in ``low.i8`` (one projected
+dimension after another): they are converted at load (1M rows: well under a second, against
+~25 s to read vec0 again) and saved in format 4 in the background.
 
 ``meta.json`` is the only thing that vouches for the rest, and only for one state of the index:
 its vectors epoch (new with each vec0 table: a rebuild, a new index) and generation (+1 in every
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,16 +42,21 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.index.index_files import fsync_dir, test_phase, writer_alive
+from recalld.index.int8_scan import biased
 from recalld.index.vector_load import Rows
 
 log = logging.getLogger(__name__)
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
-FORMAT = 3  # 2: low.f32 transposed; 3: low.i8 and scale.f32 (older files: vec0 is read again)
-_OBSOLETE = ("low.f32",)  # format 2's prefilter rows
-_PREFILTER_FILES = ("low.i8", "scale.f32", "proj.f32")
-I8 = npt.NDArray[np.int8]
+#: 2: low.f32 transposed (vec0 is read again); 3: low.i8 transposed, int8 (converted at load);
+#: 4: low.u8, one biased row per vector (issue 40)
+FORMAT = 4
+_READABLE = (3, FORMAT)
+_OBSOLETE = ("low.f32", "low.i8")  # the prefilter rows of formats 2 and 3
+_PREFILTER_FILES = ("low.u8", "scale.f32", "proj.f32")
+U8 = npt.NDArray[np.uint8]
+_CONVERT_BLOCK = 65_536  # format 3's rows transposed per step: bounded temporaries
 
 
 @dataclass
@@ -57,11 +66,12 @@ class Saved:
     ids: I64
     count: int
     rows: Rows
-    low: I8 | None  # (rdims, capacity): the prefilter's layout (vector_index)
+    low: U8 | None  # (capacity, rdims): the prefilter's layout (vector_index)
     scale: F32 | None  # (rdims,)
     proj: F32 | None
     fitted_rows: int
     generation: int
+    format: int  # as saved (below ``FORMAT``: the next save writes the files again)
 
 
 class VectorFiles:
@@ -82,8 +92,8 @@ class VectorFiles:
             meta = json.loads(self._meta.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        wanted = {"format": FORMAT, "epoch": state[0], "generation": state[1], "dims": dims}
-        if any(meta.get(k) != v for k, v in wanted.items()):
+        wanted = {"epoch": state[0], "generation": state[1], "dims": dims}
+        if meta.get("format") not in _READABLE or any(meta.get(k) != v for k, v in wanted.items()):
             log.info("saved vectors are of another index state or format; reading the index")
             return None
         try:
@@ -106,9 +116,13 @@ class VectorFiles:
             _read_into(self.folder / "proj.f32", proj)
             scale = np.empty(rdims, dtype=np.float32)
             _read_into(self.folder / "scale.f32", scale)
-            low = np.empty((rdims, capacity), dtype=np.int8)
-            _read_rows_into(self.folder / "low.i8", low[:, :count])
-        return Saved(ids, count, rows, low, scale, proj, fitted, int(str(meta["generation"])))
+            low = np.empty((capacity, rdims), dtype=np.uint8)
+            if meta["format"] == FORMAT:
+                _read_into(self.folder / "low.u8", low[:count])
+            else:
+                _read_transposed(self.folder / "low.i8", low[:count])
+        generation, fmt = int(str(meta["generation"])), int(str(meta["format"]))
+        return Saved(ids, count, rows, low, scale, proj, fitted, generation, fmt)
 
     def new_rows(self, dims: int, capacity: int) -> Rows | None:
         """A fresh ``rows.f32`` for a matrix read from vec0 (None: no room, use a scratch file)."""
@@ -126,7 +140,7 @@ class VectorFiles:
         rows: Rows,
         ids: I64,
         count: int,
-        low: I8 | None,
+        low: U8 | None,
         scale: F32,
         proj: F32 | None,
     ) -> bool:
@@ -143,7 +157,7 @@ class VectorFiles:
             _write_array(self.folder / "ids.i64", ids[:count])
             test_phase("vectors-saving")  # tests: a kill -9 in the middle of a save
             if low is not None and proj is not None:
-                _write_array(self.folder / "low.i8", low[:, :count])
+                _write_array(self.folder / "low.u8", low[:count])
                 _write_array(self.folder / "scale.f32", scale)
                 _write_array(self.folder / "proj.f32", proj)
         except (OSError, ValueError) as exc:  # ValueError: the rows moved to memory meanwhile
@@ -222,23 +236,32 @@ def _read_into(path: Path, out: npt.NDArray[Any]) -> None:
             raise ValueError(f"{path.name} is not {len(view)} bytes long")
 
 
-def _read_rows_into(path: Path, out: npt.NDArray[Any]) -> None:
-    """Fill the 2-D ``out`` (each row contiguous, rows apart) from the file, row after row."""
+def _read_transposed(path: Path, out: U8) -> None:
+    """Fill ``out`` (count x rdims, biased) from format 3's ``low.i8`` (rdims x count, int8)."""
+    count, rdims = out.shape
     with path.open("rb") as fh:
-        for row in out:
-            view = row.data.cast("B")
-            if fh.readinto(view) != len(view):
-                raise ValueError(f"{path.name} is shorter than {out.nbytes} bytes")
-        if fh.read(1):
-            raise ValueError(f"{path.name} is longer than {out.nbytes} bytes")
+        size = os.fstat(fh.fileno()).st_size
+        if size != out.size:
+            raise ValueError(f"{path.name} is {size} bytes, not {out.size}")
+        if not size:
+            return
+        with mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) as mapped:
+            old = np.frombuffer(mapped, dtype=np.int8).reshape(rdims, count)
+            for start in range(0, count, _CONVERT_BLOCK):
+                stop = min(count, start + _CONVERT_BLOCK)
+                out[start:stop] = biased(old[:, start:stop].T)
+            del old  # the map closes only once no array views it
 
 
 def _write_array(path: Path, values: npt.NDArray[np.generic]) -> None:
-    """Write ``values`` in C order, row by row (no contiguous copy of a strided view)."""
+    """Write ``values`` in C order (a strided view row by row: no contiguous copy of it)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with _private(tmp, "wb") as fh:
-        for row in values if values.ndim > 1 else [values]:
-            np.ascontiguousarray(row).tofile(fh)
+        if values.flags.c_contiguous:
+            values.tofile(fh)
+        else:
+            for row in values if values.ndim > 1 else [values]:
+                np.ascontiguousarray(row).tofile(fh)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

@@ -70,8 +70,9 @@ class VectorHolder:
             return self._matrix
 
     def _save_soon(self, matrix: VectorIndex) -> None:
-        """Save a matrix read from vec0 in the background (searches and deltas go on)."""
-        if not self._saved or matrix.loaded_from != "index":
+        """Save a matrix read from vec0 (or saved in an older format) in the background
+        (searches and deltas go on)."""
+        if not self._saved or not matrix.unsaved:
             return
 
         def save() -> None:

@@ -10,10 +10,10 @@ PCA projection to ``PREFILTER_DIMS`` dims (fitted on a sample of the index itsel
 first, and the best ``PREFILTER_CANDIDATES`` are rescored exactly against the full vectors: a
 third of the memory traffic, and the final ranking is exact among the candidates (recall of the
 true top 10 >= 0.99 on real embeddings, measured by ``make bench``). The projected rows are held
-transposed (one row per projected dimension, ``_rdims x capacity``) and in int8, one scale per
+in int8 (stored biased as uint8, one row per vector: ``capacity x _rdims``), one scale per
 projected dimension (``int8_scan``): a twelfth of the full rows' memory traffic, scanned by
-onnxruntime's integer product (1M rows: 12 ms, against 28 ms for the same rows in float32 with
-BLAS), and the same top 10 after the exact rescoring.
+onnxruntime's integer product with the rows as its left operand, and the same top 10 after the
+exact rescoring.
 
 Loading reads vec0's storage in bulk into one preallocated matrix (``vector_load``), file-backed
 by an unlinked scratch file. Searches scan under the shared side of a readers-writer lock (numpy
@@ -32,25 +32,18 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.cpus import usable_cores
-from recalld.index.int8_scan import (
-    ZERO_POINT,
-    Int8Scan,
-    quantize_query,
-    quantize_rows,
-    scales_for,
-    zero_point_offsets,
-)
+from recalld.index.int8_scan import ROW_BIAS, Int8Scan, quantize_query, quantize_rows, scales_for
 from recalld.index.rescoring import GatherBuffers, largest
 from recalld.index.rwlock import ReadWriteLock
 from recalld.index.store import Store
-from recalld.index.vector_files import VectorFiles
+from recalld.index.vector_files import FORMAT, VectorFiles
 from recalld.index.vector_load import Rows, load_rows, read_scan
 
 F32 = npt.NDArray[np.float32]
-I8 = npt.NDArray[np.int8]
+U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]
-#: A fitted prefilter: (projection, projected rows in int8, their scales, rows fitted on).
-Fitted = tuple[F32, I8, F32, int]
+#: A fitted prefilter: (projection, projected rows (int8, biased), their scales, rows fitted on).
+Fitted = tuple[F32, U8, F32, int]
 _SCAN = Int8Scan()  # one session for every index of the process (thread-safe)
 _GATHER = GatherBuffers()  # the rescored rows' buffers, kept for every index of the process
 
@@ -86,13 +79,13 @@ class VectorIndex:
         self.prefilter_min_rows = prefilter_min_rows
         self._rdims = min(PREFILTER_DIMS, max(dims // 3, 1))
         self._proj: F32 | None = None  # (dims, _rdims)
-        # transposed: (_rdims, capacity), int8 with one scale per projected dimension
-        self._low: I8 = np.empty((self._rdims, 0), dtype=np.int8)
+        # (capacity, _rdims): int8 with one scale per projected dimension, stored biased as
+        # uint8 (int8_scan.quantize_rows), one row per vector: the scan's left operand
+        self._low: U8 = np.empty((0, self._rdims), dtype=np.uint8)
         self._scale: F32 = np.ones(self._rdims, dtype=np.float32)
         self._fitted_rows = 0
         if fitted is not None:  # a saved prefilter
             self._proj, self._low, self._scale, self._fitted_rows = fitted
-        self._offsets = zero_point_offsets(self._low)  # per projected row (Int8Scan.scores)
         self._maybe_fit()
         self.loaded_from = "index"  # or "saved files"
         # The saved copy (vector_files): which index state this matrix mirrors, None: unknown;
@@ -100,6 +93,7 @@ class VectorIndex:
         self._files: VectorFiles | None = None
         self._state: tuple[str, int] | None = None
         self._vouched: tuple[str, int] | None = None
+        self._older_format = False  # vouched files of an older format: a save writes them anew
         self._changes = 0
         self._save_lock = threading.Lock()  # one save at a time
 
@@ -142,6 +136,7 @@ class VectorIndex:
                 )
                 index.loaded_from = "saved files"
                 index._vouched = scan.state
+                index._older_format = saved.format != FORMAT
             else:
 
                 def make(capacity: int) -> Rows:
@@ -163,8 +158,12 @@ class VectorIndex:
             self._files = self._state = None
             self._count = 0
             self._rows.close()
-            self._low = np.empty((self._rdims, 0), dtype=np.int8)
-            self._offsets = zero_point_offsets(self._low)
+            self._low = np.empty((0, self._rdims), dtype=np.uint8)
+
+    @property
+    def unsaved(self) -> bool:
+        """Whether a ``save`` would write files: read from vec0, or saved in an older format."""
+        return self._files is not None and (self._vouched != self._state or self._older_format)
 
     def save(self) -> bool:
         """Vouch for the matrix in its files (True: they hold it now), for the next start.
@@ -177,7 +176,7 @@ class VectorIndex:
                 files, state, changes = self._files, self._state, self._changes
                 if files is None or state is None:
                     return False
-                if self._vouched == state:
+                if self._vouched == state and not self._older_format:
                     return True
                 proj, low = self._proj, self._low if self._proj is not None else None
                 parts = (self._rows, self._ids, self._count, low, self._scale, proj)
@@ -191,7 +190,7 @@ class VectorIndex:
                 rdims = int(proj.shape[1]) if proj is not None else 0
                 if not files.vouch(self._rows, self._count, rdims, fitted, state):
                     return False
-                self._vouched = state
+                self._vouched, self._older_format = state, False
                 return True
 
     def _unvouch(self) -> None:
@@ -250,22 +249,21 @@ class VectorIndex:
         # same axes but took 20 s instead of 0.2 s with OpenBLAS threads on a busy machine.
         _, vecs = np.linalg.eigh(centred.T @ centred)
         proj = np.ascontiguousarray(vecs[:, ::-1][:, : self._rdims], dtype=np.float32)
-        low = np.empty((self._rdims, self._rows.capacity), dtype=np.int8)
+        low = np.empty((self._rows.capacity, self._rdims), dtype=np.uint8)
         matrix = self._matrix
-        proj_t = np.ascontiguousarray(proj.T)
         starts = range(0, n, PROJECT_BLOCK)
 
         def project(start: int) -> F32:
-            block: F32 = proj_t @ matrix[start : min(n, start + PROJECT_BLOCK)].T
+            block: F32 = matrix[start : min(n, start + PROJECT_BLOCK)] @ proj
             return block
 
         def largest_abs(start: int) -> F32:
-            top: F32 = np.abs(project(start)).max(axis=1)
+            top: F32 = np.abs(project(start)).max(axis=0)
             return top
 
         def store(start: int) -> None:
             stop = min(n, start + PROJECT_BLOCK)
-            quantize_rows(project(start), scale, low[:, start:stop])
+            quantize_rows(project(start), scale, low[start:stop])
 
         # Two passes, so that no row is clipped: the scales need every row's projection, and
         # keeping them all in float32 is the memory the int8 rows save (512 MB at 1M). The
@@ -275,7 +273,6 @@ class VectorIndex:
             scale = scales_for(np.max(np.stack(list(pool.map(largest_abs, starts))), axis=0))
             list(pool.map(store, starts))
         self._proj, self._low, self._scale, self._fitted_rows = proj, low, scale, n
-        self._offsets = zero_point_offsets(low)
 
     def _grow(self, need: int) -> None:
         if need <= self._rows.capacity:
@@ -286,11 +283,9 @@ class VectorIndex:
         ids[: self._count] = self._ids[: self._count]
         self._ids = ids
         if self._proj is not None:
-            low = np.empty((self._rdims, capacity), dtype=np.int8)
-            low[:, : self._count] = self._low[:, : self._count]
-            offsets = np.zeros(capacity, dtype=np.int32)
-            offsets[: self._count] = self._offsets[: self._count]
-            self._low, self._offsets = low, offsets
+            low = np.empty((capacity, self._rdims), dtype=np.uint8)
+            low[: self._count] = self._low[: self._count]
+            self._low = low
 
     def apply(
         self,
@@ -321,9 +316,8 @@ class VectorIndex:
                         self._ids[row] = cid
                     self._matrix[row] = vec
                     if self._proj is not None:  # clipped to the fitted scales until a refit
-                        projected = (self._matrix[row] @ self._proj)[:, None]
-                        quantize_rows(projected, self._scale, self._low[:, row : row + 1])
-                        self._offsets[row] = ZERO_POINT * self._low[:, row].sum(dtype=np.int32)
+                        projected = (self._matrix[row] @ self._proj)[None, :]
+                        quantize_rows(projected, self._scale, self._low[row : row + 1])
                 self._maybe_fit()
 
     def _remove_one(self, chunk_id: int) -> None:
@@ -337,14 +331,13 @@ class VectorIndex:
             moved = int(self._ids[last])
             self._matrix[row] = self._matrix[last]
             if self._proj is not None:
-                self._low[:, row] = self._low[:, last]
-                self._offsets[row] = self._offsets[last]
+                self._low[row] = self._low[last]
             self._ids[row] = moved
             self._row_of[moved] = row
         # The vacated row is zeroed: a removed (forgotten) vector must not linger in rows.f32.
         self._matrix[last] = 0
         if self._proj is not None:
-            self._low[:, last] = 0
+            self._low[last] = ROW_BIAS  # int8 0
         self._count -= 1
 
     def vectors_of(self, chunk_ids: Sequence[int]) -> dict[int, F32]:
@@ -440,9 +433,9 @@ class VectorIndex:
     def _candidates(self, q: F32, k: int, n: int, mask: npt.NDArray[np.bool_] | None) -> I64:
         """Rows of the best int8 scores, in row order (shared lock held)."""
         assert self._proj is not None
-        # The whole (contiguous) array goes to the scan; the columns past n are ignored.
+        # The first n rows of the (row-major) array: contiguous, no copy.
         query = quantize_query(q @ self._proj, self._scale)
-        rough = _SCAN.scores(query, self._low, self._offsets)[:n].astype(np.float32)
+        rough = _SCAN.scores(query, self._low[:n]).astype(np.float32)
         if mask is not None:
             rough = np.where(mask, rough, -np.inf)
             n_ok = int(mask.sum())

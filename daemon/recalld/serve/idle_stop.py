@@ -20,7 +20,7 @@ from recalld import paths
 
 log = logging.getLogger(__name__)
 
-STARTED_BY_ENV = "RECALLD_STARTED_BY"  # set by recalld.surfaces.lifecycle.spawn_daemon
+STARTED_BY_ENV = "RECALLD_STARTED_BY"  # set by recalld.surfaces.daemon_spawn.spawn_daemon
 ON_DEMAND = ("mcp", "hook")
 IDLE_KEY = "daemon.on_demand_idle_s"
 

@@ -69,7 +69,9 @@ def run(args: argparse.Namespace, *, ask: Callable[[str], str] | None = None) ->
             )
             return exit_codes.ERROR
     if not args.yes and not _confirmed(target, ask):
-        out.write("Nothing written. `recalld init --yes` writes it without asking.\n")
+        asked = ask is not None or sys.stdin.isatty()
+        why = "" if asked else " (not asked: input is not a terminal)"
+        out.write(f"Nothing written{why}. `recalld init --yes` writes it without asking.\n")
         return exit_codes.ERROR
     write_config(target, text, out)
     _next_steps(out)

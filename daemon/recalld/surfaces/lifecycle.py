@@ -6,26 +6,26 @@ waits until the daemon answers and says where the log is. ``stop`` is the revers
 (``recalld serve``) stays the foreground form.
 
 A daemon started for a caller that did not ask for one (``recalld mcp``, a hook) is *on demand*:
-:func:`spawn_daemon` marks it with ``RECALLD_STARTED_BY``, so that ``status`` announces it and it
-stops after ``daemon.on_demand_idle_s`` without a request (see serve/idle_stop.py).
+``daemon_spawn.spawn_daemon`` marks it with ``RECALLD_STARTED_BY``, so that ``status`` announces
+it and it stops after ``daemon.on_demand_idle_s`` without a request (see serve/idle_stop.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from recalld import paths
-from recalld.serve.idle_stop import STARTED_BY_ENV
 from recalld.surfaces import exit_codes
+from recalld.surfaces.daemon_spawn import log_path, spawn_daemon
 
 START_TIMEOUT_S = 120.0  # the first start loads the model and opens (or creates) the index
 STOP_TIMEOUT_S = 30.0
+SERVICE_STOP_GRACE_S = 10.0  # then the daemon that still answers is not the service's
 
 
 def add_parsers(sub: Any) -> None:
@@ -37,40 +37,6 @@ def add_parsers(sub: Any) -> None:
     sub.add_parser("stop", help="stop the background daemon (or the service)")
 
 
-def log_path() -> Path:
-    """Where a daemon started in the background writes its log."""
-    return paths.log_dir() / "daemon.log"
-
-
-def spawn_daemon(log: Path, started_by: str, config: Path | None = None) -> subprocess.Popen[bytes]:
-    """``recalld serve`` in its own session, detached from this process's stdio."""
-    from recalld.security import open_private_log
-
-    kwargs: dict[str, Any] = {}
-    if sys.platform == "win32":
-        kwargs["creationflags"] = (
-            subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS  # type: ignore[attr-defined,unused-ignore]
-        )
-    else:
-        # Its own session: the caller's process group being killed must not kill the daemon.
-        kwargs["start_new_session"] = True
-    argv = [sys.executable, "-m", "recalld"]
-    if config is not None:
-        argv += ["--config", str(config.expanduser().resolve())]
-    env = dict(os.environ, **{STARTED_BY_ENV: started_by})
-    with open_private_log(log) as logf:  # 0600 in a 0700 folder: logs quote notes
-        return subprocess.Popen(
-            [*argv, "serve"],
-            stdin=subprocess.DEVNULL,
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-            close_fds=True,
-            cwd=os.path.expanduser("~"),
-            env=env,
-            **kwargs,
-        )
-
-
 def start(args: argparse.Namespace) -> int:
     """``recalld start``: the exit status (0 once a daemon answers)."""
     from recalld_client import is_running
@@ -79,16 +45,19 @@ def start(args: argparse.Namespace) -> int:
         print(f"recalld is already running (pid {pid}); log: {_log_place()}")
         return exit_codes.OK
     service = _installed_service()
-    if service is not None:
-        if not _service_command(service, "start"):
-            return exit_codes.ERROR
-        proc = None
-    else:
+    proc = None
+    if service is None:
         proc = spawn_daemon(log_path(), "start", args.config)
+    elif not _service_command(service, "start"):
+        # The unit is installed but its manager cannot be reached here (no user bus in an SSH
+        # or container session): the daemon still starts, the user is told why not as a service.
+        print("recalld: starting it in the background instead of as the service")
+        proc = spawn_daemon(log_path(), "start", args.config)
+    log = _log_place() if proc is None else str(log_path())
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
         if is_running(timeout=1.0):
-            print(f"recalld is running (pid {_running_pid()}); log: {_log_place()}")
+            print(f"recalld is running (pid {_running_pid()}); log: {log}")
             print("stop it with `recalld stop`; follow its indexing with `recalld status --watch`")
             return exit_codes.OK
         if proc is not None and proc.poll() is not None and not is_running(timeout=1.0):
@@ -100,7 +69,7 @@ def start(args: argparse.Namespace) -> int:
             return exit_codes.ERROR
         time.sleep(0.2)
     print(
-        f"recalld: the daemon did not answer within {args.timeout:.0f} s; log: {_log_place()}",
+        f"recalld: the daemon did not answer within {args.timeout:.0f} s; log: {log}",
         file=sys.stderr,
     )
     return exit_codes.UNAVAILABLE
@@ -108,32 +77,53 @@ def start(args: argparse.Namespace) -> int:
 
 def stop(_args: argparse.Namespace) -> int:
     """``recalld stop``: the exit status (0 once no daemon answers, or none ran)."""
-    from recalld_client import Client, RecalldClientError, is_running
+    from recalld_client import is_running
 
-    service = _installed_service()
-    if service is not None and is_running(timeout=1.0):
-        # The service manager would restart a daemon that merely exited: it stops it itself.
-        ok = _service_command(service, "stop")
-    elif (pid := _running_pid()) is not None:
-        try:
-            with Client(timeout=10.0, reconnect=False) as client:
-                client.shutdown()
-        except RecalldClientError as exc:
-            print(f"recalld: the daemon (pid {pid}) did not stop: {exc}", file=sys.stderr)
-            return exit_codes.ERROR
-        ok = True
-    else:
+    if not is_running(timeout=1.0):
         print("recalld is not running")
         return exit_codes.OK
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while ok and is_running(timeout=1.0):
-        if time.monotonic() > deadline:
-            print(f"recalld: still running after {STOP_TIMEOUT_S:.0f} s", file=sys.stderr)
-            return exit_codes.ERROR
-        time.sleep(0.2)
-    if ok:
+    service = _installed_service()
+    # The service manager would restart a daemon that merely exited: it stops it itself. A
+    # daemon still answering after that is not the service's (started by hand, or by `start`
+    # where the manager could not be reached): it is asked to exit itself.
+    stopped = service is not None and _service_command(service, "stop")
+    if stopped and _gone_within(SERVICE_STOP_GRACE_S):
         print("recalld stopped")
-    return exit_codes.OK if ok else exit_codes.ERROR
+        return exit_codes.OK
+    if not _ask_to_exit():
+        return exit_codes.ERROR
+    if not _gone_within(STOP_TIMEOUT_S):
+        print(f"recalld: still running after {STOP_TIMEOUT_S:.0f} s", file=sys.stderr)
+        return exit_codes.ERROR
+    print("recalld stopped")
+    return exit_codes.OK
+
+
+def _ask_to_exit() -> bool:
+    """Ask the running daemon to shut down; False (and why on stderr) when it could not be."""
+    from recalld_client import Client, RecalldClientError
+
+    pid = _running_pid()
+    if pid is None:
+        return True  # it went in the meantime
+    try:
+        with Client(timeout=10.0, reconnect=False) as client:
+            client.shutdown()
+    except RecalldClientError as exc:
+        print(f"recalld: the daemon (pid {pid}) did not stop: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def _gone_within(seconds: float) -> bool:
+    from recalld_client import is_running
+
+    deadline = time.monotonic() + seconds
+    while is_running(timeout=1.0):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def _running_pid() -> int | None:

@@ -93,6 +93,6 @@ class DaemonLink:
 
 def spawn_daemon(log_path: Path) -> subprocess.Popen[bytes]:
     """``recalld serve`` detached, marked as started on demand (it stops when long idle)."""
-    from recalld.surfaces.lifecycle import spawn_daemon as spawn
+    from recalld.surfaces.daemon_spawn import spawn_daemon as spawn
 
     return spawn(log_path, "mcp")

@@ -270,6 +270,7 @@ class Installer:
     out: Callable[[str], None] = print
     uid: int = field(default_factory=lambda: os.getuid() if hasattr(os, "getuid") else 0)
     stop_running: Callable[[], str | None] = lambda: stop_running_daemon()
+    restart: Callable[[], str | None] = lambda: restart_daemon()
     removing: bool = False
 
     def install(self) -> None:
@@ -282,22 +283,41 @@ class Installer:
         self.out(f"wrote {self.target}")
         if warning := clone_warning(self.layout.command):
             self.out(warning)
-        # One daemon per home: one started by hand or by `recalld mcp` would hold the socket and
-        # make the service's own exit at once, so it hands over to the service manager.
-        note = self.stop_running()
-        if note:
-            self.out(note)
         if self.kind == SYSTEMD:
+            # The manager is asked first: where it cannot be reached (no user bus in an SSH or
+            # container session) a daemon already running must keep running.
             self._run(["systemctl", "--user", "daemon-reload"])
-            self._run(["systemctl", "--user", "enable", "--now", UNIT_NAME])
+            self._hand_over(["systemctl", "--user", "enable", "--now", UNIT_NAME])
             self.out("recalld runs as a systemd user service; logs: journalctl --user -u recalld")
         else:
             domain = f"gui/{self.uid}"
             # A reinstall replaces a loaded agent; bootout fails harmlessly when none is loaded.
             self._run(["launchctl", "bootout", f"{domain}/{LABEL}"], check=False)
-            if not self._run(["launchctl", "bootstrap", domain, str(self.target)], check=False):
-                self._run(["launchctl", "load", "-w", str(self.target)])
+            self._hand_over(
+                ["launchctl", "bootstrap", domain, str(self.target)],
+                ["launchctl", "load", "-w", str(self.target)],
+            )
             self.out(f"recalld runs as a launchd agent; logs: {self.layout.log_dir}")
+
+    def _hand_over(self, start: list[str], fallback: list[str] | None = None) -> None:
+        """Stop a daemon running outside the service, then start the service; undo if it fails.
+
+        One daemon per home: one started by hand or by `recalld mcp` would hold the socket and
+        make the service's own exit at once. If the service then does not start, the daemon that
+        was stopped is started again in the background, so an install never leaves none running.
+        """
+        stopped = self.stop_running()
+        if stopped:
+            self.out(stopped)
+        try:
+            if fallback is None:
+                self._run(start)
+            elif not self._run(start, check=False):
+                self._run(fallback)
+        except ServiceError:
+            if stopped and (note := self.restart()):
+                self.out(note)
+            raise
 
     def uninstall(self) -> None:
         """Stop and disable the service, then remove the file (even if stopping failed)."""
@@ -383,6 +403,17 @@ def stop_running_daemon(timeout: float = 15.0) -> str | None:
     while is_running() and time.monotonic() < deadline:
         time.sleep(0.1)
     return f"stopped the recalld daemon that was running (pid {pid}) so the service runs it"
+
+
+def restart_daemon() -> str:
+    """Start again in the background the daemon :func:`stop_running_daemon` stopped."""
+    from recalld.surfaces.daemon_spawn import log_path, spawn_daemon
+
+    proc = spawn_daemon(log_path(), "start")
+    return (
+        f"the service did not start, so recalld runs again in the background (pid {proc.pid}; "
+        f"log: {log_path()})"
+    )
 
 
 def main(
