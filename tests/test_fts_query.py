@@ -290,6 +290,27 @@ def test_elided_words_are_prose_not_identifiers(ident_db: apsw.Connection) -> No
         list(ident_db.execute(SEARCH, (match,)))  # valid FTS5
 
 
+def test_hyphened_words_are_one_phrase(ident_db: apsw.Connection) -> None:
+    # Words joined by hyphens are their exact phrase (which also finds them joined by "_", split
+    # in the ident column); a part that splits further (``useState-hook``) is an identifier.
+    assert build_match("middle-aged adults", partial=True) == '"middle aged" OR "adults"'
+    assert build_match("systemctl list-unit-files", partial=True) == (
+        '"systemctl" OR "list unit files"'
+    )
+    assert build_match("HHV\u20118", partial=True) == '"HHV\u20118"'
+    assert "NEAR(" in (build_match("useState-hook", partial=True) or "")
+    assert "NEAR(" in (build_match("list_unit_files", partial=True) or "")
+    assert "NEAR(" in (build_match("list-unit_files", partial=True) or "")
+    texts = ["run list-unit-files", "ListUnitFiles()", "list_unit_files", "list files by unit"]
+    for rowid, text in enumerate(texts, start=101):
+        ident_db.execute(
+            "INSERT INTO chunks_fts(rowid, text, context, ident) VALUES (?, ?, '', ?)",
+            (rowid, text, ident_text(text)),
+        )
+    match = build_match("list-unit-files", partial=True)
+    assert {int(r[0]) for r in ident_db.execute(SEARCH, (match,))} == {101, 102, 103}
+
+
 def test_elided_stopwords_are_stopwords() -> None:
     # ``that's``, ``I'm``, ``don't`` are stopwords with a clitic: dropped like "that" and "do".
     assert build_match("that's what I'm saying, don't wait") == '"saying" OR "wait"'
