@@ -56,6 +56,7 @@ def agent(env: dict[str, str], *argv: str, cwd: Path | None = None) -> str:
     return proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_claude_code_connects_to_recalld(trial: tuple[dict[str, str], Path]) -> None:
     env, home = trial
     # The user's own server and hook stay.
@@ -88,6 +89,7 @@ def test_claude_code_connects_to_recalld(trial: tuple[dict[str, str], Path]) -> 
     }
 
 
+@pytest.mark.slow
 def test_codex_lists_recalld_enabled_and_doctor_does_the_handshake(
     trial: tuple[dict[str, str], Path],
 ) -> None:
@@ -123,6 +125,7 @@ def test_codex_lists_recalld_enabled_and_doctor_does_the_handshake(
         daemon.stop()
 
 
+@pytest.mark.slow
 def test_gemini_cli_connects_in_a_trusted_folder(trial: tuple[dict[str, str], Path]) -> None:
     env, home = trial
     done = recalld(env, "integrate", "gemini-cli")
@@ -140,6 +143,7 @@ def test_gemini_cli_connects_in_a_trusted_folder(trial: tuple[dict[str, str], Pa
     assert "~/.gemini/tmp/*/chats/session-*.jsonl" in config
 
 
+@pytest.mark.slow
 def test_a_real_gemini_cli_session_is_read(trial: tuple[dict[str, str], Path]) -> None:
     """The real Gemini CLI, its API stood in for at the network edge, writes a session file;
     recalld reads its question, tool call, tool result and answer, each once."""

@@ -55,6 +55,7 @@ def test_load_refuses_an_unreadable_file(tmp_path: Path) -> None:
         Config.load(path)
 
 
+@pytest.mark.slow
 def test_an_empty_config_for_two_seconds_changes_nothing(home: Path) -> None:
     notes, user_home = home / "notes", home / "user"
     (home / "memory").rmdir()  # the default memory folder: it must not come back

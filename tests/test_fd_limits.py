@@ -191,6 +191,7 @@ def test_the_soft_limit_is_raised_to_the_hard_one(fd_home: Path) -> None:
         d.stop()
 
 
+@pytest.mark.slow
 def test_a_note_not_read_for_want_of_fds_is_indexed_once_they_are_back(fd_home: Path) -> None:
     home = fd_home
     d = _start(home)

@@ -185,6 +185,7 @@ def _pid_of(home: Path, env: dict[str, str]) -> int | None:
     return int(pid) if pid is not None else None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="systemd user services are Linux-only")
 def test_a_service_install_the_manager_refuses_never_leaves_no_daemon(user_home: Path) -> None:
     """Without a user bus the unit is written but cannot be enabled: the daemon that ran keeps

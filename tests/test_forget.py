@@ -44,6 +44,7 @@ def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_forget_lines_leaves_no_byte_of_them(home: Path) -> None:
     """With the local model: the entry's chunk, FTS entries, vector and cached embedding go."""
@@ -95,6 +96,7 @@ def test_forget_lines_leaves_no_byte_of_them(home: Path) -> None:
     assert scan_home(home, token) == []  # the saved vectors and a clean close add nothing
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_forget_paths_and_globs_hold_across_edits_restarts_and_rebuilds(home: Path) -> None:
     (home / "config.toml").write_text(

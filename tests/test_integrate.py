@@ -154,6 +154,7 @@ def test_codex_has_no_project_scope(fresh_home: Path) -> None:
     assert done.returncode == exit_codes.USAGE and "only the user scope" in done.stderr
 
 
+@pytest.mark.slow
 def test_doctor_without_a_daemon_fails_and_says_what_to_do(fresh_home: Path) -> None:
     env = agent_env(fresh_home)
     assert recalld(env, "integrate", "codex").returncode == 0  # registered, agent not installed

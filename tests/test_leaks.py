@@ -392,6 +392,7 @@ def test_get_refuses_an_indexed_file_that_became_a_link_while_paused(tmp_path: P
         shutil.rmtree(home, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_search_helper_serves_no_secret(home: Path) -> None:
     """Snippets answered by the search helper process go through the same gate (the helper
     starts with the local model on, as in test_search_helper)."""

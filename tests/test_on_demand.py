@@ -6,12 +6,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import write
 from daemon_process import DaemonProcess, stop_process, wait_for
 from recalld.surfaces import mcp_server
 from recalld_client import Client, is_running
 
 
+@pytest.mark.slow
 def test_a_daemon_started_by_mcp_is_announced_and_stops_when_idle(home: Path) -> None:
     write(home / "config.toml", "[sessions]\npaths = []\n[daemon]\non_demand_idle_s = 3\n")
     write(home / "memory" / "note.md", "# Note\n\nThe deploy runs on Kubernetes.\n")
@@ -45,6 +48,7 @@ def test_a_daemon_started_by_mcp_is_announced_and_stops_when_idle(home: Path) ->
                 client.shutdown()
 
 
+@pytest.mark.slow
 def test_a_daemon_started_by_hand_keeps_running_when_idle(home: Path) -> None:
     write(home / "config.toml", "[sessions]\npaths = []\n[daemon]\non_demand_idle_s = 0.5\n")
     daemon = DaemonProcess(home).start(timeout=120)

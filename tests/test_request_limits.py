@@ -166,6 +166,7 @@ def _check(d: DaemonProcess, figures: dict[str, Any], what: str) -> None:
         assert c.search("ferry", mode="keyword")["results"]
 
 
+@pytest.mark.slow
 def test_expansion_frames_from_clients_that_never_read_keep_the_daemon_bounded(
     daemon: DaemonProcess,
 ) -> None:
@@ -179,12 +180,14 @@ def test_expansion_frames_from_clients_that_never_read_keep_the_daemon_bounded(
     assert "more than 4,096 values" in log
 
 
+@pytest.mark.slow
 def test_nested_short_arrays_are_bounded_too(daemon: DaemonProcess) -> None:
     figures = attack(daemon, nested_frame(1, 4000, 250), connections=8, seconds=4.0)
     _check(daemon, figures, "8 nested connections")
     assert figures["hangups"] > 8
 
 
+@pytest.mark.slow
 def test_costly_requests_under_every_cap_from_clients_that_never_read(
     daemon: DaemonProcess,
 ) -> None:

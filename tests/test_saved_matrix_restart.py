@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import write
 from daemon_process import DaemonProcess, wait_for
 from recalld.index.store import Store
@@ -63,6 +65,7 @@ def _started_answers(home: Path, loaded_from: str, want: list[Any]) -> None:
         d.stop()
 
 
+@pytest.mark.slow
 def test_a_quick_stop_keeps_the_saved_matrix(home: Path) -> None:
     meta = _home(home)
     d, want = _indexed(home)
@@ -78,6 +81,7 @@ def test_a_quick_stop_keeps_the_saved_matrix(home: Path) -> None:
     _started_answers(home, "saved files", want)
 
 
+@pytest.mark.slow
 def test_a_matrix_read_from_the_index_is_saved_at_once(home: Path) -> None:
     meta = _home(home)
     d, want = _indexed(home)
@@ -91,6 +95,7 @@ def test_a_matrix_read_from_the_index_is_saved_at_once(home: Path) -> None:
     _started_answers(home, "saved files", want)
 
 
+@pytest.mark.slow
 def test_a_matrix_saved_in_an_older_format_is_used_and_saved_anew(home: Path) -> None:
     """Format 3 (before issue 40) is read as it is, then written again in the background."""
     meta = _home(home)
@@ -105,6 +110,7 @@ def test_a_matrix_saved_in_an_older_format_is_used_and_saved_anew(home: Path) ->
     _started_answers(home, "saved files", want)
 
 
+@pytest.mark.slow
 def test_kill9_during_the_save_still_answers_correctly(home: Path) -> None:
     meta = _home(home)
     d, want = _indexed(home)
@@ -119,6 +125,7 @@ def test_kill9_during_the_save_still_answers_correctly(home: Path) -> None:
     _started_answers(home, "index", want)
 
 
+@pytest.mark.slow
 def test_a_stop_during_the_start_sync_closes_cleanly(home: Path) -> None:
     """SIGTERM while the start's sync runs: the sync ends early, the index is closed cleanly
     (no check before the next start serves) and the next start indexes the rest."""

@@ -61,6 +61,7 @@ def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_client_filters_through_the_daemon(daemon: DaemonProcess) -> None:
     with daemon.client() as c:
 

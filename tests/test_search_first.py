@@ -209,6 +209,7 @@ def _task_nices(pid: int) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 @linux_only
 def test_a_daemon_back_fill_yields_to_searches_at_its_lower_priority(home: Path) -> None:
     from daemon_process import DaemonProcess, wait_for

@@ -176,6 +176,7 @@ def check_icon_pixels(img: Any, box: tuple[int, int, int, int], state: str) -> N
         assert near(colour, beside, 3), f"corner {corner} is {colour}, not the tray's {beside}"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_menu_runs_every_action(
     xserver: XServer, tray_host: Any, home: Path, tmp_path: Path
@@ -320,6 +321,7 @@ def test_signal_removes_icon_and_exits_cleanly(
         tray.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_tray_follows_the_daemon_in_a_tray_that_starts_later(
     xserver: XServer, home: Path, tmp_path: Path

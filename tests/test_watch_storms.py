@@ -45,6 +45,7 @@ def indexed_version(c: Client) -> int:
     return max(found, default=-1)
 
 
+@pytest.mark.slow
 def test_a_note_rewritten_every_300_ms_is_indexed_while_the_writes_go_on(
     daemon: DaemonProcess, home: Path
 ) -> None:
@@ -112,6 +113,7 @@ def test_an_inotify_queue_overflow_is_caught_up_and_shown(home: Path) -> None:
     print(f"{rounds * notes} rewrites of {notes} notes; caught up {caught_up:.1f} s after SIGCONT")
 
 
+@pytest.mark.slow
 def test_a_watcher_thread_that_stops_is_restarted_and_reconciled(tmp_path: Path) -> None:
     """An emitter thread that ends (as an exception in watchdog ends it) sees nothing more: the
     watcher starts a new observer and asks for a reconcile of what was missed."""
