@@ -7,7 +7,7 @@ real executable and this home's folders. A placeholder alone on a line that rend
 
 Commands (``systemctl``, ``launchctl``) go through a :data:`Runner`, so tests record them instead
 of running them. When the service manager is missing or refuses, the file is still written, the
-failure is reported, and the exit status is non-zero.
+failure is reported, the exit status is non-zero, and a daemon that was running still runs.
 """
 
 from __future__ import annotations
