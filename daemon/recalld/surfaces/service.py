@@ -405,10 +405,14 @@ def stop_running_daemon(timeout: float = 15.0) -> str | None:
     return f"stopped the recalld daemon that was running (pid {pid}) so the service runs it"
 
 
-def restart_daemon() -> str:
-    """Start again in the background the daemon :func:`stop_running_daemon` stopped."""
+def restart_daemon() -> str | None:
+    """Start again in the background the daemon :func:`stop_running_daemon` stopped (None when
+    one still answers: it did not stop, or something else started one)."""
     from recalld.surfaces.daemon_spawn import log_path, spawn_daemon
+    from recalld_client import is_running
 
+    if is_running():
+        return None
     proc = spawn_daemon(log_path(), "start")
     return (
         f"the service did not start, so recalld runs again in the background (pid {proc.pid}; "
