@@ -349,6 +349,17 @@ def _as_format_3(folder: Path) -> None:
     (folder / "meta.json").write_text(json.dumps({**meta, "format": 3}))
 
 
+def _saved_in_format_3(tmp_path: Path) -> tuple[Store, Path, Path]:
+    """A matrix saved at a clean close, then rewritten as format 3: (store, path, folder)."""
+    path = tmp_path / "index.sqlite"
+    folder = tmp_path / "index.sqlite.vectors"
+    store = _store_with_vectors(path, files=20, per_file=50)
+    store.ensure_vectors_epoch()
+    _load(store, path).close(save=True)
+    _as_format_3(folder)
+    return store, path, folder
+
+
 @pytest.mark.usefixtures("prefilter")
 def test_a_format_3_matrix_is_converted_at_load_and_saved_anew(tmp_path: Path) -> None:
     path = tmp_path / "index.sqlite"
@@ -384,12 +395,7 @@ def test_a_format_3_matrix_is_converted_at_load_and_saved_anew(tmp_path: Path) -
 
 @pytest.mark.usefixtures("prefilter")
 def test_a_damaged_format_3_matrix_reads_the_index(tmp_path: Path) -> None:
-    path = tmp_path / "index.sqlite"
-    folder = tmp_path / "index.sqlite.vectors"
-    store = _store_with_vectors(path, files=20, per_file=50)
-    store.ensure_vectors_epoch()
-    _load(store, path).close(save=True)
-    _as_format_3(folder)
+    store, path, folder = _saved_in_format_3(tmp_path)
     with (folder / "low.i8").open("r+b") as fh:
         fh.truncate(fh.seek(0, os.SEEK_END) - 1)  # one byte short
     got = _load(store, path)
@@ -400,12 +406,7 @@ def test_a_damaged_format_3_matrix_reads_the_index(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("prefilter")
 def test_the_holder_saves_a_converted_matrix_in_the_background(tmp_path: Path) -> None:
-    path = tmp_path / "index.sqlite"
-    folder = tmp_path / "index.sqlite.vectors"
-    store = _store_with_vectors(path, files=20, per_file=50)
-    store.ensure_vectors_epoch()
-    _load(store, path).close(save=True)
-    _as_format_3(folder)
+    store, path, folder = _saved_in_format_3(tmp_path)
 
     @contextlib.contextmanager
     def connection() -> Iterator[Store]:

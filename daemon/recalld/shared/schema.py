@@ -19,6 +19,43 @@ from recalld.errors import ConfigError
 #: Members are granted this role; it carries every privilege a member needs.
 MEMBERS_ROLE = "recalld_members"
 
+#: Migration 2's keyword function; migration 3 replaces it with its ranks normalized by length.
+_KEYWORD_HITS = """
+CREATE FUNCTION recalld.keyword_hits(p_terms text[], p_collections text[], p_limit int)
+    RETURNS TABLE (id bigint, rank real) LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = recalld, pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        allowed text[] := recalld.readable();
+        kept text[];
+        q tsquery;
+    BEGIN
+        -- Letters and digits only (what recalld's tokenizer makes): nothing else reaches
+        -- the tsquery. Words in over 2 % of the chunks (ANALYZE's element statistics) are
+        -- dropped unless nothing else is left: an OR of them ranks a large part of the store.
+        WITH asked AS (
+            SELECT DISTINCT t FROM unnest(p_terms[1:32]) AS t WHERE t ~ '^[[:alnum:]]{1,64}$'
+        ), stats AS (
+            SELECT e.w, e.f FROM pg_stats s,
+                unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(w, f)
+            WHERE s.schemaname = 'recalld' AND s.tablename = 'chunks' AND s.attname = 'terms'
+        ), scored AS (
+            SELECT a.t, coalesce(st.f, 0) AS f FROM asked a LEFT JOIN stats st ON st.w = a.t
+        )
+        SELECT coalesce(array_agg(t), '{}') INTO kept FROM scored
+        WHERE f <= 0.02 OR t = (SELECT t FROM scored ORDER BY f, t LIMIT 1);
+        IF cardinality(kept) = 0 THEN
+            RETURN;
+        END IF;
+        q := to_tsquery('simple', array_to_string(kept, ' | '));
+        RETURN QUERY EXECUTE
+            'SELECT c.id, ts_rank_cd(c.terms, $1) FROM recalld.chunks c '
+            'WHERE c.terms @@ $1 AND c.collection = ANY ($2) AND c.collection = ANY ($3) '
+            'ORDER BY 2 DESC, 1 LIMIT $4'
+            USING q, allowed, p_collections, least(greatest(p_limit, 0), 64);
+    END $$;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     # 1: collections, files, chunks (keyword terms as a tsvector), members, identity, policies.
     """
@@ -147,82 +184,14 @@ MIGRATIONS: tuple[str, ...] = (
     # applies the policy before any qual that is not leakproof (tsvector @@ is not), so a
     # member's keyword search read every readable row instead of the index. This function runs
     # as the schema's owner (no policy) and applies the member's readable collections itself.
-    """
-    CREATE FUNCTION recalld.keyword_hits(p_terms text[], p_collections text[], p_limit int)
-        RETURNS TABLE (id bigint, rank real) LANGUAGE plpgsql STABLE SECURITY DEFINER
-        SET search_path = recalld, pg_catalog, pg_temp
-        AS $$
-        DECLARE
-            allowed text[] := recalld.readable();
-            kept text[];
-            q tsquery;
-        BEGIN
-            -- Letters and digits only (what recalld's tokenizer makes): nothing else reaches
-            -- the tsquery. Words in over 2 % of the chunks (ANALYZE's element statistics) are
-            -- dropped unless nothing else is left: an OR of them ranks a large part of the store.
-            WITH asked AS (
-                SELECT DISTINCT t FROM unnest(p_terms[1:32]) AS t WHERE t ~ '^[[:alnum:]]{1,64}$'
-            ), stats AS (
-                SELECT e.w, e.f FROM pg_stats s,
-                    unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(w, f)
-                WHERE s.schemaname = 'recalld' AND s.tablename = 'chunks' AND s.attname = 'terms'
-            ), scored AS (
-                SELECT a.t, coalesce(st.f, 0) AS f FROM asked a LEFT JOIN stats st ON st.w = a.t
-            )
-            SELECT coalesce(array_agg(t), '{}') INTO kept FROM scored
-            WHERE f <= 0.02 OR t = (SELECT t FROM scored ORDER BY f, t LIMIT 1);
-            IF cardinality(kept) = 0 THEN
-                RETURN;
-            END IF;
-            q := to_tsquery('simple', array_to_string(kept, ' | '));
-            RETURN QUERY EXECUTE
-                'SELECT c.id, ts_rank_cd(c.terms, $1) FROM recalld.chunks c '
-                'WHERE c.terms @@ $1 AND c.collection = ANY ($2) AND c.collection = ANY ($3) '
-                'ORDER BY 2 DESC, 1 LIMIT $4'
-                USING q, allowed, p_collections, least(greatest(p_limit, 0), 64);
-        END $$;
-    """,
+    _KEYWORD_HITS,
     # 3: keyword ranks divided by 1 + the log of the chunk's length (ts_rank_cd's
     # normalization 1): a long chunk (a tool output, a whole abstract) no longer outranks a
     # short one for matching the same words once each. Measured with recalld's terms and the
     # qrels of scifact-train, cranfield and cisi (docs/DECISIONS.md): nDCG@10 up on all three.
-    """
-    CREATE OR REPLACE FUNCTION recalld.keyword_hits(
-        p_terms text[], p_collections text[], p_limit int
-    )
-        RETURNS TABLE (id bigint, rank real) LANGUAGE plpgsql STABLE SECURITY DEFINER
-        SET search_path = recalld, pg_catalog, pg_temp
-        AS $$
-        DECLARE
-            allowed text[] := recalld.readable();
-            kept text[];
-            q tsquery;
-        BEGIN
-            -- Letters and digits only (what recalld's tokenizer makes): nothing else reaches
-            -- the tsquery. Words in over 2 % of the chunks (ANALYZE's element statistics) are
-            -- dropped unless nothing else is left: an OR of them ranks a large part of the store.
-            WITH asked AS (
-                SELECT DISTINCT t FROM unnest(p_terms[1:32]) AS t WHERE t ~ '^[[:alnum:]]{1,64}$'
-            ), stats AS (
-                SELECT e.w, e.f FROM pg_stats s,
-                    unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(w, f)
-                WHERE s.schemaname = 'recalld' AND s.tablename = 'chunks' AND s.attname = 'terms'
-            ), scored AS (
-                SELECT a.t, coalesce(st.f, 0) AS f FROM asked a LEFT JOIN stats st ON st.w = a.t
-            )
-            SELECT coalesce(array_agg(t), '{}') INTO kept FROM scored
-            WHERE f <= 0.02 OR t = (SELECT t FROM scored ORDER BY f, t LIMIT 1);
-            IF cardinality(kept) = 0 THEN
-                RETURN;
-            END IF;
-            q := to_tsquery('simple', array_to_string(kept, ' | '));
-            RETURN QUERY EXECUTE
-                'SELECT c.id, ts_rank_cd(c.terms, $1, 1) FROM recalld.chunks c '
-                'WHERE c.terms @@ $1 AND c.collection = ANY ($2) AND c.collection = ANY ($3) '
-                'ORDER BY 2 DESC, 1 LIMIT $4'
-                USING q, allowed, p_collections, least(greatest(p_limit, 0), 64);
-        END $$;
-    """,
+    _KEYWORD_HITS.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1).replace(
+        "ts_rank_cd(c.terms, $1)", "ts_rank_cd(c.terms, $1, 1)", 1
+    ),
 )
 
 _GRANTS = f"""
