@@ -69,7 +69,7 @@ class SharedChannel:
         self.last_error = None
         floor = params.get("min_score")
         floor = self.config.float("search.min_score") if floor is None else float(floor)
-        shared = self._results(hits, query, floor)
+        shared = self._results(hits, query, floor, max_results)
         merged = sorted(answer.get("results", []) + shared, key=lambda r: -float(r["score"]))
         answer["results"] = merged[:max_results]
         answer["shared"] = {
@@ -81,22 +81,30 @@ class SharedChannel:
     def _hits(
         self, query: str, wants_vectors: bool, embed: Callable[[str], Any], k: int
     ) -> list[SharedHit]:
-        vector = embed(query) if wants_vectors else None
+        # The keyword statement starts at once; the vector one once the query is embedded.
+        vector = (lambda: embed(query)) if wants_vectors else None
         multiplier = self.config.int("search.candidate_multiplier")
         return self.remote.search(query, vector, k * multiplier, self.remote.settings.timeout_ms)
 
-    def _results(self, hits: list[SharedHit], query: str, floor: float) -> list[dict[str, Any]]:
+    def _results(
+        self, hits: list[SharedHit], query: str, floor: float, max_results: int
+    ) -> list[dict[str, Any]]:
+        """The best ``max_results`` hits as results (only they can make the merged list: the
+        snippets of the others would cost the search's thread time for nothing)."""
         vw, tw = self.config.float("search.vector_weight"), self.config.float("search.text_weight")
         top = max((h.keyword or 0.0 for h in hits), default=0.0) or 1.0
         keyword_only = all(h.vector is None for h in hits)
-        terms = query_terms(query)
-        limit = self.config.int("search.snippet_chars")
-        out = []
+        scored = []
         for h in hits:
             keyword = (h.keyword or 0.0) / top
             score = keyword if keyword_only else vw * (h.vector or 0.0) + tw * keyword
-            if score < floor and not keyword_only:
-                continue
+            if score >= floor or keyword_only:
+                scored.append((score, h))
+        scored.sort(key=lambda pair: -pair[0])
+        terms = query_terms(query)
+        limit = self.config.int("search.snippet_chars")
+        out = []
+        for score, h in scored[:max_results]:
             citation = f"{PREFIX}{h.collection}/{h.path}#L{h.start_line}-L{h.end_line}"
             out.append(
                 {

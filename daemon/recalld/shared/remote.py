@@ -8,12 +8,13 @@ statement runs as the member's own role: row-level security decides what it sees
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -31,24 +32,24 @@ MAX_CANDIDATES = 64
 #: shows up in searches within this time).
 COLLECTIONS_TTL_S = 30.0
 
-# One statement, one round trip: the keyword candidates (recalld.keyword_hits: the GIN index,
-# which row-level security would keep from a plain query), the vector candidates (HNSW), and
-# the rows of both. The ``vec`` part is left empty when the query has no vector.
-_VECTOR_PART = (
-    "SELECT chunk_id AS id, embedding <=> %(v)s AS dist FROM recalld.vectors "
-    "WHERE collection = ANY(%(colls)s) ORDER BY embedding <=> %(v)s LIMIT %(k)s"
-)
-_NO_VECTOR_PART = "SELECT NULL::bigint AS id, NULL::float8 AS dist WHERE false"
-_SEARCH = (
-    "WITH kw AS MATERIALIZED (SELECT id, rank FROM recalld.keyword_hits(%(terms)s, %(colls)s, "
-    "%(k)s)), vec AS MATERIALIZED ({vec}) "
+# Each channel is one statement, one round trip, and the two run at once on two connections
+# (PostgreSQL gives each its own process): the keyword candidates (recalld.keyword_hits: the
+# postings, which row-level security would keep from a plain query) with their rows, and the
+# vector candidates (HNSW) with theirs. A chunk both find comes twice and is merged.
+_ROWS = (
     "SELECT c.id, c.collection, co.owner, c.path, c.start_line, c.end_line, c.kind, c.text, "
-    "kw.rank, vec.dist FROM (SELECT id FROM kw UNION SELECT id FROM vec) ids "
-    "JOIN recalld.chunks c ON c.id = ids.id JOIN recalld.collections co ON co.name = c.collection "
-    "LEFT JOIN kw ON kw.id = c.id LEFT JOIN vec ON vec.id = c.id"
+    "{scores} FROM {found} JOIN recalld.chunks c ON c.id = found.id "
+    "JOIN recalld.collections co ON co.name = c.collection"
 )
-SEARCH_WITH_VECTOR = _SEARCH.replace("{vec}", _VECTOR_PART)
-SEARCH_KEYWORD_ONLY = _SEARCH.replace("{vec}", _NO_VECTOR_PART)
+SEARCH_KEYWORD = _ROWS.format(
+    scores="found.rank, NULL::float8",
+    found="recalld.keyword_hits(%(terms)s, %(colls)s, %(k)s) AS found",
+)
+SEARCH_VECTOR = _ROWS.format(
+    scores="NULL::real, found.dist",
+    found="(SELECT chunk_id AS id, embedding <=> %(v)s AS dist FROM recalld.vectors "
+    "WHERE collection = ANY(%(colls)s) ORDER BY embedding <=> %(v)s LIMIT %(k)s) AS found",
+)
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,8 @@ class Remote:
         self._timeouts: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._readable: tuple[float, list[str]] | None = None
         self._has_vectors = False
+        # the vector channel's statement, run while the keyword one runs on the caller's thread
+        self._pool = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="recalld-shared-vec")
 
     @contextmanager
     def connection(self, timeout_ms: int | None = None) -> Iterator[Any]:
@@ -135,6 +138,7 @@ class Remote:
 
     def close(self) -> None:
         """Close the idle connections."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             idle, self._idle = self._idle, []
         for conn in idle:
@@ -269,40 +273,41 @@ class Remote:
     # search and get -----------------------------------------------------------------------------
 
     def search(
-        self, query: str, query_vector: np.ndarray | None, k: int, timeout_ms: int
+        self,
+        query: str,
+        query_vector: np.ndarray | Callable[[], np.ndarray | None] | None,
+        k: int,
+        timeout_ms: int,
     ) -> list[SharedHit]:
         """The top ``k`` (at most MAX_CANDIDATES) chunks of each channel in the collections this
-        member reads, in one statement."""
+        member reads: the two channels at once, each in one statement. ``query_vector`` may be
+        a function that makes it: the keyword statement does not wait for it."""
         with self.connection(timeout_ms) as conn:
             collections = self._collections(conn)
             if not collections:
                 return []
             terms = query_terms(query)
-            vector = query_vector is not None and self._vectors_exist(conn)
-            if not terms and not vector:
-                return []
-            params = {
-                "terms": terms,
-                "colls": collections,
-                "k": min(max(k, 1), MAX_CANDIDATES),
-                "v": query_vector,
-            }
-            statement = SEARCH_WITH_VECTOR if vector else SEARCH_KEYWORD_ONLY
-            rows = _fetch(conn, statement, params)
-        return [
-            SharedHit(
-                str(coll),
-                str(owner),
-                str(path),
-                int(a),
-                int(b),
-                str(kind),
-                str(text),
-                None if dist is None else 1.0 - float(dist),
-                None if rank is None else float(rank),
-            )
-            for _, coll, owner, path, a, b, kind, text, rank, dist in rows
-        ]
+            params = {"terms": terms, "colls": collections, "k": min(max(k, 1), MAX_CANDIDATES)}
+            vector_rows: cf.Future[list[Any]] | None = None
+            if query_vector is not None and self._vectors_exist(conn):
+                vector_rows = self._pool.submit(self._vector_rows, params, query_vector, timeout_ms)
+            try:
+                rows = _fetch(conn, SEARCH_KEYWORD, params) if terms else []
+            finally:  # the vector statement's connection goes back to the idle list either way
+                more = vector_rows.result() if vector_rows is not None else []
+        return _merged(rows + more)
+
+    def _vector_rows(
+        self,
+        params: dict[str, Any],
+        query_vector: np.ndarray | Callable[[], np.ndarray | None],
+        timeout_ms: int,
+    ) -> list[Any]:
+        vector = query_vector() if callable(query_vector) else query_vector
+        if vector is None:
+            return []
+        with self.connection(timeout_ms) as conn:
+            return _fetch(conn, SEARCH_VECTOR, {**params, "v": vector})
 
     def _collections(self, conn: Any) -> list[str]:
         """The collections searched: readable ones ``shared.read`` names (kept a while)."""
@@ -333,6 +338,32 @@ class Remote:
                 (collection, path),
             ).fetchone()
         return None if row is None else str(row[0])
+
+
+def _merged(rows: Sequence[Any]) -> list[SharedHit]:
+    """One hit per chunk, with the keyword rank and the vector distance of its rows."""
+    hits: dict[int, SharedHit] = {}
+    for cid, coll, owner, path, a, b, kind, text, rank, dist in rows:
+        hit = SharedHit(
+            str(coll),
+            str(owner),
+            str(path),
+            int(a),
+            int(b),
+            str(kind),
+            str(text),
+            None if dist is None else 1.0 - float(dist),
+            None if rank is None else float(rank),
+        )
+        seen = hits.get(int(cid))
+        if seen is not None:
+            hit = replace(
+                seen,
+                vector=seen.vector if hit.vector is None else hit.vector,
+                keyword=seen.keyword if hit.keyword is None else hit.keyword,
+            )
+        hits[int(cid)] = hit
+    return list(hits.values())
 
 
 def _fetch(conn: Any, statement: str, params: dict[str, Any]) -> list[Any]:

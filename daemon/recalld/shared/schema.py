@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from recalld.errors import ConfigError
+from recalld.shared import postings
 
 #: Members are granted this role; it carries every privilege a member needs.
 MEMBERS_ROLE = "recalld_members"
@@ -30,21 +31,7 @@ CREATE FUNCTION recalld.keyword_hits(p_terms text[], p_collections text[], p_lim
         kept text[];
         q tsquery;
     BEGIN
-        -- Letters and digits only (what recalld's tokenizer makes): nothing else reaches
-        -- the tsquery. Words in over 2 % of the chunks (ANALYZE's element statistics) are
-        -- dropped unless nothing else is left: an OR of them ranks a large part of the store.
-        WITH asked AS (
-            SELECT DISTINCT t FROM unnest(p_terms[1:32]) AS t WHERE t ~ '^[[:alnum:]]{1,64}$'
-        ), stats AS (
-            SELECT e.w, e.f FROM pg_stats s,
-                unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(w, f)
-            WHERE s.schemaname = 'recalld' AND s.tablename = 'chunks' AND s.attname = 'terms'
-        ), scored AS (
-            SELECT a.t, coalesce(st.f, 0) AS f FROM asked a LEFT JOIN stats st ON st.w = a.t
-        )
-        SELECT coalesce(array_agg(t), '{}') INTO kept FROM scored
-        WHERE f <= 0.02 OR t = (SELECT t FROM scored ORDER BY f, t LIMIT 1);
-        IF cardinality(kept) = 0 THEN
+{kept}        IF cardinality(kept) = 0 THEN
             RETURN;
         END IF;
         q := to_tsquery('simple', array_to_string(kept, ' | '));
@@ -54,7 +41,7 @@ CREATE FUNCTION recalld.keyword_hits(p_terms text[], p_collections text[], p_lim
             'ORDER BY 2 DESC, 1 LIMIT $4'
             USING q, allowed, p_collections, least(greatest(p_limit, 0), 64);
     END $$;
-"""
+""".replace("{kept}", postings.KEPT_WORDS)
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: collections, files, chunks (keyword terms as a tsvector), members, identity, policies.
@@ -192,6 +179,9 @@ MIGRATIONS: tuple[str, ...] = (
     _KEYWORD_HITS.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1).replace(
         "ts_rank_cd(c.terms, $1)", "ts_rank_cd(c.terms, $1, 1)", 1
     ),
+    # 4: keyword postings by impact (recalld.shared.postings): a search reads the first few
+    # hundred postings of each word instead of ranking every chunk that holds one.
+    postings.MIGRATION,
 )
 
 _GRANTS = f"""
