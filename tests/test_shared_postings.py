@@ -107,11 +107,13 @@ def _exact(admin: str, words: list[str], collection: str, k: int) -> list[float]
 
 def _ranked(store: dict[str, Any], words: list[str], collection: str, k: int) -> list[Any]:
     with _as(store, "alice") as conn:
-        return conn.execute(
-            "SELECT h.rank, c.path FROM recalld.keyword_hits(%s, %s, %s) h "
-            "JOIN recalld.chunks c ON c.id = h.id ORDER BY h.rank DESC, h.id",
-            (words, [collection], k),
-        ).fetchall()
+        return list(
+            conn.execute(
+                "SELECT h.rank, c.path FROM recalld.keyword_hits(%s, %s, %s) h "
+                "JOIN recalld.chunks c ON c.id = h.id ORDER BY h.rank DESC, h.id",
+                (words, [collection], k),
+            ).fetchall()
+        )
 
 
 def _push_notes(store: dict[str, Any], member: str, collection: str, texts: list[str]) -> None:
