@@ -129,6 +129,18 @@ def test_one_search_brings_keyword_and_vector_candidates(store: dict[str, Any]) 
     carol.close()
 
 
+def test_a_closed_remote_keeps_no_connection_and_still_answers(store: dict[str, Any]) -> None:
+    bob = Remote(_settings(store, "bob", "bob@kw", **{"shared.read": ["alice@*"]}))
+    query = np.asarray([1.0, 0.07, 0.0], dtype=np.float32)
+    first = bob.search("walrus ledger", query, 5, 3000)
+    kept = list(bob._idle)
+    assert kept  # the two channels' connections, kept for the next search
+    bob.close()
+    assert all(conn.closed for conn in kept)
+    assert bob.search("walrus ledger", query, 5, 3000) == first  # still answers, in turn
+    assert bob._idle == []  # and keeps nothing
+
+
 def test_a_store_not_migrated_says_what_to_run(store: dict[str, Any]) -> None:
     rename = "ALTER FUNCTION recalld.{}(text[], text[], int) RENAME TO {}"
     with psycopg.connect(store["admin"], autocommit=True) as admin:

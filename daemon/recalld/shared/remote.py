@@ -101,6 +101,7 @@ class Remote:
         self._timeouts: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._readable: tuple[float, list[str]] | None = None
         self._has_vectors = False
+        self._closed = False  # by close(): connections are closed when done, not kept
         # the vector channel's statement, run while the keyword one runs on the caller's thread
         self._pool = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="recalld-shared-vec")
 
@@ -134,12 +135,16 @@ class Remote:
             conn.close()
             raise
         with self._lock:
-            self._idle.append(conn)
+            if not self._closed:
+                self._idle.append(conn)
+                return
+        conn.close()  # a statement that ended after close(): nothing keeps its connection
 
     def close(self) -> None:
-        """Close the idle connections."""
+        """Close the idle connections, and each busy one when its statement ends."""
         self._pool.shutdown(wait=False, cancel_futures=True)
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
@@ -290,7 +295,13 @@ class Remote:
             params = {"terms": terms, "colls": collections, "k": min(max(k, 1), MAX_CANDIDATES)}
             vector_rows: cf.Future[list[Any]] | None = None
             if query_vector is not None and self._vectors_exist(conn):
-                vector_rows = self._pool.submit(self._vector_rows, params, query_vector, timeout_ms)
+                vector_rows = cf.Future()
+                if self._closed:  # no pool after close(): one statement after the other
+                    vector_rows.set_result(self._vector_rows(params, query_vector, timeout_ms))
+                else:
+                    vector_rows = self._pool.submit(
+                        self._vector_rows, params, query_vector, timeout_ms
+                    )
             try:
                 rows = _fetch(conn, SEARCH_KEYWORD, params) if terms else []
             finally:  # the vector statement's connection goes back to the idle list either way
