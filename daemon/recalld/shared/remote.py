@@ -295,13 +295,13 @@ class Remote:
             params = {"terms": terms, "colls": collections, "k": min(max(k, 1), MAX_CANDIDATES)}
             vector_rows: cf.Future[list[Any]] | None = None
             if query_vector is not None and self._vectors_exist(conn):
-                vector_rows = cf.Future()
-                if self._closed:  # no pool after close(): one statement after the other
-                    vector_rows.set_result(self._vector_rows(params, query_vector, timeout_ms))
-                else:
+                try:
                     vector_rows = self._pool.submit(
                         self._vector_rows, params, query_vector, timeout_ms
                     )
+                except RuntimeError:  # closed, so no pool: one statement after the other
+                    vector_rows = cf.Future()
+                    vector_rows.set_result(self._vector_rows(params, query_vector, timeout_ms))
             try:
                 rows = _fetch(conn, SEARCH_KEYWORD, params) if terms else []
             finally:  # the vector statement's connection goes back to the idle list either way
