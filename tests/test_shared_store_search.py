@@ -1,8 +1,9 @@
 """The shared store's search statement against a real PostgreSQL + pgvector.
 
-``recalld.keyword_hits`` runs as the schema's owner (so that the GIN index is used: row-level
-security kept it from a member's plain query) and applies the member's readable collections
-itself: checked here as the members' roles with plain SQL and through :class:`Remote`.
+``recalld.keyword_hits`` runs as the schema's owner (members cannot read the postings it reads;
+before them, row-level security kept the GIN index from a member's plain query) and applies the
+member's readable collections itself: checked here as the members' roles with plain SQL and
+through :class:`Remote`.
 """
 
 from __future__ import annotations
