@@ -34,6 +34,15 @@ INDEX = (
     "CREATE INDEX postings_by_impact ON recalld.postings (collection, term, impact DESC, chunk_id)"
 )
 
+#: keyword_hits' name, arguments, result, rights and first variable (migrations 2 and 4).
+SIGNATURE = """recalld.keyword_hits(p_terms text[], p_collections text[], p_limit int)
+    RETURNS TABLE (id bigint, rank real) LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = recalld, pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        allowed text[] := recalld.readable();
+"""
+
 KEPT_WORDS = """
         -- Letters and digits only (what recalld's tokenizer makes): nothing else reaches
         -- the tsquery. Words in over 2 % of the chunks (ANALYZE's element statistics) are
@@ -63,14 +72,7 @@ _TOP = (
 )
 
 KEYWORD_HITS = f"""
-    CREATE OR REPLACE FUNCTION recalld.keyword_hits(
-        p_terms text[], p_collections text[], p_limit int)
-    RETURNS TABLE (id bigint, rank real) LANGUAGE plpgsql STABLE SECURITY DEFINER
-    SET search_path = recalld, pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        allowed text[] := recalld.readable();
-        colls text[];
+    CREATE OR REPLACE FUNCTION {SIGNATURE}        colls text[];
         kept text[];
         q tsquery;
         k int := least(greatest(p_limit, 0), 64);

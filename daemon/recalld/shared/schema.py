@@ -22,13 +22,7 @@ MEMBERS_ROLE = "recalld_members"
 
 #: Migration 2's keyword function; migration 3 replaces it with its ranks normalized by length.
 _KEYWORD_HITS = """
-CREATE FUNCTION recalld.keyword_hits(p_terms text[], p_collections text[], p_limit int)
-    RETURNS TABLE (id bigint, rank real) LANGUAGE plpgsql STABLE SECURITY DEFINER
-    SET search_path = recalld, pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        allowed text[] := recalld.readable();
-        kept text[];
+CREATE FUNCTION {signature}        kept text[];
         q tsquery;
     BEGIN
 {kept}        IF cardinality(kept) = 0 THEN
@@ -41,7 +35,7 @@ CREATE FUNCTION recalld.keyword_hits(p_terms text[], p_collections text[], p_lim
             'ORDER BY 2 DESC, 1 LIMIT $4'
             USING q, allowed, p_collections, least(greatest(p_limit, 0), 64);
     END $$;
-""".replace("{kept}", postings.KEPT_WORDS)
+""".replace("{signature}", postings.SIGNATURE).replace("{kept}", postings.KEPT_WORDS)
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: collections, files, chunks (keyword terms as a tsvector), members, identity, policies.
