@@ -171,7 +171,7 @@ def test_a_store_at_version_3_gets_its_postings(monkeypatch: pytest.MonkeyPatch)
             monkeypatch.setenv(f"RCD_TEST_PW_{member.upper()}", pw)
         with psycopg.connect(info["admin"], autocommit=True) as conn:
             assert conn.execute("SELECT to_regclass('recalld.postings')").fetchone()[0] is None
-            assert schema.migrate(conn) == len(schema.MIGRATIONS) == 4
+            assert schema.migrate(conn) == len(schema.MIGRATIONS) >= 4
         rows, missing, extra = _kept(info["admin"])
         assert rows == 30 * 4 and (missing, extra) == (0, 0)
         with _as(info, "bob") as conn:

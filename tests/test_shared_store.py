@@ -88,6 +88,11 @@ def test_a_member_reads_its_teams_collections_and_writes_only_its_own_plain_sql(
     alice.push_file("notes/billing.md", "hash-1", "the billing retry budget is 3\n", [chunk])
     with _as(store, "bob") as bob:
         assert bob.execute("SELECT count(*) FROM recalld.chunks").fetchone()[0] >= 1
+        # a push's vectors wait in the fresh table until a daemon merges them into the graph
+        assert bob.execute("SELECT count(*) FROM recalld.fresh_vectors").fetchone()[0] >= 1
+        assert bob.execute("SELECT count(*) FROM recalld.vectors").fetchone()[0] == 0
+        assert alice.merge_fresh(100) >= 1
+        assert bob.execute("SELECT count(*) FROM recalld.fresh_vectors").fetchone()[0] == 0
         assert bob.execute("SELECT count(*) FROM recalld.vectors").fetchone()[0] >= 1
         # Bob is in alice's team: he reads her rows, but cannot change or add to them.
         updated = bob.execute("UPDATE recalld.chunks SET text = 'x' WHERE collection = 'alice@sql'")
@@ -103,6 +108,7 @@ def test_a_member_reads_its_teams_collections_and_writes_only_its_own_plain_sql(
         assert carol.execute("SELECT count(*) FROM recalld.chunks").fetchone()[0] == 0
         assert carol.execute("SELECT count(*) FROM recalld.files").fetchone()[0] == 0
         assert carol.execute("SELECT count(*) FROM recalld.vectors").fetchone()[0] == 0
+        assert carol.execute("SELECT count(*) FROM recalld.fresh_vectors").fetchone()[0] == 0
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             carol.execute(
                 "INSERT INTO recalld.collections(name, owner, team) VALUES ('c', 'alice', 'eng')"
@@ -198,6 +204,10 @@ def test_two_daemons_share_a_folder_and_find_each_others_notes(store: dict[str, 
             got = cl.get(hits[0]["citation"])
         assert "zanzibar" in got["text"]
         _wait(lambda: _shared_hits(a, "kestrel queue"), what="alice sees bob's note")
+        # the daemons merge their pushed vectors into the HNSW graph in the background
+        _wait(lambda: _fresh_rows(store) == 0, what="the fresh vectors merged")
+        with a.client() as cl:
+            assert cl.status()["shared"]["push"]["unmerged_vectors"] == 0
         assert _shared_hits(b, "quokka diary") == []  # not under share
         assert _shared_hits(c, "zanzibar credentials") == []  # carol is in another team
         # A deleted note leaves the store (a tombstone), and so the other daemon's answers.
@@ -210,6 +220,11 @@ def test_two_daemons_share_a_folder_and_find_each_others_notes(store: dict[str, 
         for d in (a, b, c):
             d.stop()
             shutil.rmtree(d.home, ignore_errors=True)
+
+
+def _fresh_rows(store: dict[str, Any]) -> int:
+    with psycopg.connect(store["admin"]) as conn:
+        return int(conn.execute("SELECT count(*) FROM recalld.fresh_vectors").fetchone()[0])
 
 
 @pytest.mark.slow

@@ -442,16 +442,18 @@ class Store(KeywordQueries, EmbeddingCache, SessionStates):
         return VectorScan(self)
 
     def vectors(self, ids: Sequence[int]) -> dict[int, bytes]:
-        """Float32 blobs of some chunks."""
+        """Float32 blobs of some chunks (one statement per 500: vec0 costs per statement)."""
         if not ids or not self.has_vec_table():
             return {}
-        marks = ",".join("?" * len(ids))
-        return {
-            int(r[0]): bytes(r[1])
+        out: dict[int, bytes] = {}
+        for start in range(0, len(ids), 500):
+            part = list(ids[start : start + 500])
+            marks = ",".join("?" * len(part))
             for r in self.conn.execute(
-                f"SELECT rowid, embedding FROM chunks_vec WHERE rowid IN ({marks})", list(ids)
-            )
-        }
+                f"SELECT rowid, embedding FROM chunks_vec WHERE rowid IN ({marks})", part
+            ):
+                out[int(r[0])] = bytes(r[1])
+        return out
 
     # counts -----------------------------------------------------------------------------------
 

