@@ -35,6 +35,21 @@ finally:
     open(sys.argv[1], "w").write(" ".join(loaded) + ("|full" if "argparse" in sys.modules else ""))
 sys.exit(rc)
 """
+# Standard modules a plain search or get does without (each costs ms of `recalld search`
+# start-up): the script reports those it imported that were not loaded before it began.
+SLOW_STDLIB = ("typing", "json", "socket", "threading", "argparse")
+LEAN = f"""
+import sys
+before = set(sys.modules)
+from recalld.surfaces.cli_fast import main
+try:
+    rc = main(sys.argv[2:])
+finally:
+    sys.stdout.flush()
+    loaded = [m for m in {SLOW_STDLIB!r} if m in sys.modules and m not in before]
+    open(sys.argv[1], "w").write(" ".join(loaded))
+sys.exit(rc)
+"""
 FULL = "import sys\nfrom recalld.surfaces.cli import full_main\nsys.exit(full_main(sys.argv[1:]))\n"
 
 # What differs between two calls on its own: the daemon's timings, uptime and rates.
@@ -124,6 +139,22 @@ def test_fast_path_prints_what_the_full_cli_prints(home: Path, daemon: DaemonPro
         [str(script), "get", f"{note}:3"], env=env_for(home), capture_output=True, text=True
     )
     assert proc.returncode == 0 and proc.stdout.startswith("## Storage\n"), proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_plain_search_or_get_imports_no_slow_standard_module(
+    home: Path, daemon: DaemonProcess
+) -> None:
+    note = home / "memory" / "decisions.md"
+    report = home / "lean.txt"
+    for args in (("search", "why", "sqlite-vec"), ("get", f"{note}#L3-L5")):
+        proc = _run(home, LEAN, str(report), *args)
+        assert proc.returncode == 0 and proc.stdout, (args, proc.stderr)
+        assert report.read_text() == "", args
+    # The check sees them: --json needs json.
+    assert _run(home, LEAN, str(report), "search", "sqlite", "--json").returncode == 0
+    assert report.read_text() == "json"
 
 
 @pytest.mark.slow

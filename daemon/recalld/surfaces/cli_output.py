@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
-from typing import Any
 
 from recalld.surfaces.filter_options import STALE_NOTE
+
+TYPE_CHECKING = False  # mypy takes it as true; the fast CLI path does not import typing
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 
 def _json(obj: Any, **kw: Any) -> str:

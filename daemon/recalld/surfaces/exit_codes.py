@@ -7,7 +7,9 @@ lookup gives the same exit code either way. ``recalld --help`` prints :data:`HEL
 
 from __future__ import annotations
 
-from typing import Final
+TYPE_CHECKING = False  # mypy takes it as true; the fast CLI path does not import typing
+if TYPE_CHECKING:
+    from typing import Final
 
 OK: Final = 0
 ERROR: Final = 1

@@ -7,11 +7,11 @@ the shape the wire takes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # the fast CLI path prints through here: no argparse import for it
+TYPE_CHECKING = False  # mypy takes it as true; the fast CLI path does not import typing
+if TYPE_CHECKING:  # the fast CLI path prints through here: no argparse (nor typing) for it
     import argparse
+    from collections.abc import Mapping
+    from typing import Any
 
 __all__ = ["STALE_NOTE", "add_filter_options", "cli_filter_params", "mcp_filter_params"]
 
