@@ -8,6 +8,7 @@ duplicates nothing, and a search with the store down answers locally within the 
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -126,6 +127,29 @@ def test_a_daemon_with_another_vector_space_is_refused(
     with pytest.raises(ConfigError, match=r"holds vectors of test/3d \(3-d\).*other/5d"):
         bob.claim("other:5", "other/5d", "five", 5)
     bob.close()
+
+
+def test_the_embedded_server_gets_buffers_for_the_graph_and_an_admin_may_change_them(
+    sql_store: dict[str, Any],
+) -> None:
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    want = max(128, min(ram // 4, 4 << 30) >> 20) << 20  # a quarter of the RAM, 4 GB at most
+    sql = "SELECT setting::bigint * 8192 FROM pg_settings WHERE name = 'shared_buffers'"
+    with psycopg.connect(sql_store["admin"], autocommit=True) as conn:
+        assert conn.execute(sql).fetchone()[0] == want
+        conn.execute("ALTER SYSTEM SET shared_buffers = '200MB'")
+    try:
+        embedded.down(sql_store["base"])
+        embedded.up(sql_store["base"])  # written once: the administrator's setting wins
+        with psycopg.connect(sql_store["admin"]) as conn:
+            assert conn.execute(sql).fetchone()[0] == 200 << 20
+        conf = (embedded.Embedded(sql_store["base"]).pgdata / "postgresql.conf").read_text()
+        assert conf.count("recalld shared up: memory") == 1
+    finally:
+        with psycopg.connect(sql_store["admin"], autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET shared_buffers")
+        embedded.down(sql_store["base"])
+        embedded.up(sql_store["base"])
 
 
 def test_the_password_never_lives_in_the_config(tmp_path: Path) -> None:
