@@ -28,7 +28,7 @@ from recalld.shared import schema  # noqa: E402
 from recalld.shared.push import Pusher, Scope  # noqa: E402
 from recalld.shared.remote import PushChunk, PushFile, Remote  # noqa: E402
 from test_reader_pool import HashEmbedder  # noqa: E402
-from test_shared_store import PASSWORDS, _server, _settings  # noqa: E402
+from test_shared_store import PASSWORDS, _alice_in, _schema_at, _server, _settings  # noqa: E402
 
 
 class _Hash3(HashEmbedder):
@@ -166,19 +166,14 @@ def test_a_push_past_the_cap_merges_first(
 
 
 def test_an_older_store_gets_the_table_from_migrate(monkeypatch: pytest.MonkeyPatch) -> None:
-    for member, pw in PASSWORDS.items():
-        monkeypatch.setenv(f"RCD_TEST_PW_{member.upper()}", pw)
-    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:4])
+    _schema_at(monkeypatch, 4)
     for info in _server():
-        alice = Remote(_settings(info, "alice", "alice@v4"))
-        alice.claim("test:3", "test/3d", "three", 3)  # version 4: the vectors table, 3-d
-        alice.ensure_collection()
+        alice = _alice_in(info, "alice@v4")  # version 4: the vectors table, 3-d
         chunk = PushChunk(1, 1, "note", "h", "old store", _unit(1, 0, 0))
         with pytest.raises(ConfigError, match="run `recalld shared init`"):
             alice.push_files([PushFile("a.md", "fa", "old store\n", (chunk,))])
         monkeypatch.undo()
-        for member, pw in PASSWORDS.items():
-            monkeypatch.setenv(f"RCD_TEST_PW_{member.upper()}", pw)
+        _schema_at(monkeypatch, None)
         with psycopg.connect(info["admin"], autocommit=True) as conn:
             assert schema.migrate(conn) == len(schema.MIGRATIONS) >= 5
             width = conn.execute(

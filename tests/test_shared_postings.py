@@ -21,7 +21,14 @@ pytest.importorskip(
 
 from recalld.shared import postings, schema  # noqa: E402
 from recalld.shared.remote import PushChunk, PushFile, Remote  # noqa: E402
-from test_shared_store import PASSWORDS, _as, _server, _settings  # noqa: E402
+from test_shared_store import (  # noqa: E402
+    PASSWORDS,
+    _alice_in,
+    _as,
+    _schema_at,
+    _server,
+    _settings,
+)
 
 # Rows postings lack, and rows they hold that no chunk makes (both empty when kept).
 _MISSING = (
@@ -157,18 +164,13 @@ def test_keyword_hits_past_the_depth_read_a_words_best_chunks_first(store: dict[
 
 
 def test_a_store_at_version_3_gets_its_postings(monkeypatch: pytest.MonkeyPatch) -> None:
-    for member, pw in PASSWORDS.items():
-        monkeypatch.setenv(f"RCD_TEST_PW_{member.upper()}", pw)
-    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:3])
+    _schema_at(monkeypatch, 3)
     for info in _server():
-        alice = Remote(_settings(info, "alice", "alice@old"))
-        alice.claim("test:3", "test/3d", "three", 3)
-        alice.ensure_collection()
+        alice = _alice_in(info, "alice@old")
         alice.push_files([_note(f"n{i}.md", f"pear plum note {i}") for i in range(30)])
         alice.close()
         monkeypatch.undo()
-        for member, pw in PASSWORDS.items():
-            monkeypatch.setenv(f"RCD_TEST_PW_{member.upper()}", pw)
+        _schema_at(monkeypatch, None)
         with psycopg.connect(info["admin"], autocommit=True) as conn:
             assert conn.execute("SELECT to_regclass('recalld.postings')").fetchone()[0] is None
             assert schema.migrate(conn) == len(schema.MIGRATIONS) >= 4

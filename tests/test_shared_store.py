@@ -65,6 +65,25 @@ def _as(store: dict[str, Any], member: str) -> Any:
     return psycopg.connect(with_login(store["url"], f"recalld_{member}", PASSWORDS[member]))
 
 
+def _schema_at(monkeypatch: pytest.MonkeyPatch, version: int | None) -> None:
+    """The members' passwords in the environment; new stores made with the first ``version``
+    migrations only (None: all of them)."""
+    from recalld.shared import schema
+
+    for member, pw in PASSWORDS.items():
+        monkeypatch.setenv(f"RCD_TEST_PW_{member.upper()}", pw)
+    if version is not None:
+        monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:version])
+
+
+def _alice_in(store: dict[str, Any], collection: str) -> Remote:
+    """Alice's Remote, the store's space fixed to 3-d test vectors, her collection made."""
+    alice = Remote(_settings(store, "alice", collection))
+    alice.claim("test:3", "test/3d", "three", 3)
+    alice.ensure_collection()
+    return alice
+
+
 def _settings(store: dict[str, Any], member: str, collection: str, **extra: Any) -> Any:
     values = {
         "shared.url": store["url"],
