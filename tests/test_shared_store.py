@@ -31,6 +31,7 @@ from recalld.shared import embedded  # noqa: E402
 from recalld.shared.remote import PushChunk, Remote  # noqa: E402
 from recalld.shared.schema import add_member  # noqa: E402
 from recalld.shared.settings import load, with_login  # noqa: E402
+from recalld.surfaces.cli_output import print_status, shared_lines  # noqa: E402
 
 PASSWORDS = {"alice": "pw-alice-1", "bob": "pw-bob-2", "carol": "pw-carol-3"}
 
@@ -265,13 +266,27 @@ def test_two_daemons_share_a_folder_and_find_each_others_notes(store: dict[str, 
             shutil.rmtree(d.home, ignore_errors=True)
 
 
+def test_status_says_when_sharing_is_off_and_what_the_store_still_has_to_merge() -> None:
+    assert shared_lines({"on": False, "why": "psycopg is not installed"}) == [
+        "shared:    off: psycopg is not installed"
+    ]
+    push = {"pushed": 3, "waiting": 1, "unmerged_vectors": 1200, "reachable": True}
+    on = {"on": True, "collection": "a@b", "url": "postgresql://h/db", "team": "eng", "push": push}
+    assert shared_lines(on) == [
+        "shared:    a@b at postgresql://h/db, team eng",
+        "           3 files pushed, 1 waiting, 1,200 vectors still to merge into the store's graph",
+    ]
+
+
 def _fresh_rows(store: dict[str, Any]) -> int:
     with psycopg.connect(store["admin"]) as conn:
         return int(conn.execute("SELECT count(*) FROM recalld.fresh_vectors").fetchone()[0])
 
 
 @pytest.mark.slow
-def test_the_store_down_mid_push_loses_and_duplicates_nothing(store: dict[str, Any]) -> None:
+def test_the_store_down_mid_push_loses_and_duplicates_nothing(
+    store: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     a = _daemon(store, "alice", "alice@flaky", "team/**")
     try:
         a.start()
@@ -285,6 +300,10 @@ def test_the_store_down_mid_push_loses_and_duplicates_nothing(store: dict[str, A
                 what="status counts what waits while the store is down",
             )
             assert waiting["reachable"] is False and waiting["last_error"]
+            print_status(cl.status(), False)  # what `recalld status` prints
+            printed = capsys.readouterr().out
+            assert "shared:    alice@flaky at postgresql://" in printed
+            assert "unreachable: " in printed and " waiting" in printed
             started = time.monotonic()
             res = cl.search("pelican flew over", mode="keyword")
             took = time.monotonic() - started

@@ -164,6 +164,8 @@ def print_status(res: dict[str, Any], as_json: bool) -> None:
         f"{counts.get('cached_embeddings', 0)} cached embeddings)",
         f"last sync: {when(last)}",
     ]
+    if res.get("shared"):
+        lines.extend(shared_lines(res["shared"]))
     vec = res.get("vectors") or {}
     if vec.get("vectors_pending"):
         lines.append(
@@ -193,6 +195,33 @@ def print_status(res: dict[str, Any], as_json: bool) -> None:
         lines.append(f"error:     {res['last_error']}")
     lines.extend(f"warning:   {w}" for w in res.get("warnings") or [])
     print("\n".join(lines))
+
+
+def shared_lines(shared: dict[str, Any]) -> list[str]:
+    """The shared store in ``status``: on or off and why, what waits, the last failure."""
+    if not shared.get("on"):
+        return [f"shared:    off: {shared.get('why')}"]
+    push = shared.get("push") or {}
+    team = f", team {shared['team']}" if shared.get("team") else ""
+    lines = [f"shared:    {shared.get('collection')} at {shared.get('url')}{team}"]
+    waits = [
+        f"{push.get('pushed', 0)} files pushed",
+        f"{push.get('waiting', 0)} waiting",
+    ]
+    if push.get("waiting_for_vectors"):
+        waits.append(f"{push['waiting_for_vectors']} waiting for their vectors")
+    if push.get("unmerged_vectors"):
+        waits.append(f"{push['unmerged_vectors']:,} vectors still to merge into the store's graph")
+    lines.append("           " + ", ".join(waits))
+    if push.get("reachable") is False:
+        retry = push.get("retry_in_s") or 0
+        lines.append(
+            f"           unreachable: {push.get('last_error')} (retrying in {retry:g} s; "
+            "nothing is lost, the difference is pushed when it is back)"
+        )
+    if shared.get("search_error"):
+        lines.append(f"           last search of the store failed: {shared['search_error']}")
+    return lines
 
 
 def started_line(daemon: Any) -> str | None:
