@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:  # types only: a chunking worker process needs these rows, not numpy
+    import numpy as np
+    import numpy.typing as npt
 
 
 @dataclass(frozen=True)
