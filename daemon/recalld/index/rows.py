@@ -55,6 +55,8 @@ class NewChunk:
     embed: bool = True  # False: keyword channel only, by policy (never backfilled)
     date: float | None = None  # content date, seconds since the epoch (chunk_facts)
     tags: tuple[str, ...] = ()  # lower-case, for the search filters (chunk_facts)
+    # ident_text(text) when a chunking worker derived it already; None: the store derives it
+    ident: str | None = None
 
 
 @dataclass(frozen=True)

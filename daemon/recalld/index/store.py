@@ -262,7 +262,7 @@ class Store(KeywordQueries, EmbeddingCache, SessionStates):
                 chunk.hash,
                 chunk.text,
                 chunk.context,
-                ident_text(chunk.text),
+                chunk.ident if chunk.ident is not None else ident_text(chunk.text),
                 chunk.kind,
                 chunk.tool,
                 int(chunk.embed),

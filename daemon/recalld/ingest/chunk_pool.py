@@ -70,7 +70,8 @@ def chunk_notes(
                 out.append(None)
                 continue
             pieces = pieces_of(note.text, count_tokens, settings)
-            rows = note_rows(Path(path), note.text, pieces, mtime_ns, settings.front_matter)
+            # The ident tokens here too: what a worker does, the writer need not.
+            rows = note_rows(Path(path), note.text, pieces, mtime_ns, settings.front_matter, True)
             redacted = (note.redacted, note.text) if note.redacted is not None else None
             out.append(Chunked(note.valid, redacted, rows))
         except Exception as exc:  # noqa: BLE001 - one bad note never stops the group

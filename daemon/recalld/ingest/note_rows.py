@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from recalld.index.ident_tokens import ident_text
 from recalld.index.rows import NewChunk
 from recalld.ingest.chunking import Chunk, chunk_markdown
 from recalld.ingest.front_matter import FrontMatter, card_context, read_front_matter
@@ -109,9 +110,15 @@ def _contexts(pieces: Sequence[Chunk], title: str, fm: FrontMatter | None) -> li
 
 
 def note_rows(
-    path: Path, text: str, pieces: Sequence[Chunk], mtime_ns: int, front_matter: bool
+    path: Path,
+    text: str,
+    pieces: Sequence[Chunk],
+    mtime_ns: int,
+    front_matter: bool,
+    idents: bool = False,
 ) -> NoteRows:
-    """The rows of a chunked note: contexts, hashes, its date and tags (the search filters')."""
+    """The rows of a chunked note: contexts, hashes, its date and tags (the search filters');
+    with ``idents`` their FTS5 ident tokens too (else the store derives them as it writes)."""
     fm = read_front_matter(text) if front_matter else None
     error = fm.error if fm is not None and fm.error else None
     title = (fm.title if fm else "") or _title(pieces, path)
@@ -119,7 +126,8 @@ def note_rows(
     date = date_of_note(str(path), text, mtime_ns)
     chunks = [
         NewChunk(c.start_line, c.end_line, c.text, text_hash(c.text), context, date=date,
-                 tags=tags_of_chunk(file_tags.tags, c.text))
+                 tags=tags_of_chunk(file_tags.tags, c.text),
+                 ident=ident_text(c.text) if idents else None)
         for c, context in zip(pieces, _contexts(pieces, title, fm), strict=True)
     ]  # fmt: skip
     lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
