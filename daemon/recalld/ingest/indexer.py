@@ -28,6 +28,7 @@ from recalld.fd_limits import OUT_OF_RESOURCES
 from recalld.index import tombstones
 from recalld.index.index_health import is_index_failure
 from recalld.index.store import FileChange, FileRow, Identity, Store
+from recalld.ingest.batch_write import write_batch
 from recalld.ingest.chunk_pool import Outcome, Raw, pool_for
 from recalld.ingest.chunk_vectors import ChunkVectors
 from recalld.ingest.chunking import Chunk
@@ -444,21 +445,9 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         hashes = {c.hash: c.text for p in batch for c in p.chunks}
         # Keyword first: only cached vectors now, the rest are back-filled after the writes.
         vectors = self.vectors_for(hashes, report, embed=not self.keyword_first)
-        written: list[tuple[Prepared, FileChange]] = []
-        # One transaction for the batch, each file in a savepoint of its own inside it: a file
-        # still lands whole or not at all and a bad one is rolled back alone, but the batch
-        # costs one commit (and FTS5 one new segment to merge) instead of one per file.
-        with self.store.transaction():
-            for prepared in batch:
-                try:
-                    change = self.store.replace_file(prepared.row, prepared.chunks, vectors)
-                except Exception as exc:  # one bad file never stops the others
-                    if is_index_failure(exc):
-                        raise  # the index, not the file: the whole sync fails (retried / rebuilt)
-                    log.exception("writing %s to the index failed", shown(prepared.row.path))
-                    skip_file(report, prepared.row.path, f"indexing failed: {exc}")
-                    continue
-                written.append((prepared, change))
+        # One transaction for the batch: a file lands whole or not at all, a bad one is left
+        # out alone, and the batch costs one commit (and FTS5 one new segment to merge).
+        written = write_batch(self.store, batch, vectors, report)
         for prepared, change in written:  # committed: the hooks may tell readers now
             self._apply(change)
             if self.backlog is not None and self.keyword_first:
