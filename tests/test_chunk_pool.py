@@ -89,9 +89,11 @@ def _sync(home: Path, monkeypatch: pytest.MonkeyPatch, workers: bool) -> tuple[A
     """A keyword-first sync (the daemon's indexer setup) of ``home``'s notes, twice if a big
     note went to the background chunker; the report and the pools it started."""
     pools: list[ChunkPool] = []
+    asked: list[int] = []  # the notes each sync was to read
     real = chunk_pool.pool_for
 
     def pool_for(*args: Any) -> ChunkPool | None:
+        asked.append(args[0])
         if not workers:
             return None
         pool = real(*args)
@@ -111,6 +113,9 @@ def _sync(home: Path, monkeypatch: pytest.MonkeyPatch, workers: bool) -> tuple[A
             time.sleep(0.05)
         report2 = eng.sync()  # the big notes, chunked in the background meanwhile
         assert report2.files_changed == report.files_deferred > 0
+        # Notes to read: every one, then the big ones and the skipped (binary) ones, which
+        # have no row; the rest are unchanged by their stat.
+        assert asked == [NOTES + 1, report.files_deferred + report.files_skipped]
     finally:
         eng.background.close()
         eng.close()

@@ -229,15 +229,15 @@ class _Group:
 
 
 def pool_for(
-    files: int, settings: ChunkSettings, count_tokens: Callable[[str], int], big: int
+    notes: int, settings: ChunkSettings, count_tokens: Callable[[str], int], big: int
 ) -> ChunkPool | None:
-    """Workers for a sync reading ``files`` notes (:func:`workers_for` this process's usable
+    """Workers for a sync reading ``notes`` notes (:func:`workers_for` this process's usable
     cores), or None: none to start, or a count other than the bundled tokenizer's (the one a
     worker loads)."""
     from recalld.cpus import usable_cores
     from recalld.tokens import default_tokenizer
 
-    workers = workers_for(files, usable_cores())
+    workers = workers_for(notes, usable_cores())
     if workers == 0 or getattr(count_tokens, "__self__", None) is not default_tokenizer():
         return None
     return ChunkPool(workers, settings, count_tokens, big)

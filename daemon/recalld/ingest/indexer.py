@@ -262,7 +262,8 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         sync has worker processes chunk the notes while this thread writes (chunk_pool)."""
         pool = None
         if self.background is not None:  # keyword-first: the daemon
-            pool = pool_for(len(files), self.chunk_settings, self.count_tokens, BIG_FILE_BYTES)
+            to_read, settings = self._to_read(files), self.chunk_settings
+            pool = pool_for(to_read, settings, self.count_tokens, BIG_FILE_BYTES)
         if pool is None:
             for path in files:
                 yield path, self._prepare_one(path, report, partial(self._prepare, path, report))
@@ -275,6 +276,21 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         finally:
             pool.close()
             log.debug("%d note groups chunked by the writer", pool.in_writer)
+
+    def _to_read(self, files: list[Path]) -> int:
+        """How many of ``files`` a sync reads: new ones and those whose size or mtime moved
+        (a restart over 10k unchanged notes starts no chunking worker)."""
+        known = self._known if self._known is not None and self.trust_stat else {}
+        moved = 0
+        for path in files:
+            row, verdict = known.get(str(path)), self._verdicts.get(str(path))
+            st = verdict.st if verdict is not None else None
+            moved += (
+                row is None
+                or st is None
+                or (row.size, row.mtime_ns) != (st.st_size, st.st_mtime_ns)
+            )
+        return moved
 
     @property
     def chunk_settings(self) -> ChunkSettings:
