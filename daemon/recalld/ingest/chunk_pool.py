@@ -17,7 +17,7 @@ import multiprocessing
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +25,12 @@ from recalld.ingest.note_rows import ChunkSettings, NoteRows, note_rows, note_te
 
 log = logging.getLogger(__name__)
 
-GROUP_FILES = 16  # notes per task: one round trip per group, small enough to share out
+GROUP_FILES = (
+    32  # notes per task (~20 ms of chunking): one round trip each, small enough to share out
+)
+QUEUED = 2  # groups handed to each worker at once: its next one waits in its queue
+AHEAD = 4  # groups read ahead beyond those: the writer's to take from the back
+OVERTAKE_S = 0.05  # a group takes a worker ~20 ms; waited longer, the writer chunks it too
 MIN_FILES = 1_000  # fewer notes to read: starting a worker (~0.5 s of CPU) does not pay
 MAX_WORKERS = 4
 
@@ -118,9 +123,10 @@ class ChunkPool:
         big: int,
     ) -> None:
         self.settings, self.count_tokens, self.big = settings, count_tokens, big
-        self.window = 2 * workers + 4  # groups read ahead: every worker busy, few notes held
-        self.in_flight = workers + 1  # groups handed to workers at once (one queued each)
+        self.in_flight = QUEUED * workers  # groups handed to workers at once
+        self.window = self.in_flight + AHEAD  # groups read ahead: few notes held
         self.in_writer = 0  # groups the writer chunked itself (no worker free for them)
+        self.overtaken = 0  # of those, groups a worker had but had not done in time
         self.broken = False
         self.executor = ProcessPoolExecutor(
             workers,
@@ -176,12 +182,22 @@ class ChunkPool:
         while not head.ready() and head.future is not None:
             last = next((g for g in reversed(groups) if g.free()), None)
             if last is None:
+                self._wait(head)
                 break
             last.outcomes = self._here(last)
         groups.popleft()
         it = iter(head.outcomes if head.outcomes is not None else self._outcomes(head))
         for path, raw in head.notes:
             yield path, raw, (next(it) if raw is not None else None)
+
+    def _wait(self, head: _Group) -> None:
+        """Wait a moment for a worker's group; past that (a busy host gave the worker no core)
+        the writer chunks it too, and the worker's outcomes are dropped when they come."""
+        assert head.future is not None
+        wait([head.future], timeout=OVERTAKE_S)
+        if not head.future.done():
+            head.outcomes = self._here(head)
+            self.overtaken += 1
 
     def _outcomes(self, g: _Group) -> list[Outcome]:
         if g.future is not None:
