@@ -99,6 +99,7 @@ def _sync(home: Path, monkeypatch: pytest.MonkeyPatch, workers: bool) -> tuple[A
         pool = real(*args)
         assert pool is not None
         pool.started.result(timeout=120)  # a worker is up: groups go to it from the first
+        pool.overtake_s = 120  # the writer waits for the worker's groups, however busy the host
         pools.append(pool)
         return pool
 
@@ -196,6 +197,7 @@ def test_a_worker_gives_the_outcomes_of_the_writer_in_order(tmp_path: Path) -> N
     raws = _raws(tmp_path, 120)
     count = default_tokenizer().count
     pool = ChunkPool(1, SETTINGS, count, BIG)
+    pool.overtake_s = 120  # the writer waits for the worker's groups, however busy the host
     try:
         pool.started.result(timeout=120)
         got = list(pool.in_order(iter(raws)))
@@ -212,3 +214,23 @@ def test_workers_only_for_a_big_sync_with_a_core_to_spare() -> None:
     assert chunk_pool.workers_for(10_000, 2) == 1
     assert chunk_pool.workers_for(10_000, 64) == chunk_pool.MAX_WORKERS
     assert chunk_pool.workers_for(chunk_pool.MIN_FILES - 1, 8) == 0
+
+
+def test_a_worker_without_a_core_is_overtaken_by_the_writer(tmp_path: Path) -> None:
+    raws = _raws(tmp_path, 120)
+    count = default_tokenizer().count
+    pool = ChunkPool(1, SETTINGS, count, BIG)
+    try:
+        assert pool.started.result(timeout=120)
+        (pid,) = list(pool.executor._processes)  # the pool's own worker, by its id
+        os.kill(pid, signal.SIGSTOP)  # as a host too busy to run it
+        try:
+            got = list(pool.in_order(iter(raws)))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    finally:
+        pool.close()
+    items = [(str(r.path), r.data, r.st.st_mtime_ns) for _, r in raws if r is not None]
+    assert [o for _, r, o in got if r is not None] == chunk_notes(items, count, SETTINGS, BIG)
+    assert pool.overtaken > 0
+    assert pool.in_writer == -(-len(raws) // chunk_pool.GROUP_FILES)  # every group, here

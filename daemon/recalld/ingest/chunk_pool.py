@@ -127,6 +127,7 @@ class ChunkPool:
         self.window = self.in_flight + AHEAD  # groups read ahead: few notes held
         self.in_writer = 0  # groups the writer chunked itself (no worker free for them)
         self.overtaken = 0  # of those, groups a worker had but had not done in time
+        self.overtake_s = OVERTAKE_S
         self.broken = False
         self.executor = ProcessPoolExecutor(
             workers,
@@ -194,7 +195,7 @@ class ChunkPool:
         """Wait a moment for a worker's group; past that (a busy host gave the worker no core)
         the writer chunks it too, and the worker's outcomes are dropped when they come."""
         assert head.future is not None
-        wait([head.future], timeout=OVERTAKE_S)
+        wait([head.future], timeout=self.overtake_s)
         if not head.future.done():
             head.outcomes = self._here(head)
             self.overtaken += 1
