@@ -219,6 +219,7 @@ class ChunkPool:
     def close(self) -> None:
         """Stop the workers once their groups are done (the sync has ended or stops)."""
         self.executor.shutdown(wait=False)
+        log.debug("groups chunked by the writer: %d (%d overtaken)", self.in_writer, self.overtaken)
 
 
 @dataclass

@@ -275,11 +275,6 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
                 yield path, (None if done is None else self._prepare_one(path, report, done))
         finally:
             pool.close()
-            log.debug(
-                "note groups chunked by the writer: %d (%d overtaken)",
-                pool.in_writer,
-                pool.overtaken,
-            )
 
     def _to_read(self, files: list[Path]) -> int:
         """How many of ``files`` a sync reads: new ones and those whose size or mtime moved
