@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -241,19 +242,25 @@ def test_bad_files_are_skipped_not_fatal(home: Path, local_embedder: Any) -> Non
 def test_a_write_that_fails_mid_batch_loses_only_its_own_file(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The files of a batch share one transaction, each in a savepoint: the one whose write
-    # fails after some of its rows went in is rolled back alone and reported; the others land.
+    # The files of a batch share one transaction, without a savepoint each (FTS5 writes its
+    # pending rows out at every one): a write that fails after some of its rows went in undoes
+    # the batch, which is written again with a savepoint per file; the bad one is rolled back
+    # alone and reported, the others land.
     for name in ("a", "b", "c"):
         write(home / "memory" / f"{name}.md", f"# {name}\n\nword{name} one\n\nword{name} two\n")
     eng = Engine(make_config(home), choice=ProviderChoice(None, "no provider (test)"))
     assert eng.writer is not None
     real = eng.writer.replace_file
     changes: list[Any] = []
+    savepoints: list[bool] = []
 
     def replace_file(row: Any, chunks: Any, vectors: Any, **kw: Any) -> Any:
         if row.path.endswith("b.md"):
             assert eng.writer is not None
-            with eng.writer.conn:  # as inside replace_file's own: rows written, then the failure
+            savepoints.append(kw.get("savepoint", True))
+            # as inside replace_file: some rows written, then the failure (in its savepoint
+            # when it has one; else only the batch's transaction undoes them)
+            with eng.writer.conn if savepoints[-1] else contextlib.nullcontext():
                 real(row, chunks[:1], vectors, **kw)
                 raise RuntimeError("disk hiccup")
         return real(row, chunks, vectors, **kw)
@@ -263,6 +270,7 @@ def test_a_write_that_fails_mid_batch_loses_only_its_own_file(
     try:
         report = eng.sync()
         assert [s["reason"] for s in report.skipped] == ["indexing failed: disk hiccup"]
+        assert savepoints == [False, True]  # the batch undone, then written file by file
         assert report.files_changed == 3 and report.chunks_written == 2
         assert len(changes) == 2  # told of the two files that landed, after their commit
         rows = eng.writer.conn.execute("SELECT path FROM chunks ORDER BY path").fetchall()

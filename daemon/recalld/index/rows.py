@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:  # types only: a chunking worker process needs these rows, not numpy
+    import numpy as np
+    import numpy.typing as npt
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class NewChunk:
     embed: bool = True  # False: keyword channel only, by policy (never backfilled)
     date: float | None = None  # content date, seconds since the epoch (chunk_facts)
     tags: tuple[str, ...] = ()  # lower-case, for the search filters (chunk_facts)
+    # ident_text(text) when a chunking worker derived it already; None: the store derives it
+    ident: str | None = None
 
 
 @dataclass(frozen=True)

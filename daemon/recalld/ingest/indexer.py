@@ -14,9 +14,10 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -26,16 +27,18 @@ from recalld.embedding.base import Embedder
 from recalld.fd_limits import OUT_OF_RESOURCES
 from recalld.index import tombstones
 from recalld.index.index_health import is_index_failure
-from recalld.index.store import FileChange, FileRow, Identity, NewChunk, Store
+from recalld.index.store import FileChange, FileRow, Identity, Store
+from recalld.ingest.batch_write import write_batch
+from recalld.ingest.chunk_pool import Outcome, Raw, pool_for
 from recalld.ingest.chunk_vectors import ChunkVectors
-from recalld.ingest.chunking import Chunk, chunk_markdown
+from recalld.ingest.chunking import Chunk
 from recalld.ingest.dirty_paths import DirtyPaths
 from recalld.ingest.embed_ahead import EmbedAhead
 from recalld.ingest.facts_backfill import backfill_facts
 from recalld.ingest.filters import PathFilter, make_filter
 from recalld.ingest.forgotten import Forgotten
-from recalld.ingest.front_matter import FrontMatter, card_context, read_front_matter
-from recalld.ingest.note_facts import date_of_note, tags_of_chunk
+from recalld.ingest.note_rows import ChunkSettings, note_rows, note_text, pieces_of
+from recalld.ingest.note_rows import text_hash as text_hash  # re-exported: where callers look
 from recalld.ingest.path_rule import (
     PathRule,
     Swapped,
@@ -43,13 +46,13 @@ from recalld.ingest.path_rule import (
     read_checked,
     shown,
 )
-from recalld.ingest.redactor import redact
 from recalld.ingest.removals import ChangeHook as ChangeHook  # re-exported
 from recalld.ingest.removals import Removals
+from recalld.ingest.sessions.redaction_tally import count as tally_redactions
 from recalld.ingest.sync_report import Prepared as Prepared  # re-exported: engine, daemon, tests
 from recalld.ingest.sync_report import Progress as Progress
 from recalld.ingest.sync_report import SyncReport as SyncReport
-from recalld.ingest.sync_report import skip_file
+from recalld.ingest.sync_report import changed_file, skip_file
 from recalld.ingest.vector_backfill import (
     BACKFILL_BUDGET_S,
     BIG_FILE_BYTES,
@@ -59,6 +62,7 @@ from recalld.ingest.vector_backfill import (
 )
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # md-4: front matter names and context in the first chunk's context; md-5: notes are redacted.
 CHUNKER_VERSION = "md-5"
@@ -68,37 +72,9 @@ SESSION_CHUNKER_VERSION = "sessions-4"  # 2: whole transcripts, chunk kinds; 3: 
 EMBED_GROUP_CHUNKS = 256  # chunks embedded per call across files
 
 
-def _title(pieces: Sequence[Any], path: Path) -> str:
-    """The document's title: its first top-level heading, else the file name without suffix."""
-    for piece in pieces:
-        if piece.heading:
-            return str(piece.heading).split(" > ")[0]
-    return path.stem.replace("_", " ").replace("-", " ")
-
-
-def _context(title: str, heading: str) -> str:
-    """Title plus heading path, without repeating the title."""
-    if not heading:
-        return title
-    return heading if heading.split(" > ")[0] == title else f"{title} > {heading}"
-
-
-def _contexts(pieces: Sequence[Chunk], title: str, fm: FrontMatter | None) -> list[str]:
-    """Each chunk's context; the first chunk (the note's card) also holds its front matter."""
-    out = [_context(title, c.heading) for c in pieces]
-    if out and fm is not None and not fm.empty:
-        out[0] = card_context(out[0], fm)
-    return out
-
-
 def content_hash(data: bytes) -> str:
     """Hash of a file's bytes."""
     return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-
-def text_hash(text: str) -> str:
-    """Hash of a chunk's text (the embedding cache key)."""
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def chunking_identity(config: Config) -> str:
@@ -263,10 +239,9 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         """Prepare each file and write them in batches of about EMBED_GROUP_CHUNKS chunks."""
         pending: list[Prepared] = []
         pending_chunks = 0
-        for path in files:
+        for path, prepared in self._prepared(files, report):
             if self._stopping():  # a stop within seconds of a start closes cleanly (issue 40)
                 break
-            prepared = self._prepare_one(path, report)
             self.progress.finish(str(path))
             if prepared is None:
                 self._emit_throttled()
@@ -280,15 +255,66 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         if pending:
             self._flush(pending, report)
 
+    def _prepared(
+        self, files: list[Path], report: SyncReport
+    ) -> Iterator[tuple[Path, Prepared | None]]:
+        """Each file with its rows (None: nothing to write), in order; a big keyword-first
+        sync has worker processes chunk the notes while this thread writes (chunk_pool)."""
+        pool = None
+        if self.background is not None:  # keyword-first: the daemon
+            to_read, settings = self._to_read(files), self.chunk_settings
+            pool = pool_for(to_read, settings, self.count_tokens, BIG_FILE_BYTES)
+        if pool is None:
+            for path in files:
+                yield path, self._prepare_one(path, report, partial(self._prepare, path, report))
+            return
+        reads = ((p, self._prepare_one(p, report, partial(self._read, p, report))) for p in files)
+        try:
+            for path, raw, outcome in pool.in_order(reads):
+                done = None if raw is None else partial(self._from_pool, raw, outcome, report)
+                yield path, (None if done is None else self._prepare_one(path, report, done))
+        finally:
+            pool.close()
+
+    def _to_read(self, files: list[Path]) -> int:
+        """How many of ``files`` a sync reads: new ones and those whose size or mtime moved
+        (a restart over 10k unchanged notes starts no chunking worker)."""
+        known = self._known if self._known is not None and self.trust_stat else {}
+        moved = 0
+        for path in files:
+            row, verdict = known.get(str(path)), self._verdicts.get(str(path))
+            st = verdict.st if verdict is not None else None
+            moved += (
+                row is None
+                or st is None
+                or (row.size, row.mtime_ns) != (st.st_size, st.st_mtime_ns)
+            )
+        return moved
+
+    @property
+    def chunk_settings(self) -> ChunkSettings:
+        """This indexer's chunking settings."""
+        s = (self.max_tokens, self.target_tokens, self.chat_overlap, self.chat_chars)
+        return ChunkSettings(*s, self.additive, self.front_matter)
+
+    def _from_pool(self, raw: Raw, outcome: Outcome, report: SyncReport) -> Prepared | None:
+        """A note a worker (or this thread, for the pool) chunked: its rows to write."""
+        if isinstance(outcome, BaseException):
+            raise outcome  # reported as a failure of this file (_prepare_one)
+        if outcome is None:  # a big note: the background chunker's, as without workers
+            return self._chunk(raw.path, raw.data, raw.st, raw.digest, report)
+        self._note_read(raw.path, outcome.valid, outcome.redacted)
+        return changed_file(report, self.progress, raw, outcome.rows)
+
     def _stopping(self) -> bool:
         """The daemon stops: the rest waits for the next start's sync (each file commits)."""
         self.cut_short = self.background is not None and self.background.closed
         return self.cut_short
 
-    def _prepare_one(self, path: Path, report: SyncReport) -> Prepared | None:
-        """One file's rows to write; a failure skips the file, unless the index itself failed."""
+    def _prepare_one(self, path: Path, report: SyncReport, work: Callable[[], _T]) -> _T | None:
+        """``work`` on one file; a failure skips the file, unless the index itself failed."""
         try:
-            return self._prepare(path, report)
+            return work()
         except Exception as exc:  # one bad file never stops the others
             if is_index_failure(exc):
                 raise  # the index, not the file: the whole sync fails (retried / rebuilt)
@@ -332,6 +358,12 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         return -st.st_mtime_ns if st is not None else 0
 
     def _prepare(self, path: Path, report: SyncReport) -> Prepared | None:
+        """One file read and chunked: its rows to write, or None."""
+        raw = self._read(path, report)
+        return None if raw is None else self._chunk(raw.path, raw.data, raw.st, raw.digest, report)
+
+    def _read(self, path: Path, report: SyncReport) -> Raw | None:
+        """One changed file's bytes to chunk, or None (unchanged, gone, skipped, dropped)."""
         key = str(path)
         verdict = self._verdicts.pop(key, None) or self.rule.check(path)
         known = self._known.get(key) if self._known is not None else self.store.file(key)
@@ -384,55 +416,33 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
             self._drop_stale(key, known, report)
             skip_file(report, path, "looks binary (NUL bytes)")
             return None
-        return self._chunk(path, data, st, digest, report)
+        return Raw(path, data, st, digest)
 
     def _chunk(
         self, path: Path, data: bytes, st: os.stat_result, digest: str, report: SyncReport
     ) -> Prepared | None:
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            log.warning("%s is not valid UTF-8; undecodable bytes are replaced", path)
-            text = data.decode("utf-8", errors="replace")
-        if text.startswith("\ufeff"):
-            text = text[1:]
-        text = redact(text)[0]  # secrets never reach the index (line numbers kept)
-        pieces = self._chunks(str(path), digest, text)
+        note = note_text(data)  # secrets never reach the index (line numbers kept)
+        redacted = (note.redacted, note.text) if note.redacted is not None else None
+        self._note_read(path, note.valid, redacted)
+        pieces = self._chunks(str(path), digest, note.text)
         if pieces is None:
             report.files_deferred += 1
             return None
-        fm = read_front_matter(text) if self.front_matter else None
-        if fm is not None and fm.error:
-            log.warning("%s: %s; indexed as plain text", shown(path), fm.error)
-            report.skipped.append({"path": shown(path), "reason": f"{fm.error}: names not read"})
-        title = (fm.title if fm else "") or _title(pieces, path)
-        # The search filters' facts: the note's date, its front matter and inline tags.
-        file_tags = (fm if self.front_matter else read_front_matter(text)) or FrontMatter()
-        date = date_of_note(str(path), text, st.st_mtime_ns)
-        chunks = [
-            NewChunk(c.start_line, c.end_line, c.text, text_hash(c.text), context, date=date,
-                     tags=tags_of_chunk(file_tags.tags, c.text))
-            for c, context in zip(pieces, _contexts(pieces, title, fm), strict=True)
-        ]  # fmt: skip
-        lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-        row = FileRow(str(path), "memory", st.st_size, st.st_mtime_ns, digest, lines)
-        report.files_changed += 1
-        self.progress.mark_changed(row.path)
-        return Prepared(row, chunks)
+        rows = note_rows(path, note.text, pieces, st.st_mtime_ns, self.front_matter)
+        return changed_file(report, self.progress, Raw(path, data, st, digest), rows)
+
+    def _note_read(self, path: Path, valid: bool, redacted: tuple[str, str] | None) -> None:
+        """Say what decoding replaced; tally the secrets redaction hid (status.redactions)."""
+        if not valid:
+            log.warning("%s is not valid UTF-8; undecodable bytes are replaced", path)
+        if redacted is not None:
+            tally_redactions("indexed", *redacted)
 
     def _chunks(self, key: str, digest: str, text: str) -> list[Chunk] | None:
         """The file's chunks; None when a big file went to the background chunker."""
 
         def chunk() -> list[Chunk]:
-            return chunk_markdown(
-                text,
-                self.count_tokens,
-                max_tokens=self.max_tokens,
-                target_tokens=self.target_tokens,
-                chat_overlap=self.chat_overlap,
-                chat_chars=self.chat_chars,
-                additive=self.additive,
-            )
+            return pieces_of(text, self.count_tokens, self.chunk_settings)
 
         if self.background is None or len(text) <= BIG_FILE_BYTES:
             return chunk()
@@ -450,21 +460,9 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         hashes = {c.hash: c.text for p in batch for c in p.chunks}
         # Keyword first: only cached vectors now, the rest are back-filled after the writes.
         vectors = self.vectors_for(hashes, report, embed=not self.keyword_first)
-        written: list[tuple[Prepared, FileChange]] = []
-        # One transaction for the batch, each file in a savepoint of its own inside it: a file
-        # still lands whole or not at all and a bad one is rolled back alone, but the batch
-        # costs one commit (and FTS5 one new segment to merge) instead of one per file.
-        with self.store.transaction():
-            for prepared in batch:
-                try:
-                    change = self.store.replace_file(prepared.row, prepared.chunks, vectors)
-                except Exception as exc:  # one bad file never stops the others
-                    if is_index_failure(exc):
-                        raise  # the index, not the file: the whole sync fails (retried / rebuilt)
-                    log.exception("writing %s to the index failed", shown(prepared.row.path))
-                    skip_file(report, prepared.row.path, f"indexing failed: {exc}")
-                    continue
-                written.append((prepared, change))
+        # One transaction for the batch: a file lands whole or not at all, a bad one is left
+        # out alone, and the batch costs one commit (and FTS5 one new segment to merge).
+        written = write_batch(self.store, batch, vectors, report)
         for prepared, change in written:  # committed: the hooks may tell readers now
             self._apply(change)
             if self.backlog is not None and self.keyword_first:

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from recalld.index.store import FileRow, NewChunk
+from recalld.ingest.chunk_pool import Raw
+from recalld.ingest.note_rows import NoteRows
 from recalld.ingest.path_rule import shown
 
 
@@ -150,3 +152,18 @@ def skip_file(report: SyncReport, path: Path | str, reason: str) -> None:
     report.files_skipped += 1
     if len(report.skipped) < MAX_REPORTED_SKIPS:
         report.skipped.append({"path": name, "reason": reason})
+
+
+def changed_file(report: SyncReport, progress: Progress, note: Raw, rows: NoteRows) -> Prepared:
+    """A changed note's file row and chunks, counted; its front matter's problem reported."""
+    if rows.front_matter_error:
+        _indexer_log.warning(
+            "%s: %s; indexed as plain text", shown(note.path), rows.front_matter_error
+        )
+        reason = f"{rows.front_matter_error}: names not read"
+        report.skipped.append({"path": shown(note.path), "reason": reason})
+    st = note.st
+    row = FileRow(str(note.path), "memory", st.st_size, st.st_mtime_ns, note.digest, rows.lines)
+    report.files_changed += 1
+    progress.mark_changed(row.path)
+    return Prepared(row, rows.chunks)
