@@ -234,3 +234,13 @@ def test_a_worker_without_a_core_is_overtaken_by_the_writer(tmp_path: Path) -> N
     assert [o for _, r, o in got if r is not None] == chunk_notes(items, count, SETTINGS, BIG)
     assert pool.overtaken > 0
     assert pool.in_writer == -(-len(raws) // chunk_pool.GROUP_FILES)  # every group, here
+
+
+def test_workers_yield_to_searches_as_background_embedding_does() -> None:
+    pool = ChunkPool(1, SETTINGS, default_tokenizer().count, BIG, nice=5)
+    try:
+        assert pool.started.result(timeout=120)
+        worker = pool.executor.submit(os.nice, 0).result(timeout=60)  # the worker's niceness
+    finally:
+        pool.close()
+    assert worker == min(os.nice(0) + 5, 19)

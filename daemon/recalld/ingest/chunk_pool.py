@@ -87,10 +87,14 @@ def chunk_notes(
 _worker: tuple[Callable[[str], int], ChunkSettings, int] | None = None
 
 
-def _start_worker(settings: ChunkSettings, big: int) -> None:
-    """In a worker process: load the tokenizer once."""
+def _start_worker(settings: ChunkSettings, big: int, nice: int) -> None:
+    """In a worker process: yield to searches as background embedding does (``nice``), then
+    load the tokenizer once."""
     global _worker
     from recalld.tokens import default_tokenizer
+
+    if nice > 0 and hasattr(os, "nice"):
+        os.nice(nice)
 
     _worker = (default_tokenizer().count, settings, big)
 
@@ -121,6 +125,7 @@ class ChunkPool:
         settings: ChunkSettings,
         count_tokens: Callable[[str], int],
         big: int,
+        nice: int = 0,
     ) -> None:
         self.settings, self.count_tokens, self.big = settings, count_tokens, big
         self.in_flight = QUEUED * workers  # groups handed to workers at once
@@ -133,7 +138,7 @@ class ChunkPool:
             workers,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_start_worker,
-            initargs=(settings, big),
+            initargs=(settings, big, nice),
         )
         # Done once a worker has started: until then the writer chunks every group itself
         # (a group queued to a worker still starting would hold the writer up).
@@ -247,15 +252,19 @@ class _Group:
 
 
 def pool_for(
-    notes: int, settings: ChunkSettings, count_tokens: Callable[[str], int], big: int
+    notes: int,
+    settings: ChunkSettings,
+    count_tokens: Callable[[str], int],
+    big: int,
+    nice: int = 0,
 ) -> ChunkPool | None:
     """Workers for a sync reading ``notes`` notes (:func:`workers_for` this process's usable
     cores), or None: none to start, or a count other than the bundled tokenizer's (the one a
-    worker loads)."""
+    worker loads). Workers run ``nice`` lower (``embedding.background_nice``): searches first."""
     from recalld.cpus import usable_cores
     from recalld.tokens import default_tokenizer
 
     workers = workers_for(notes, usable_cores())
     if workers == 0 or getattr(count_tokens, "__self__", None) is not default_tokenizer():
         return None
-    return ChunkPool(workers, settings, count_tokens, big)
+    return ChunkPool(workers, settings, count_tokens, big, nice)

@@ -263,7 +263,8 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         pool = None
         if self.background is not None:  # keyword-first: the daemon
             to_read, settings = self._to_read(files), self.chunk_settings
-            pool = pool_for(to_read, settings, self.count_tokens, BIG_FILE_BYTES)
+            nice = self.config.int("embedding.background_nice")  # searches first, as embedding
+            pool = pool_for(to_read, settings, self.count_tokens, BIG_FILE_BYTES, nice)
         if pool is None:
             for path in files:
                 yield path, self._prepare_one(path, report, partial(self._prepare, path, report))
