@@ -49,7 +49,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     with pytest.MonkeyPatch.context() as mp:
         for member, pw in PASSWORDS.items():
             mp.setenv(f"RCD_TEST_PW_{member.upper()}", pw)
-        for info in _server():
+        with _server() as info:
             alice = Remote(_settings(info, "alice", "alice@fresh"))
             alice.claim(identity.provider_key, identity.label, identity.model, identity.dims)
             alice.ensure_collection()
@@ -167,7 +167,7 @@ def test_a_push_past_the_cap_merges_first(
 
 def test_an_older_store_gets_the_table_from_migrate(monkeypatch: pytest.MonkeyPatch) -> None:
     _schema_at(monkeypatch, 4)
-    for info in _server():
+    with _server() as info:
         alice = _alice_in(info, "alice@v4")  # version 4: the vectors table, 3-d
         chunk = PushChunk(1, 1, "note", "h", "old store", _unit(1, 0, 0))
         with pytest.raises(ConfigError, match="run `recalld shared init`"):

@@ -47,7 +47,7 @@ def store() -> Iterator[dict[str, Any]]:
     with pytest.MonkeyPatch.context() as mp:
         for member, pw in PASSWORDS.items():
             mp.setenv(f"RCD_TEST_PW_{member.upper()}", pw)
-        for info in _server():
+        with _server() as info:
             with psycopg.connect(info["admin"], autocommit=True) as conn:
                 conn.execute("ALTER TABLE recalld.chunks SET (autovacuum_enabled = off)")
             alice = Remote(_settings(info, "alice", "alice@post"))
@@ -165,7 +165,7 @@ def test_keyword_hits_past_the_depth_read_a_words_best_chunks_first(store: dict[
 
 def test_a_store_at_version_3_gets_its_postings(monkeypatch: pytest.MonkeyPatch) -> None:
     _schema_at(monkeypatch, 3)
-    for info in _server():
+    with _server() as info:
         alice = _alice_in(info, "alice@old")
         alice.push_files([_note(f"n{i}.md", f"pear plum note {i}") for i in range(30)])
         alice.close()

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,30 +37,36 @@ from recalld.surfaces.cli_output import print_status, shared_lines  # noqa: E402
 PASSWORDS = {"alice": "pw-alice-1", "bob": "pw-bob-2", "carol": "pw-carol-3"}
 
 
+@contextmanager
 def _server() -> Iterator[dict[str, Any]]:
-    """An embedded PostgreSQL with alice and bob in team eng, carol in ops."""
+    """An embedded PostgreSQL with alice and bob in team eng, carol in ops; stopped and removed
+    however the block ends (a failed test leaves no server running)."""
     base = Path(tempfile.mkdtemp(prefix="rcd-pg-", dir="/tmp"))
-    info = embedded.up(base)
-    admin = embedded.Embedded(base).admin_url()
-    with psycopg.connect(admin, autocommit=True) as conn:
-        add_member(conn, "alice", PASSWORDS["alice"], ["eng"])
-        add_member(conn, "bob", PASSWORDS["bob"], ["eng"])
-        add_member(conn, "carol", PASSWORDS["carol"], ["ops"])
-    yield {"base": base, "url": info["url"], "admin": admin}
-    embedded.down(base)
-    shutil.rmtree(base, ignore_errors=True)
+    try:
+        info = embedded.up(base)
+        admin = embedded.Embedded(base).admin_url()
+        with psycopg.connect(admin, autocommit=True) as conn:
+            add_member(conn, "alice", PASSWORDS["alice"], ["eng"])
+            add_member(conn, "bob", PASSWORDS["bob"], ["eng"])
+            add_member(conn, "carol", PASSWORDS["carol"], ["ops"])
+        yield {"base": base, "url": info["url"], "admin": admin}
+    finally:
+        embedded.down(base)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def sql_store() -> Iterator[dict[str, Any]]:
     """A store whose vector space the plain-SQL tests fix (3-d test vectors)."""
-    yield from _server()
+    with _server() as info:
+        yield info
 
 
 @pytest.fixture(scope="module")
 def store() -> Iterator[dict[str, Any]]:
     """A store for daemons: the first one fixes the local model's space."""
-    yield from _server()
+    with _server() as info:
+        yield info
 
 
 def _as(store: dict[str, Any], member: str) -> Any:

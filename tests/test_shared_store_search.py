@@ -35,7 +35,7 @@ def store(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     """A store where alice (team eng) pushed 100 notes with 3-d vectors."""
     for member, pw in PASSWORDS.items():
         monkeypatch_module.setenv(f"RCD_TEST_PW_{member.upper()}", pw)
-    for info in _server():
+    with _server() as info:
         alice = Remote(_settings(info, "alice", "alice@kw"))
         alice.claim("test:3", "test/3d", "three", 3)
         alice.ensure_collection()
