@@ -113,12 +113,15 @@ def _handle_signals(server: Server, live: LiveConfig) -> None:
 
 
 def _exit_if_busy(clean: bool) -> None:
-    """Exit at once when the writer or a handler thread is still busy."""
-    busy = _busy_handlers()
+    """Exit at once when the writer, a handler or an embedding thread is still busy."""
+    busy = _busy_handlers() + _embedding()
     if not clean or busy:
         # Handler threads still inside a long search or get, or the writer inside a batch:
         # the interpreter would join them at exit. Nothing they do needs finishing (reads, or
         # a transaction SQLite rolls back), so exit now rather than hold SIGTERM for minutes.
+        # An embedding call still running (its vectors are never written after the stop) must
+        # not meet the interpreter's exit either: onnxruntime's pool, torn down under it by
+        # the C++ exit handlers, aborted the process ("terminate called", SIGABRT).
         log.info("exiting with busy threads: %s", ", ".join(busy) or "recalld-writer")
         logging.shutdown()
         os._exit(0)
@@ -142,6 +145,11 @@ def _open_daemon(config: Config, index: Path) -> Daemon:
         daemon.note_damaged(problem, aside)
     daemon.check_after_start = clean and aside is None
     return daemon
+
+
+def _embedding() -> list[str]:
+    """Embedding threads still alive (a call in flight after the stop's short wait)."""
+    return [t.name for t in threading.enumerate() if t.name.startswith("recalld-embed")]
 
 
 def _busy_handlers(wait_s: float = 0.5) -> list[str]:
