@@ -289,7 +289,17 @@ def push_vs_index(url: str, admin: str, work: Path, files: int) -> dict[str, flo
 
 
 def run(sheet: Sheet, local: int, shared: int, queries_n: int) -> None:
-    """Every measure of this part into ``sheet`` (keys name the sizes)."""
+    """Every measure of this part into ``sheet`` (keys name the sizes); the store's server is
+    stopped after (its 1M rows stay in bench/out for a rerun of the part to start it again)."""
+    from recalld.shared import embedded
+
+    try:
+        _measure(sheet, local, shared, queries_n)
+    finally:
+        embedded.down(OUT / "shared" / "pg")
+
+
+def _measure(sheet: Sheet, local: int, shared: int, queries_n: int) -> None:
     from bench import corpora
     from bench.filtered_search import build_home
 
