@@ -172,6 +172,12 @@ def _raws(tmp_path: Path, n: int) -> list[tuple[Path, Raw | None]]:
 SETTINGS = ChunkSettings(256, 200, 0.25, 1200, True, True)
 
 
+def _writers(raws: Any, count: Any) -> list[Any]:
+    """What the writer itself makes of the notes read (``chunk_notes`` in this process)."""
+    items = [(str(r.path), r.data, r.st.st_mtime_ns) for _, r in raws if r is not None]
+    return chunk_notes(items, count, SETTINGS, BIG)
+
+
 def test_a_killed_worker_leaves_its_groups_to_the_writer(tmp_path: Path) -> None:
     raws = _raws(tmp_path, 80)
     count = default_tokenizer().count
@@ -184,8 +190,7 @@ def test_a_killed_worker_leaves_its_groups_to_the_writer(tmp_path: Path) -> None
     finally:
         pool.close()
     assert [(p, r) for p, r, _ in got] == raws
-    items = [(str(r.path), r.data, r.st.st_mtime_ns) for _, r in raws if r is not None]
-    expected = chunk_notes(items, count, SETTINGS, BIG)
+    expected = _writers(raws, count)
     outcomes = [o for _, r, o in got if r is not None]
     assert outcomes == expected
     assert all(isinstance(o, Chunked) or o is None for o in outcomes)
@@ -203,8 +208,7 @@ def test_a_worker_gives_the_outcomes_of_the_writer_in_order(tmp_path: Path) -> N
         got = list(pool.in_order(iter(raws)))
     finally:
         pool.close()
-    items = [(str(r.path), r.data, r.st.st_mtime_ns) for _, r in raws if r is not None]
-    assert [o for _, r, o in got if r is not None] == chunk_notes(items, count, SETTINGS, BIG)
+    assert [o for _, r, o in got if r is not None] == _writers(raws, count)
     assert [p for p, _, _ in got] == [p for p, _ in raws]
     assert pool.in_writer < -(-len(raws) // chunk_pool.GROUP_FILES)
 
@@ -230,8 +234,7 @@ def test_a_worker_without_a_core_is_overtaken_by_the_writer(tmp_path: Path) -> N
             os.kill(pid, signal.SIGCONT)
     finally:
         pool.close()
-    items = [(str(r.path), r.data, r.st.st_mtime_ns) for _, r in raws if r is not None]
-    assert [o for _, r, o in got if r is not None] == chunk_notes(items, count, SETTINGS, BIG)
+    assert [o for _, r, o in got if r is not None] == _writers(raws, count)
     assert pool.overtaken > 0
     assert pool.in_writer == -(-len(raws) // chunk_pool.GROUP_FILES)  # every group, here
 
