@@ -4,12 +4,14 @@ A push writes its vectors to ``recalld.fresh_vectors`` (no index), which every v
 reads exactly beside the HNSW graph; daemons merge them into ``recalld.vectors`` afterwards. A
 pushed chunk is found by its vector before and after the merge, never twice; a push that finds
 too many waiting merges first; removals reach the fresh rows; an older store gets the table
-with its width from ``migrate`` and, until then, a push says what to do.
+with its width from ``migrate`` and, until then, a push says what to do. A daemon with nothing
+to push still asks the store now and then: it merges what others left and notices the store gone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,8 @@ pytest.importorskip(
 
 from conftest import make_engine, write  # noqa: E402
 from recalld.errors import ConfigError  # noqa: E402
+from recalld.shared import embedded, schema  # noqa: E402
 from recalld.shared import push as push_module  # noqa: E402
-from recalld.shared import schema  # noqa: E402
 from recalld.shared.push import Pusher, Scope  # noqa: E402
 from recalld.shared.remote import PushChunk, PushFile, Remote  # noqa: E402
 from test_reader_pool import HashEmbedder  # noqa: E402
@@ -162,6 +164,48 @@ def test_a_push_past_the_cap_merges_first(
         assert pusher.state.unmerged == 0
     finally:
         remote.close()
+        engine.close()
+
+
+def _until(pred: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out: {what}"
+        time.sleep(0.1)
+
+
+def test_an_idle_daemon_merges_what_others_left_and_notices_the_store_gone(
+    store: dict[str, Any], tmp_path: Path
+) -> None:
+    write(tmp_path / "memory" / "team" / "a.md", "# A\nthe egret stood still\n")
+    engine = make_engine(tmp_path, _Hash3())
+    engine.sync()
+    remote = Remote(_settings(store, "alice", "alice@idle"))
+    scope = Scope(("team/**",), [tmp_path / "memory"])
+    pusher = Pusher(remote.settings, remote, engine.reader, scope, tmp_path / "p.json", 0.1, 0.3)
+    bob = Remote(_settings(store, "bob", "bob@idle"))
+    pusher.start()
+    try:
+        _until(lambda: pusher.state.pushed or pusher.state.known, "alice's note is pushed")
+        _until(lambda: _counts(store["admin"], "alice@idle")[0] == 0, "alice's vectors merged")
+        bob.ensure_collection()
+        chunk = PushChunk(1, 1, "note", "h", "bob's heron", _unit(0, 1, 0))
+        bob.push_files([PushFile("b.md", "fb", "bob's heron\n", (chunk,))])
+        assert _counts(store["admin"], "bob@idle") == (1, 0)
+        # alice has nothing to push and bob's daemon never merges: alice's idle check does
+        _until(lambda: _counts(store["admin"], "bob@idle") == (0, 1), "bob's vector merged")
+        assert pusher.state.reachable is True and pusher.state.waiting == 0
+        embedded.down(store["base"])
+        _until(lambda: pusher.state.reachable is False, "the idle daemon notices the store gone")
+        assert pusher.state.last_error and pusher.state.waiting == 0
+        embedded.up(store["base"])
+        _until(lambda: pusher.state.reachable is True, "and back", timeout=120)
+        assert pusher.state.last_error is None
+    finally:
+        embedded.up(store["base"])
+        pusher.stop()
+        remote.close()
+        bob.close()
         engine.close()
 
 

@@ -40,6 +40,10 @@ BATCH_CHUNKS = 500
 PUSH_CONNECTIONS = 2
 #: Backoff after a failed push: doubles from the first to the last, then stays there.
 BACKOFF_S = (1.0, 60.0)
+#: With nothing to push, ask the store this often whether it is still there (and what other
+#: daemons left to merge): an idle daemon's ``status`` must not read "reachable" for ever after
+#: the store went away.
+CHECK_S = 30.0
 
 
 @dataclass
@@ -113,6 +117,7 @@ class Pusher:
         scope: Scope,
         state_file: Path,
         interval_s: float = 2.0,
+        check_s: float = CHECK_S,
     ) -> None:
         self.settings = settings
         self.remote = remote
@@ -120,6 +125,8 @@ class Pusher:
         self.scope = scope
         self.state_file = state_file
         self.interval_s = interval_s
+        self.check_s = check_s
+        self._contact = 0.0  # monotonic time the store last answered
         self.state = PushState(known=_load_known(state_file))
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -163,16 +170,18 @@ class Pusher:
         """One round: push what differs; returns the files pushed or tombstoned."""
         mark = self._fingerprint()
         settled = self._identity_ok and not (self.state.waiting or self.state.unfinished)
-        if settled and mark == self._last_mark:
-            return 0  # nothing indexed since the last round that left nothing to do
+        if settled and mark == self._last_mark:  # nothing indexed since a round that finished
+            if time.monotonic() - self._contact >= self.check_s:
+                self.state.unmerged = self.remote.fresh_rows()  # raises if the store is away
+                self._answered()
+            return 0
         local = self._local_files()
         self.state.waiting = len(_differences(local, self.state.known))
         if not self._identity_ok:
             self._claim()
         self.state.unmerged = self.remote.fresh_rows()  # left by any daemon: merged after
         remote = self.remote.pushed()
-        self.state.reachable = True
-        self.state.last_error = None
+        self._answered()
         self._remember(remote)
         work = _differences(local, remote)
         self.state.waiting = len(work)
@@ -189,6 +198,11 @@ class Pusher:
             self.state.last_push = time.time()
         self._last_mark = mark
         return done
+
+    def _answered(self) -> None:
+        self._contact = time.monotonic()
+        self.state.reachable = True
+        self.state.last_error = None
 
     def merge_fresh(self) -> int:
         """Move the store's fresh vectors into its HNSW graph, MERGE_ROWS per transaction,
