@@ -251,6 +251,8 @@ def test_two_daemons_share_a_folder_and_find_each_others_notes(store: dict[str, 
         hits = _wait(lambda: _shared_hits(b, "zanzibar credentials"), what="bob sees alice's note")
         assert hits[0]["member"] == "alice" and hits[0]["collection"] == "alice@laptop"
         assert hits[0]["citation"].startswith("shared:alice@laptop/memory/team/runbook.md#L")
+        # keyword mode: the score is the keyword score over the best, and says so in `scores`
+        assert hits[0]["score"] == hits[0]["scores"]["keyword"] == 1.0
         with b.client() as cl:  # the citation works with get
             got = cl.get(hits[0]["citation"])
         assert "zanzibar" in got["text"]

@@ -99,12 +99,12 @@ class SharedChannel:
             keyword = (h.keyword or 0.0) / top
             score = keyword if keyword_only else vw * (h.vector or 0.0) + tw * keyword
             if score >= floor or keyword_only:
-                scored.append((score, h))
-        scored.sort(key=lambda pair: -pair[0])
+                scored.append((score, keyword, h))
+        scored.sort(key=lambda triple: -triple[0])
         terms = query_terms(query)
         limit = self.config.int("search.snippet_chars")
         out = []
-        for score, h in scored[:max_results]:
+        for score, keyword, h in scored[:max_results]:
             citation = f"{PREFIX}{h.collection}/{h.path}#L{h.start_line}-L{h.end_line}"
             out.append(
                 {
@@ -118,7 +118,11 @@ class SharedChannel:
                     "kind": h.kind,
                     "collection": h.collection,
                     "member": h.member,
-                    "scores": {"vector": h.vector, "keyword": h.keyword},
+                    # the keyword score as the fused score used it (over the best), as locally
+                    "scores": {
+                        "vector": h.vector,
+                        "keyword": None if h.keyword is None else round(keyword, 6),
+                    },
                 }
             )
         return out
