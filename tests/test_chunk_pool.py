@@ -247,3 +247,42 @@ def test_workers_yield_to_searches_as_background_embedding_does() -> None:
     finally:
         pool.close()
     assert worker == min(os.nice(0) + 5, 19)
+
+
+def test_workers_started_early_are_the_first_big_syncs_and_stopped_when_unused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``recalld serve`` on a fresh home starts the workers before the daemon's imports: the
+    first big sync takes them (the same processes, already up); a sync that needs none, or
+    other settings, stops them."""
+    monkeypatch.setattr(recalld.cpus, "usable_cores", lambda: 2)
+    raws = _raws(tmp_path, 80)
+    count = default_tokenizer().count
+    chunk_pool.start_early(5)
+    early = chunk_pool._early
+    assert early is not None
+    pids = set(early[0]._processes)  # spawned at once, before any sync asked
+    assert early[1].result(timeout=120)
+    pool = chunk_pool.pool_for(10_000, SETTINGS, count, BIG, 5)
+    assert pool is not None and chunk_pool._early is None
+    try:
+        assert pool.executor is early[0] and set(pool.executor._processes) == pids
+        pool.overtake_s = 120  # the writer waits for the worker's groups, however busy
+        got = list(pool.in_order(iter(raws)))
+    finally:
+        pool.close()
+    assert [o for _, r, o in got if r is not None] == _writers(raws, count)
+    assert pool.in_writer < -(-len(raws) // chunk_pool.GROUP_FILES)
+    for notes, nice in ((10, 5), (10_000, 0)):  # a small sync; other settings
+        chunk_pool.start_early(5)
+        unused = chunk_pool._early
+        assert unused is not None and unused[1].result(timeout=120)
+        procs = list(unused[0]._processes.values())
+        other = chunk_pool.pool_for(notes, SETTINGS, count, BIG, nice)
+        if other is not None:
+            assert other.executor is not unused[0]
+            other.close()
+        assert chunk_pool._early is None
+        for proc in procs:
+            proc.join(60)  # stopped by pool_for: they end
+        assert procs and not any(proc.is_alive() for proc in procs)
