@@ -261,6 +261,12 @@ class ChunkPool:
             self.in_writer += 1
         return chunk_notes(items, self.count_tokens, self.settings, self.big)
 
+    def __enter__(self) -> ChunkPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """Stop the workers once their groups are done (the sync has ended or stops)."""
         self.executor.shutdown(wait=False)
