@@ -25,9 +25,9 @@ log = logging.getLogger("recalld.ingest.indexer")  # the indexer's lines, as bef
 Vectors = dict[str, npt.NDArray[np.float32]] | None
 
 #: WAL pages between checkpoints during a big sync (SQLite's default: 1,000). A first sync of
-#: 10k notes checkpointed 53 times at the default, two fdatasyncs each (0.55 s of the writer's
-#: wall here) and the pages copied again each time; at 8,000 (a WAL of 32 MB at most) the
-#: writer's own part took 0.8 s less CPU (docs/DECISIONS.md, issue 40 item 4, third pass).
+#: 10k notes checkpointed ~50 times at the default, two fdatasyncs each (0.42-0.55 s of the
+#: writer's wall on a busy host); at 8,000 (a WAL of 32 MB at most) ~10 times, 0.21-0.29 s. Its
+#: CPU did not move (docs/DECISIONS.md, issue 40 item 4, third pass): the gain is the fsyncs.
 BULK_CHECKPOINT_PAGES = 8_000
 
 
