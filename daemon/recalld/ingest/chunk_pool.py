@@ -6,9 +6,8 @@ help; worker processes (``spawn``: the daemon has threads) chunk groups of notes
 functions (:mod:`recalld.ingest.note_rows`) and the same tokenizer while the writer thread writes
 the groups before them. Results come back in the files' order, so batches, rows and progress are
 those of a sync without workers. A group no worker has started when the writer needs it is done
-on the writer's thread: the writer never waits for a busy or starting worker, and a broken pool
-(a worker killed) leaves the rest to the writer. On a first start the workers are spawned
-before the daemon's imports (:func:`start_early`), so that they are up when its sync begins.
+on the writer's thread (a worker's group is never cancelled): the writer never waits for a busy
+or starting worker, and a broken pool (a worker killed) leaves the rest to the writer.
 """
 
 from __future__ import annotations
@@ -85,71 +84,28 @@ def chunk_notes(
     return out
 
 
-_count: Callable[[str], int] | None = None  # a worker's token count (the bundled tokenizer)
+_worker: tuple[Callable[[str], int], ChunkSettings, int] | None = None
 
 
-def _start_worker(nice: int) -> None:
+def _start_worker(settings: ChunkSettings, big: int, nice: int) -> None:
     """In a worker process: yield to searches as background embedding does (``nice``), then
     load the tokenizer once."""
-    global _count
+    global _worker
     from recalld.tokens import default_tokenizer
 
     if nice > 0 and hasattr(os, "nice"):
         os.nice(nice)
 
-    _count = default_tokenizer().count
+    _worker = (default_tokenizer().count, settings, big)
 
 
 def _ready() -> bool:
-    return _count is not None
+    return _worker is not None
 
 
-def _in_worker(
-    items: list[tuple[str, bytes, int]], settings: ChunkSettings, big: int
-) -> list[Outcome]:
-    assert _count is not None  # set by the pool's initializer
-    return chunk_notes(items, _count, settings, big)
-
-
-Workers = tuple[ProcessPoolExecutor, Future[bool], int, int]  # pool, started, count, nice
-
-
-def _spawn(workers: int, nice: int) -> Workers:
-    """Worker processes starting (``spawn``: the daemon has threads); the future is done once
-    one of them has loaded the tokenizer."""
-    executor = ProcessPoolExecutor(
-        workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_start_worker,
-        initargs=(nice,),
-    )
-    return executor, executor.submit(_ready), workers, nice
-
-
-_early: Workers | None = None
-
-
-def start_early(nice: int) -> None:
-    """Start the workers of the first sync now, while the daemon imports and opens the index:
-    a worker's start (an interpreter, the chunker's imports, the tokenizer: ~0.2-0.4 s) then
-    overlaps the daemon's own instead of leaving the writer to chunk alone meanwhile. For a
-    first start only (no index yet), when a big sync is likely; :func:`pool_for` takes them."""
-    global _early
-    from recalld.cpus import usable_cores
-
-    workers = min(usable_cores() - 1, MAX_WORKERS)
-    if _early is None and workers > 0:
-        _early = _spawn(workers, nice)
-
-
-def _take_early(workers: int, nice: int) -> Workers | None:
-    """The workers :func:`start_early` started, when they fit this sync (else stopped)."""
-    global _early
-    early, _early = _early, None
-    if early is not None and early[2:] != (workers, nice):
-        early[0].shutdown(wait=False)
-        return None
-    return early
+def _in_worker(items: list[tuple[str, bytes, int]]) -> list[Outcome]:
+    assert _worker is not None  # set by the pool's initializer
+    return chunk_notes(items, *_worker)
 
 
 def workers_for(files: int, cores: int) -> int:
@@ -178,11 +134,15 @@ class ChunkPool:
         self.overtaken = 0  # of those, groups a worker had but had not done in time
         self.overtake_s = OVERTAKE_S
         self.broken = False
-        spawned = _take_early(workers, nice) or _spawn(workers, nice)
-        self.executor = spawned[0]
+        self.executor = ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_start_worker,
+            initargs=(settings, big, nice),
+        )
         # Done once a worker has started: until then the writer chunks every group itself
         # (a group queued to a worker still starting would hold the writer up).
-        self.started = spawned[1]
+        self.started = self.executor.submit(_ready)
 
     def in_order(
         self, notes: Iterable[tuple[Path, Raw | None]]
@@ -215,7 +175,7 @@ class ChunkPool:
                 return
             if g.free():
                 try:
-                    g.future = self.executor.submit(_in_worker, g.items(), self.settings, self.big)
+                    g.future = self.executor.submit(_in_worker, g.items())
                 except RuntimeError:  # a broken pool: the writer chunks the rest
                     self.broken = True
                     return
@@ -312,6 +272,5 @@ def pool_for(
 
     workers = workers_for(notes, usable_cores())
     if workers == 0 or getattr(count_tokens, "__self__", None) is not default_tokenizer():
-        _take_early(0, nice)  # started for nothing: stopped
         return None
     return ChunkPool(workers, settings, count_tokens, big, nice)

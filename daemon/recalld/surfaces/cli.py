@@ -307,13 +307,6 @@ def _serve(args: argparse.Namespace) -> int:
             threads=config.int("embedding.threads"),
             batch_size=config.int("embedding.batch_size"),
         )
-    from recalld import paths
-
-    if not paths.index_path(config.base_dir).exists():
-        # A first start: its sync's chunking workers start beside the imports (chunk_pool).
-        from recalld.ingest.chunk_pool import start_early
-
-        start_early(config.int("embedding.background_nice"))
     from recalld.serve.daemon_start import serve
 
     return serve(config, args.config)
