@@ -18,7 +18,7 @@ import pytest
 
 import recalld.cpus
 from conftest import make_engine, write
-from recalld.ingest import chunk_pool
+from recalld.ingest import batch_write, chunk_pool
 from recalld.ingest import indexer as indexer_module
 from recalld.ingest.chunk_pool import Chunked, ChunkPool, Raw, chunk_notes
 from recalld.ingest.note_rows import ChunkSettings
@@ -104,6 +104,14 @@ def _sync(home: Path, monkeypatch: pytest.MonkeyPatch, workers: bool) -> tuple[A
         return pool
 
     monkeypatch.setattr(indexer_module, "pool_for", pool_for)
+    checkpoints: list[int] = []  # the WAL's checkpoint interval at each batch written
+    real_write = indexer_module.write_batch
+
+    def write_batch(store: Any, *args: Any) -> Any:
+        checkpoints.append(store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+        return real_write(store, *args)
+
+    monkeypatch.setattr(indexer_module, "write_batch", write_batch)
     eng = make_engine(home, None, **{"memory.paths": [str(home / "memory")]})
     chunked: list[Path] = []
     eng.background, eng.keyword_first = BackgroundChunker(chunked.append), True
@@ -117,6 +125,11 @@ def _sync(home: Path, monkeypatch: pytest.MonkeyPatch, workers: bool) -> tuple[A
         # Notes to read: every one, then the big ones and the skipped (binary) ones, which
         # have no row; the rest are unchanged by their stat.
         assert asked == [NOTES + 1, report.files_deferred + report.files_skipped]
+        # A big sync's batches checkpoint less often (those of the second, small one do not),
+        # and the interval is SQLite's default again after it.
+        bulk = batch_write.BULK_CHECKPOINT_PAGES
+        assert checkpoints[0] == (bulk if workers else 1000) and checkpoints[-1] == 1000
+        assert eng.writes.writer.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
     finally:
         eng.background.close()
         eng.close()

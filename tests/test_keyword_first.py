@@ -15,7 +15,7 @@ import pytest
 from conftest import make_engine, write
 from daemon_process import DaemonProcess, wait_for
 from recalld.index.store import Store
-from recalld.ingest.vector_backfill import vector_counts
+from recalld.ingest.vector_backfill import vector_counts, vector_counts_by_rows
 from recalld.surfaces.cli_output import pending_note
 from recalld.surfaces.progress_bar import bar_line, describe
 from reliability_support import check_consistent
@@ -139,6 +139,7 @@ def test_due_chunks_are_found_newest_first_and_keyword_only_ones_never(home: Pat
             store.replace_file(FileRow(f"/m/{f}.md", "memory", 1, 0, "", 3), chunks, vectors)
         # File 0: chunk 1 keyword-only, 3 has a vector, 2 is due; files 1 and 2: 2 due each.
         assert vector_counts(store) == (5, 6)
+        assert vector_counts_by_rows(store) == (5, 6)  # the writer's count during a sync
         due = _due(store, 3)
         assert [h for _, h, _ in due] == ["h2-3", "h2-2", "h1-3"]
         assert [h for _, h, _ in _due(store, 10)][-1] == "h0-2"
@@ -251,7 +252,7 @@ def test_chunks_due_behind_more_keyword_only_ones_than_the_kept_head_are_reached
         store.replace_file(FileRow("/m/old.md", "memory", 1, 0, "", 5), due, None)
         tools = [NewChunk(i, i, f"tool {i}", f"t{i}", embed=False) for i in range(1, 31)]
         store.replace_file(FileRow("/m/new.md", "memory", 1, 0, "", 30), tools, None)
-        assert vector_counts(store) == (5, 5)
+        assert vector_counts(store) == vector_counts_by_rows(store) == (5, 5)
         assert sorted(h for _, h, _ in _due(store, 8)) == [f"m{i}" for i in range(1, 6)]
         backlog = VectorBacklog()
         assert len(_due(store, 8, backlog)) == 5 and backlog.head_whole

@@ -8,8 +8,9 @@ which is written again with a savepoint per file, the bad one rolled back alone 
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +23,25 @@ from recalld.ingest.sync_report import Prepared, SyncReport, skip_file
 log = logging.getLogger("recalld.ingest.indexer")  # the indexer's lines, as before the move
 
 Vectors = dict[str, npt.NDArray[np.float32]] | None
+
+#: WAL pages between checkpoints during a big sync (SQLite's default: 1,000). A first sync of
+#: 10k notes checkpointed ~50 times at the default, two fdatasyncs each (0.42-0.55 s of the
+#: writer's wall on a busy host); at 8,000 (a WAL of 32 MB at most) ~10 times, 0.21-0.29 s. Its
+#: CPU did not move (docs/DECISIONS.md, issue 40 item 4, third pass): the gain is the fsyncs.
+BULK_CHECKPOINT_PAGES = 8_000
+
+
+@contextlib.contextmanager
+def fewer_checkpoints(store: Store) -> Iterator[None]:
+    """Checkpoint the WAL every :data:`BULK_CHECKPOINT_PAGES` pages meanwhile (a big sync's
+    batches), then as before: the next commit after it checkpoints what has piled up."""
+    row = store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()
+    before = int(row[0]) if row else 1_000
+    store.conn.execute(f"PRAGMA wal_autocheckpoint = {max(before, BULK_CHECKPOINT_PAGES)}")
+    try:
+        yield
+    finally:
+        store.conn.execute(f"PRAGMA wal_autocheckpoint = {before}")
 
 
 class _FileFailed(Exception):

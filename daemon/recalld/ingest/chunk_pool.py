@@ -6,8 +6,8 @@ help; worker processes (``spawn``: the daemon has threads) chunk groups of notes
 functions (:mod:`recalld.ingest.note_rows`) and the same tokenizer while the writer thread writes
 the groups before them. Results come back in the files' order, so batches, rows and progress are
 those of a sync without workers. A group no worker has started when the writer needs it is done
-on the writer's thread (cancelled in the pool): the writer never waits for a busy or starting
-worker, and a broken pool (a worker killed) leaves the rest to the writer.
+on the writer's thread (a worker's group is never cancelled): the writer never waits for a busy
+or starting worker, and a broken pool (a worker killed) leaves the rest to the writer.
 """
 
 from __future__ import annotations
@@ -221,10 +221,16 @@ class ChunkPool:
             self.in_writer += 1
         return chunk_notes(items, self.count_tokens, self.settings, self.big)
 
+    def __enter__(self) -> ChunkPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """Stop the workers once their groups are done (the sync has ended or stops)."""
         self.executor.shutdown(wait=False)
-        log.debug("groups chunked by the writer: %d (%d overtaken)", self.in_writer, self.overtaken)
+        log.info("groups chunked by the writer: %d (%d overtaken)", self.in_writer, self.overtaken)
 
 
 @dataclass

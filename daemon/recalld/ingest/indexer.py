@@ -28,7 +28,7 @@ from recalld.fd_limits import OUT_OF_RESOURCES
 from recalld.index import tombstones
 from recalld.index.index_health import is_index_failure
 from recalld.index.store import FileChange, FileRow, Identity, Store
-from recalld.ingest.batch_write import write_batch
+from recalld.ingest.batch_write import fewer_checkpoints, write_batch
 from recalld.ingest.chunk_pool import Outcome, Raw, pool_for
 from recalld.ingest.chunk_vectors import ChunkVectors
 from recalld.ingest.chunking import Chunk
@@ -270,12 +270,10 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
                 yield path, self._prepare_one(path, report, partial(self._prepare, path, report))
             return
         reads = ((p, self._prepare_one(p, report, partial(self._read, p, report))) for p in files)
-        try:
+        with pool, fewer_checkpoints(self.store):  # a big sync: its batches checkpoint less
             for path, raw, outcome in pool.in_order(reads):
                 done = None if raw is None else partial(self._from_pool, raw, outcome, report)
                 yield path, (None if done is None else self._prepare_one(path, report, done))
-        finally:
-            pool.close()
 
     def _to_read(self, files: list[Path]) -> int:
         """How many of ``files`` a sync reads: new ones and those whose size or mtime moved
