@@ -199,6 +199,20 @@ SETTINGS: tuple[Setting, ...] = (
         1,
     ),
     Setting(
+        "search.long_query_blend",
+        0.0,
+        "rrf_blend's share for long prose queries only (0 = off; retrieval.query_shape).",
+        0,
+        1,
+    ),
+    Setting(
+        "search.long_query_words",
+        12,
+        "Prose words from which a question or statement is long (long_query_blend).",
+        1,
+        1000,
+    ),
+    Setting(
         "search.gap_confidence",
         0.0,
         "Weight raise of a channel whose best hit stands clear of the next (0 = off).",
