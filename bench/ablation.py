@@ -73,10 +73,13 @@ FUSION: dict[str, dict[str, Value]] = {
     "+gap 3": {"search.gap_confidence": 3.0},
     "+guard 1": {"search.channel_guard": 1},
     "+guard 2": {"search.channel_guard": 2},
-    # Issue 39's per-query fusion: the RRF blend for long prose queries only (query_shape).
+    # Issue 39's per-query fusion: for long prose queries only (query_shape), the RRF blend or
+    # a vector weight of their own.
     "+long blend 0.5": {"search.long_query_blend": 0.5},
     "+long rrf": {"search.long_query_blend": 1.0},
     "+long rrf w16": {"search.long_query_blend": 1.0, "search.long_query_words": 16},
+    "+long vw 0.5": {"search.long_query_vector_weight": 0.5},
+    "+long vw 0.7": {"search.long_query_vector_weight": 0.7},
 }
 #: Fusion variants measured once on the sets they could win (docs/DECISIONS.md) and not in
 #: every `make bench`: each lever keeps one or two values there (~90 s a variant over all sets).

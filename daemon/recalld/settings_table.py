@@ -206,9 +206,16 @@ SETTINGS: tuple[Setting, ...] = (
         1,
     ),
     Setting(
+        "search.long_query_vector_weight",
+        0.0,
+        "Vector weight for long prose queries (0 = off: their kind's weight).",
+        0,
+        1,
+    ),
+    Setting(
         "search.long_query_words",
         12,
-        "Prose words from which a question or statement is long (long_query_blend).",
+        "Prose words from which a question or statement is long (long_query_*).",
         1,
         1000,
     ),

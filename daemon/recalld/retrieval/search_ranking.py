@@ -136,10 +136,16 @@ def blend_share(shape: QueryShape | None, cfg: Config) -> float:
 
 
 def channel_weights(shape: QueryShape | None, cfg: Config) -> tuple[float, float]:
-    """(vector, keyword) weights for a query of this shape (query_shape's rule)."""
+    """(vector, keyword) weights for a query of this shape (query_shape's rule; a long prose
+    query's are ``search.long_query_vector_weight``'s when that is set)."""
     if shape is None or shape.kind == "mixed":
         return cfg.float("search.vector_weight"), cfg.float("search.text_weight")
-    vw = min(max(cfg.float(f"search.{shape.kind}_vector_weight"), 0.0), 1.0)
+    vw = cfg.float(f"search.{shape.kind}_vector_weight")
+    if (long_vw := cfg.float("search.long_query_vector_weight")) > 0 and is_long_prose(
+        shape, cfg.int("search.long_query_words")
+    ):
+        vw = long_vw  # a long description: what a sentence embedding compares well
+    vw = min(max(vw, 0.0), 1.0)
     return vw, 1.0 - vw
 
 
