@@ -207,14 +207,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "search.long_query_vector_weight",
-        0.0,
+        0.5,
         "Vector weight for long prose queries (0 = off: their kind's weight).",
         0,
         1,
     ),
     Setting(
         "search.long_query_words",
-        12,
+        9,
         "Prose words from which a question or statement is long (long_query_*).",
         1,
         1000,
