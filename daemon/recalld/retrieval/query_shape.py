@@ -22,9 +22,11 @@ The rule, in full (docs/DECISIONS.md has the measurements behind the numbers):
   (``search.literal_boost``), and so does a file whose name or title is the query itself
   (``search.name_boost``): someone who types a note's name wants that note.
 - A *long prose* query (:func:`is_long_prose`) is a question or statement with no literal and at
-  least ``search.long_query_words`` prose words: a description of what is wanted, where the
-  channels' ranks carry what the keyword-heavy score fusion leaves out
-  (``search.long_query_blend``, off by default; docs/DECISIONS.md, "Fusion by query shape").
+  least ``search.long_query_words`` (9) prose words. It describes the passage wanted, as a
+  statement does, so it takes ``search.long_query_vector_weight`` (0.5) in place of its kind's:
+  a long question is weighed like a statement, a short one keeps 0.2
+  (``search.long_query_blend``, the RRF blend for these queries, is off; docs/DECISIONS.md,
+  "Fusion by query shape").
 """
 
 from __future__ import annotations
