@@ -188,6 +188,7 @@ def test_long_query_levers_apply_to_long_prose_queries_only(
         res = engine.searcher.search({"query": QUERY, "min_score": 0.0, "explain": True})
         assert res["explain"]["fusion"] == method
         assert res["explain"]["weights"]["vector"] == pytest.approx(vector_weight)
+        assert res["explain"]["prose_words"] == 4
         assert res["results"] and all(0 <= r["score"] <= 1 for r in res["results"])
     finally:
         engine.close()
