@@ -40,6 +40,7 @@ OFF: dict[str, Value] = {
     "search.partial_identifiers": False,
     "search.dedupe": False,
     "search.group_short_docs": False,
+    "search.long_query_vector_weight": 0.0,
     "search.mmr_lambda": 1.0,
     "search.recency_half_life_days": 0.0,
 }
@@ -73,10 +74,24 @@ FUSION: dict[str, dict[str, Value]] = {
     "+gap 3": {"search.gap_confidence": 3.0},
     "+guard 1": {"search.channel_guard": 1},
     "+guard 2": {"search.channel_guard": 2},
+    # Issue 39's fusion by query shape (query_shape.is_long_prose): long prose queries of 9 prose
+    # words or more get a vector weight of their own (0.5, on); the RRF blend for them is off.
+    "-long vw": {"search.long_query_vector_weight": 0.0},
+    "+long vw 0.7": {"search.long_query_vector_weight": 0.7},
+    "+long w12": {"search.long_query_words": 12},
+    "+long rrf": {"search.long_query_blend": 1.0},
+    "+long blend 0.5": {"search.long_query_blend": 0.5},
 }
 #: Fusion variants measured once on the sets they could win (docs/DECISIONS.md) and not in
 #: every `make bench`: each lever keeps one or two values there (~90 s a variant over all sets).
-FUSION_ONCE = ("wrrf k20", "+blend 0.5", "+gap 3", "+guard 1")
+FUSION_ONCE = (
+    "wrrf k20",
+    "+blend 0.5",
+    "+gap 3",
+    "+guard 1",
+    "+long vw 0.7",
+    "+long blend 0.5",
+)
 #: Issue 17's levers, each alone against the defaults (``bench/loo.py`` judges them). Those that
 #: change chunking run last in each set: the home is rebuilt for them (cached vectors reused).
 LEVERS: dict[str, dict[str, Value]] = {
@@ -117,6 +132,15 @@ DECISIONS: dict[str, tuple[str, ...]] = {
     "weighted and RRF blended (`search.rrf_blend` off)": ("all (defaults)", "+blend 0.3"),
     "score-gap confidence (`search.gap_confidence` off)": ("all (defaults)", "+gap 1"),
     "channel guard (`search.channel_guard` off)": ("all (defaults)", "+guard 2"),
+    "vector weight for long prose queries (`search.long_query_vector_weight` 0.5, 9 words)": (
+        "all (defaults)",
+        "-long vw",
+        "+long w12",
+    ),
+    "RRF blend for long prose queries (`search.long_query_blend` off)": (
+        "all (defaults)",
+        "+long rrf",
+    ),
 }
 VARIANTS.update(LEVERS)
 #: Every open set of ../shared/bench, then the derived partial-identifier set.

@@ -166,3 +166,29 @@ def test_each_fusion_lever_runs_through_the_engine_and_says_so(
             assert (weights["vector"], weights["keyword"]) != (0.2, 0.8)
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize(
+    ("long_words", "method", "vector_weight"), [(4, "weighted+rrf", 0.7), (5, "weighted", 0.2)]
+)
+def test_long_query_levers_apply_to_long_prose_queries_only(
+    notes_home: Path, local_embedder: Any, long_words: int, method: str, vector_weight: float
+) -> None:
+    # QUERY is a question of four prose words: long from 4 words, not from 5 (then it keeps a
+    # question's 0.2 vector weight and plain weighted fusion).
+    engine = make_engine(
+        notes_home,
+        local_embedder,
+        search__long_query_blend=1.0,
+        search__long_query_vector_weight=0.7,
+        search__long_query_words=long_words,
+    )
+    engine.sync()
+    try:
+        res = engine.searcher.search({"query": QUERY, "min_score": 0.0, "explain": True})
+        assert res["explain"]["fusion"] == method
+        assert res["explain"]["weights"]["vector"] == pytest.approx(vector_weight)
+        assert res["explain"]["prose_words"] == 4
+        assert res["results"] and all(0 <= r["score"] <= 1 for r in res["results"])
+    finally:
+        engine.close()

@@ -26,7 +26,13 @@ from recalld.retrieval.answer_budget import estimate_tokens, fit_to_budget, refi
 from recalld.retrieval.diversity import Candidate, collapse, mmr
 from recalld.retrieval.fts_query import build_match
 from recalld.retrieval.note_dates import decay, is_evergreen, note_date
-from recalld.retrieval.query_shape import analyze, boosted, literal_share, normalise_name
+from recalld.retrieval.query_shape import (
+    analyze,
+    boosted,
+    is_long_prose,
+    literal_share,
+    normalise_name,
+)
 
 CODE_NOTES = {
     "net/errors.md": "# Network errors\n\nThe proxy logs ERR_CONN_RESET when the upstream drops "
@@ -186,6 +192,24 @@ def test_migration_3_backfills_the_ident_column(tmp_path: Path) -> None:
 )
 def test_query_kinds(query: str, kind: str) -> None:
     assert analyze(query).kind == kind
+
+
+@pytest.mark.parametrize(
+    ("query", "long"),
+    [
+        ("Vitamin D deficiency raises the risk of fractures in elderly women in homes", True),
+        ("what similarity laws must be obeyed when constructing aeroelastic models of wings", True),
+        ("What did Caroline paint last summer?", False),  # a question, but short
+        ("nginx logs", False),  # mixed
+        ("the retry loop of the connection pool fails with ERR_CONN_RESET at startup", False),
+        ('the "lock timeout" in the retry loop of the connection pool at daemon startup', False),
+    ],
+)
+def test_long_prose_is_a_long_question_or_statement_without_literals(
+    query: str, long: bool
+) -> None:
+    assert is_long_prose(analyze(query), 8) is long
+    assert not is_long_prose(analyze(query), 0) and not is_long_prose(None, 8)
 
 
 def test_literals_names_and_boosts() -> None:

@@ -199,6 +199,27 @@ SETTINGS: tuple[Setting, ...] = (
         1,
     ),
     Setting(
+        "search.long_query_blend",
+        0.0,
+        "rrf_blend's share for long prose queries only (0 = off; retrieval.query_shape).",
+        0,
+        1,
+    ),
+    Setting(
+        "search.long_query_vector_weight",
+        0.5,
+        "Vector weight for long prose queries (0 = off: their kind's weight).",
+        0,
+        1,
+    ),
+    Setting(
+        "search.long_query_words",
+        9,
+        "Prose words from which a question or statement is long (long_query_*).",
+        1,
+        1000,
+    ),
+    Setting(
         "search.gap_confidence",
         0.0,
         "Weight raise of a channel whose best hit stands clear of the next (0 = off).",

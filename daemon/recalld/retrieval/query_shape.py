@@ -21,6 +21,12 @@ The rule, in full (docs/DECISIONS.md has the measurements behind the numbers):
   BM25 matches carry more). Identifier literals found verbatim in a chunk raise its score
   (``search.literal_boost``), and so does a file whose name or title is the query itself
   (``search.name_boost``): someone who types a note's name wants that note.
+- A *long prose* query (:func:`is_long_prose`) is a question or statement with no literal and at
+  least ``search.long_query_words`` (9) prose words. It describes the passage wanted, as a
+  statement does, so it takes ``search.long_query_vector_weight`` (0.5) in place of its kind's:
+  a long question is weighed like a statement, a short one keeps 0.2
+  (``search.long_query_blend``, the RRF blend for these queries, is off; docs/DECISIONS.md,
+  "Fusion by query shape").
 """
 
 from __future__ import annotations
@@ -30,7 +36,14 @@ from dataclasses import dataclass
 
 from recalld.retrieval.fts_query import STOPWORDS
 
-__all__ = ["QueryShape", "analyze", "boosted", "literal_share", "normalise_name"]
+__all__ = [
+    "QueryShape",
+    "analyze",
+    "boosted",
+    "is_long_prose",
+    "literal_share",
+    "normalise_name",
+]
 
 _QUOTED = re.compile(r'"([^"]{2,200})"|“([^”]{2,200})”')
 _STRIP = "\"'`,;:!?()[]{}<>“”‘’"
@@ -81,6 +94,7 @@ class QueryShape:
     kind: str  # "identifier" | "question" | "statement" | "mixed"
     literals: tuple[str, ...]  # identifiers and quoted phrases as typed (for the literal boost)
     name: str  # the query as a file name or title would read (normalise_name)
+    prose: int = 0  # content words that are not identifiers
 
 
 def is_identifier(word: str) -> bool:
@@ -122,7 +136,15 @@ def analyze(query: str) -> QueryShape:
         kind = "statement"
     else:
         kind = "mixed"
-    return QueryShape(kind, tuple(dict.fromkeys(literals)), normalise_name(query))
+    return QueryShape(kind, tuple(dict.fromkeys(literals)), normalise_name(query), max(prose, 0))
+
+
+def is_long_prose(shape: QueryShape | None, min_words: int) -> bool:
+    """Whether ``shape`` is a question or statement of ``min_words`` prose words or more with no
+    identifier or quoted phrase (``min_words`` <= 0: never)."""
+    if shape is None or min_words <= 0 or shape.literals:
+        return False
+    return shape.kind in ("question", "statement") and shape.prose >= min_words
 
 
 def literal_share(literals: tuple[str, ...], text: str) -> float:

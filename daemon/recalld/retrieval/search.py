@@ -68,6 +68,7 @@ def _explain(shape: QueryShape | None, ranking: Ranking, match: str | None) -> d
     return {
         "shape": shape.kind if shape else "off",
         "literals": list(shape.literals) if shape else [],
+        "prose_words": shape.prose if shape else 0,  # from search.long_query_words: long prose
         "fusion": ranking.method,
         "weights": {"vector": round(vw, 4), "keyword": round(tw, 4)},
         "match": match,

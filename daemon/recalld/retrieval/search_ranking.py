@@ -12,7 +12,13 @@ from recalld.config import Config
 from recalld.index.store import ChunkRow, Store
 from recalld.ingest.front_matter import context_names
 from recalld.retrieval import doc_evidence, fusion, rank_fusion
-from recalld.retrieval.query_shape import QueryShape, boosted, literal_share, normalise_name
+from recalld.retrieval.query_shape import (
+    QueryShape,
+    boosted,
+    is_long_prose,
+    literal_share,
+    normalise_name,
+)
 from recalld.retrieval.search_channels import ChannelHits
 
 
@@ -48,7 +54,7 @@ def rank(
     weights = rank_fusion.gap_weights(
         vs, kw, channel_weights(shape, cfg), cfg.float("search.gap_confidence")
     )
-    fused, method = _fuse(hits, vs, kw, no_vector, weights, cfg)
+    fused, method = _fuse(hits, vs, kw, no_vector, weights, cfg, blend_share(shape, cfg))
     fused = [f for f in fused if f.chunk_id in rows]
     places = {cid: (row.path, row.start_line, row.end_line) for cid, row in rows.items()}
     fused = doc_evidence.add_up(fused, places, cfg.float("search.doc_evidence"))[0]
@@ -79,6 +85,7 @@ def _fuse(
     no_vector: set[int],
     weights: tuple[float, float],
     cfg: Config,
+    share: float,
 ) -> tuple[list[fusion.Fused], str]:
     if not hits.vector:
         # Only the keyword channel answered: its own scores, so the floor keeps its best match.
@@ -110,7 +117,7 @@ def _fuse(
     fused = fusion.weighted(
         vs, kw, vector_weight=vw, text_weight=tw, normalise=minmax, no_vector=no_vector
     )
-    if (share := cfg.float("search.rrf_blend")) > 0:
+    if share > 0:
         # The channels' ranks, equally weighted: what the weights of the score part leave out.
         ranks = rank_fusion.weighted_rrf(
             vs, kw, vector_weight=1.0, text_weight=1.0, k=k, no_vector=no_vector
@@ -119,11 +126,26 @@ def _fuse(
     return fused, "weighted"
 
 
+def blend_share(shape: QueryShape | None, cfg: Config) -> float:
+    """The share of equal-weight RRF mixed into weighted fusion for this query: ``rrf_blend``,
+    or ``long_query_blend`` if larger and the query is long prose (query_shape's rule)."""
+    share = cfg.float("search.rrf_blend")
+    if is_long_prose(shape, cfg.int("search.long_query_words")):
+        share = max(share, cfg.float("search.long_query_blend"))
+    return min(max(share, 0.0), 1.0)
+
+
 def channel_weights(shape: QueryShape | None, cfg: Config) -> tuple[float, float]:
-    """(vector, keyword) weights for a query of this shape (query_shape's rule)."""
+    """(vector, keyword) weights for a query of this shape (query_shape's rule; a long prose
+    query's are ``search.long_query_vector_weight``'s when that is set)."""
     if shape is None or shape.kind == "mixed":
         return cfg.float("search.vector_weight"), cfg.float("search.text_weight")
-    vw = min(max(cfg.float(f"search.{shape.kind}_vector_weight"), 0.0), 1.0)
+    vw = cfg.float(f"search.{shape.kind}_vector_weight")
+    if (long_vw := cfg.float("search.long_query_vector_weight")) > 0 and is_long_prose(
+        shape, cfg.int("search.long_query_words")
+    ):
+        vw = long_vw  # a long description: what a sentence embedding compares well
+    vw = min(max(vw, 0.0), 1.0)
     return vw, 1.0 - vw
 
 
