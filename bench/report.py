@@ -845,6 +845,12 @@ def _fusion_note() -> str:
         f"; query shape on: vector weight {d['search.question_vector_weight']} for questions, "
         f"{d['search.statement_vector_weight']} for statements, "
         f"{d['search.identifier_vector_weight']} for identifiers"
+        + (
+            f", {d['search.long_query_vector_weight']} for long prose queries "
+            f"({d['search.long_query_words']}+ words, no identifier)"
+            if d["search.long_query_vector_weight"]  # 0: off, their kind's weight
+            else ""
+        )
         if d["search.query_shape"]
         else ""
     )
