@@ -487,7 +487,7 @@ def test_cli_search_explain_and_budget(home: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "explain: vector" in out.stdout and "final" in out.stdout
-    assert "query shape identifier" in out.stdout and "NEAR(" in out.stdout
+    assert "query shape identifier (0 prose words)" in out.stdout and "NEAR(" in out.stdout
     assert "budget 300: ~" in out.stderr
     js = subprocess.run(
         [*run, "search", "ConnReset", "--explain", "--json"],

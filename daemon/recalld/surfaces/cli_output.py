@@ -88,7 +88,8 @@ def search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
         e = res["explain"]
         w = e.get("weights", {})
         out.append(
-            f"-- query shape {e.get('shape')}, fusion {e.get('fusion')}, weights vector "
+            f"-- query shape {e.get('shape')} ({e.get('prose_words', 0)} prose words), fusion "
+            f"{e.get('fusion')}, weights vector "
             f"{w.get('vector')} / keyword {w.get('keyword')}, literals {e.get('literals')}, "
             f"candidates {e.get('candidates')}\n-- match: {e.get('match')}"
         )
