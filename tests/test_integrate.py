@@ -171,6 +171,9 @@ def test_doctor_without_a_daemon_fails_and_says_what_to_do(fresh_home: Path) -> 
     assert "claude-code: MCP server" not in checks  # not installed, not wired: not checked
     human = recalld(env, "doctor")
     assert "FAIL daemon" in human.stdout and "fix: start it" in human.stdout
+    # the index, provider and pending-work checks share the daemon's fix: named, not repeated
+    assert human.stdout.count("fix: start it") == 1
+    assert human.stdout.count("fix: as for daemon") == 3
 
 
 def test_claude_code_project_scope_writes_the_projects_files(fresh_home: Path) -> None:

@@ -47,10 +47,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"ok": ok, "checks": [asdict(c) for c in checks]}, indent=2))
     else:
+        first_with: dict[str, str] = {}  # a fix already printed: named, not repeated
         for c in checks:
             print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
             if not c.ok and c.fix:
-                print(f"     fix: {c.fix}")
+                seen = first_with.setdefault(c.fix, c.name)
+                print(f"     fix: {c.fix}" if seen == c.name else f"     fix: as for {seen}")
         print("all good" if ok else f"{sum(not c.ok for c in checks)} check(s) failed")
     return exit_codes.OK if ok else exit_codes.ERROR
 
