@@ -28,7 +28,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from recalld.index.table_counts import table_exists
 from recalld.ingest.embed_ahead import AHEAD_CALL, EmbedAhead
 
 if TYPE_CHECKING:
@@ -244,18 +243,11 @@ def vector_counts(store: Store) -> tuple[int, int]:
 
 
 def vector_counts_by_rows(store: Store) -> tuple[int, int]:
-    """:func:`vector_counts` from three row counts (the difference :func:`vectors_missing`
-    reads, exact for the same reason): no row of the ids is read into Python. During a first
-    sync the writer counts every second; reading 25k ids took 10-50 ms of its thread a count."""
-    if not store.has_vec_table():
-        return 0, 0
-    vec = "chunks_vec_rowids" if table_exists(store.conn, "chunks_vec_rowids") else "chunks_vec"
-    row = store.conn.execute(
-        "SELECT (SELECT count(*) FROM chunks), (SELECT count(*) FROM chunks WHERE embed = 0), "
-        f"(SELECT count(*) FROM {vec})"
-    ).fetchone()
-    chunks, keyword_only, vectors = (int(v) for v in row) if row else (0, 0, 0)
-    return max(chunks - keyword_only - vectors, 0), chunks - keyword_only
+    """:func:`vector_counts` from the index's row counts, as status reads them
+    (:func:`vectors_missing`): no id is read into Python. During a first sync the writer counts
+    every second; reading 25k ids took 10-50 ms of its thread a count."""
+    missing = vectors_missing(store.counts(), vector_table=store.has_vec_table())
+    return missing["vectors_pending"], missing["vectors_total"]
 
 
 def vectors_missing(counts: Mapping[str, int], *, vector_table: bool) -> dict[str, int]:
