@@ -168,6 +168,7 @@ def test_second_daemon_refused_and_stale_socket_replaced(daemon: DaemonProcess, 
     )
     assert second.returncode == 4
     assert "already running" in second.stderr and "Traceback" not in second.stderr
+    assert "index check" not in second.stderr  # refused before it opened the first one's index
     daemon.kill9()
     assert daemon.socket.exists()  # stale socket left by the crash
     daemon.start()

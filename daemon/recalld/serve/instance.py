@@ -12,6 +12,7 @@ import os
 import socket
 import stat
 import sys
+import time
 from pathlib import Path
 
 from recalld.errors import ConfigError, Unavailable
@@ -20,6 +21,9 @@ if sys.platform != "win32":
     import fcntl
 
 LOCK_NAME = "recalld.lock"
+# How long a starting daemon waits for the lock of one that no longer answers: a daemon that
+# has closed its socket still finishes its batch and closes the index before it lets go.
+EXIT_WAIT_S = 15.0
 
 
 class AlreadyRunning(Unavailable):
@@ -50,9 +54,55 @@ def private_dir(path: Path) -> None:
         os.chmod(path, 0o700)
 
 
-def take_lock(path: Path, socket_path: Path) -> int:
-    """Take the exclusive single-instance lock and write our pid in it; the fd holds the lock."""
+def take_lock(path: Path, socket_path: Path, wait_s: float = 0.0) -> int:
+    """Take the exclusive single-instance lock and write our pid in it; the fd holds the lock.
+
+    A holder that no longer answers on ``socket_path`` is on its way out (or still starting):
+    its lock is waited for up to ``wait_s`` seconds; one that answers is refused at once.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return _lock(path)
+        except AlreadyRunning as busy:
+            if time.monotonic() >= deadline or answers(socket_path):
+                raise AlreadyRunning(busy.pid, socket_path) from None
+        time.sleep(0.05)
+
+
+def lock_holder(path: Path) -> int | None:
+    """The pid holding the lock at ``path`` (-1 when unreadable), None when nobody holds it."""
+    try:
+        fd = os.open(path, os.O_RDONLY if sys.platform != "win32" else os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        if _try_lock(fd, shared=True):
+            return None
+        return _read_pid(fd) or -1
+    finally:
+        os.close(fd)  # releases the probe's own lock, if it took it
+
+
+def _lock(path: Path) -> int:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        taken = _try_lock(fd, shared=False)
+    except OSError:
+        os.close(fd)
+        raise
+    if not taken:
+        pid = _read_pid(fd)
+        os.close(fd)
+        raise AlreadyRunning(pid, path)
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _try_lock(fd: int, shared: bool) -> bool:
+    """Lock ``fd`` without waiting: False when another process holds the lock."""
     try:
         if sys.platform == "win32":
             import msvcrt
@@ -60,17 +110,12 @@ def take_lock(path: Path, socket_path: Path) -> int:
             os.lseek(fd, 1 << 20, os.SEEK_SET)  # lock a byte past the pid, which stays readable
             msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
         else:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except OSError as exc:
-        pid = _read_pid(fd)
-        os.close(fd)
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES, errno.EDEADLK):
-            raise AlreadyRunning(pid, socket_path) from None
+            return False
         raise
-    os.ftruncate(fd, 0)
-    os.lseek(fd, 0, os.SEEK_SET)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    return fd
+    return True
 
 
 def _read_pid(fd: int) -> int | None:

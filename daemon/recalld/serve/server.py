@@ -104,6 +104,7 @@ class Server:
         frame_timeout: float = FRAME_TIMEOUT,
         quick: Collection[str] = (),
         keep_lock: bool = False,
+        lock_fd: int | None = None,
     ) -> None:
         bad = (set(handlers) & set(streams)) | ({"hello"} & {*handlers, *streams})
         if bad:
@@ -131,7 +132,8 @@ class Server:
         # behind a backlog of searches (p50 160 ms vs 0.4 ms alone with one shared pool).
         self.quick = frozenset(quick)
         self._quick_executor: ThreadPoolExecutor | None = None
-        self._lock_fd: int | None = None
+        # The daemon takes the lock before it opens the index and hands it over (``lock_fd``).
+        self._lock_fd: int | None = lock_fd
         # The daemon keeps the home's lock past close() until its writer has stopped, so that
         # a successor never writes the index beside it.
         self.keep_lock = keep_lock
@@ -162,7 +164,8 @@ class Server:
         self._loop.set_exception_handler(self.admission.on_loop_error)
         runtime = self.socket_path.parent
         private_dir(runtime)
-        self._lock_fd = take_lock(runtime / LOCK_NAME, self.socket_path)
+        if self._lock_fd is None:
+            self._lock_fd = take_lock(runtime / LOCK_NAME, self.socket_path)
         try:
             if sys.platform == "win32":
                 self._listeners = await listener.listen_pipe(self.socket_path, self._on_connection)

@@ -299,17 +299,20 @@ def _serve(args: argparse.Namespace) -> int:
     from recalld.serve.allocator import tune_allocator
 
     tune_allocator()  # before the model loads (serve() sets it too, for other callers)
+    from recalld.embedding.local import preload, settle_preloads
+
     if config.str("embedding.provider").strip().lower() in ("auto", "local"):
         # The model loads while the daemon's modules import and the index opens.
-        from recalld.embedding.local import preload
-
         preload(
             threads=config.int("embedding.threads"),
             batch_size=config.int("embedding.batch_size"),
         )
     from recalld.serve.daemon_start import serve
 
-    return serve(config, args.config)
+    try:
+        return serve(config, args.config)
+    finally:
+        settle_preloads()  # a refused start exits only once the model's loading thread is done
 
 
 def _edit_memory(args: argparse.Namespace) -> int:

@@ -87,13 +87,19 @@ def stop(_args: argparse.Namespace) -> int:
     # daemon still answering after that is not the service's (started by hand, or by `start`
     # where the manager could not be reached): it is asked to exit itself.
     stopped = service is not None and _service_command(service, "stop")
-    if stopped and _gone_within(SERVICE_STOP_GRACE_S):
-        print("recalld stopped")
-        return exit_codes.OK
-    if not _ask_to_exit():
-        return exit_codes.ERROR
-    if not _gone_within(STOP_TIMEOUT_S):
-        print(f"recalld: still running after {STOP_TIMEOUT_S:.0f} s", file=sys.stderr)
+    if not (stopped and _gone_within(SERVICE_STOP_GRACE_S)):
+        if not _ask_to_exit():
+            return exit_codes.ERROR
+        if not _gone_within(STOP_TIMEOUT_S):
+            print(f"recalld: still running after {STOP_TIMEOUT_S:.0f} s", file=sys.stderr)
+            return exit_codes.ERROR
+    # It no longer answers, but it still finishes its batch and closes the index: "stopped"
+    # only once it has let go, so that a `recalld start` right after does not find it there.
+    if (pid := _let_go_within(STOP_TIMEOUT_S)) is not None:
+        print(
+            f"recalld: the daemon (pid {pid}) still holds the index after {STOP_TIMEOUT_S:.0f} s",
+            file=sys.stderr,
+        )
         return exit_codes.ERROR
     print("recalld stopped")
     return exit_codes.OK
@@ -124,6 +130,17 @@ def _gone_within(seconds: float) -> bool:
             return False
         time.sleep(0.2)
     return True
+
+
+def _let_go_within(seconds: float) -> int | None:
+    """Wait until no daemon holds this home's lock: None, else the holder's pid."""
+    from recalld.serve.instance import LOCK_NAME, lock_holder
+
+    lock = paths.socket_path().parent / LOCK_NAME
+    deadline = time.monotonic() + seconds
+    while (pid := lock_holder(lock)) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pid
 
 
 def _running_pid() -> int | None:
