@@ -311,6 +311,22 @@ def test_hyphened_words_are_one_phrase(ident_db: apsw.Connection) -> None:
     assert {int(r[0]) for r in ident_db.execute(SEARCH, (match,))} == {101, 102, 103}
 
 
+def test_short_identifier_parts_are_their_exact_sequence(ident_db: apsw.Connection) -> None:
+    # Parts too short to be prefixes (``CD4``, ``P38``) are their exact sequence, not a NEAR:
+    # ``p = 0.38`` is no P38. A sequence that is the exact phrase itself is not added twice.
+    assert build_match("CD4", partial=True) == '("CD4" OR {text context} : "CD4" OR "cd 4")'
+    assert build_match("a_b", partial=True) == '("a b" OR {text context} : "a b" OR "ab")'
+    assert "NEAR(" in (build_match("miRNA", partial=True) or "")  # "rna"* is a prefix
+    texts = ["P38 MAPK", "the p38 kinase", "p 38 again", "p = 0.38 here", "p38MAPK"]
+    for rowid, text in enumerate(texts, start=201):
+        ident_db.execute(
+            "INSERT INTO chunks_fts(rowid, text, context, ident) VALUES (?, ?, '', ?)",
+            (rowid, text, ident_text(text)),
+        )
+    match = build_match("P38", partial=True)
+    assert {int(r[0]) for r in ident_db.execute(SEARCH, (match,))} == {201, 202, 203, 205}
+
+
 def test_elided_stopwords_are_stopwords() -> None:
     # ``that's``, ``I'm``, ``don't`` are stopwords with a clitic: dropped like "that" and "do".
     assert build_match("that's what I'm saying, don't wait") == '"saying" OR "wait"'

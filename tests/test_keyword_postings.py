@@ -188,6 +188,54 @@ def test_the_feedback_search_reads_the_phrases_once(home: Path) -> None:
         _assert_same(store, cache, extra, weights)
 
 
+_IDENT_NOTES = [
+    "CD4 counts rose; memory CD4+ T cells, cd 4 and cd-4 too. P38 MAPK.\n",
+    "p = 0.38 and p < 0.4 for the cd group; cd4 cells; the x_OR_y flag, x or y.\n",
+    'Set x_OR_y, then say ""quoted"" for ERR_CONN_RESET; P38 again, p38.\n',
+]
+
+
+def test_identifier_groups_score_their_words_from_held_postings(home: Path) -> None:
+    """An identifier group's single words (``"CD4"`` and its text-only twin) are scored from
+    the held postings and only its other parts by FTS5: the same scores as FTS5's bm25 of
+    the whole group (a sum over phrases), with the quote-aware split of the group."""
+    for i, text in enumerate(_IDENT_NOTES * 4):
+        write(home / "memory" / f"id{i:02d}.md", text)
+    with _synced(home, 40) as (store, cache):
+        asked: list[str] = []
+
+        def trace(cursor: apsw.Cursor, sql: str, bindings: object) -> bool:
+            if "bm25(chunks_fts" in sql and isinstance(bindings, tuple):
+                asked.append(str(bindings[0]))
+            return True
+
+        for q in ("memory CD4+ T cells", "P38 kinase", "x_OR_y dogs", "CD4 p38", "ERR_CONN_RESET"):
+            terms = _terms(q, True)
+            assert any(e.startswith("(") for e, _ in terms), terms  # a group is there
+            for weights in ((1.0, 1.5, 1.0), (1.0, 0.5, 0.3), (1.0, 3.0, 0.0)):
+                assert _assert_same(store, cache, terms, weights) > 0, q
+                asked.clear()
+                store.conn.exec_trace = trace
+                try:
+                    keyword_scoring.search(store.conn, cache, terms, 24, weights)
+                finally:
+                    store.conn.exec_trace = None
+                # FTS5 was asked for the groups' phrases and NEAR only, never their words
+                assert len(asked) == 1, asked
+                words = ('"CD4"', '"P38"', '"p38"', '"xory"', '"errconnreset"')
+                assert not any(w in asked[0] for w in words), asked
+                assert ("NEAR(" in asked[0]) == (q == "ERR_CONN_RESET"), asked
+        # a group whose exact form is a phrase keeps it for FTS5, quotes and " OR " included
+        (group,) = [e for e, _ in _terms("x_OR_y", True)]
+        assert keyword_scoring._alternatives(group) == [
+            '"x OR y"',
+            '{text context} : "x OR y"',
+            '"xory"',
+        ]
+        assert keyword_scoring._alternatives('("a"" OR b" OR "c")') == ['"a"" OR b"', '"c"']
+        assert keyword_scoring._alternatives('("a") OR ("b")') is None
+
+
 def test_postings_follow_every_write(home: Path) -> None:
     memory = home / "memory"
     rng = _fill(memory, 60)

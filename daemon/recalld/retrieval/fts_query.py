@@ -136,8 +136,15 @@ class _Term:
                     # ``Git_Show`` only, not of the prose "git show" that shares its tokens
                     # (the same for ``tool.call``).
                     alts.append('"' + "".join(self.parts) + '"')
-                near = " ".join(f'"{p}"' + ("*" if len(p) >= 3 else "") for p in sub)
-                alts.append(f"NEAR({near}, {len(sub) + 1})")
+                if all(len(p) < 3 for p in sub):
+                    # Parts too short to be prefixes (``CD4``, ``P38``): their exact sequence
+                    # (none when it is the exact phrase's own, ``a_b``). A NEAR of them matched
+                    # ``p = 0.38`` and made FTS5's bm25 walk ``"p"``'s and ``"4"``'s doclists.
+                    if sub != list(self.parts):
+                        alts.append('"' + " ".join(sub) + '"')
+                else:
+                    near = " ".join(f'"{p}"' + ("*" if len(p) >= 3 else "") for p in sub)
+                    alts.append(f"NEAR({near}, {len(sub) + 1})")
         if not alts:
             return exact
         return "(" + " OR ".join([exact, *alts]) + ")"
