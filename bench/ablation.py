@@ -81,9 +81,9 @@ FUSION: dict[str, dict[str, Value]] = {
     "+long w12": {"search.long_query_words": 12},
     "+long rrf": {"search.long_query_blend": 1.0},
     "+long blend 0.5": {"search.long_query_blend": 0.5},
-    # Issue 39, fourth pass: a short note's chunks move 0.75 of the way to the note's best in each
-    # channel (note_units, on); a question that names nothing weighed like a statement (off).
-    "-note units": {"search.note_units": 0.0},
+    # Issue 39, fourth pass (both off): a short note's chunks move s of the way to the note's best
+    # in each channel (note_units); a question that names nothing weighed like a statement.
+    "+note units 0.75": {"search.note_units": 0.75},
     "+note units 1": {"search.note_units": 1.0},
     "+note units 0.5": {"search.note_units": 0.5},
     "+unnamed q 0.5": {"search.unnamed_question_vector_weight": 0.5},
@@ -98,6 +98,7 @@ FUSION_ONCE = (
     "+long vw 0.7",
     "+long blend 0.5",
     "+note units 0.5",
+    "+note units 1",
     "+unnamed q 0.5",
 )
 #: Issue 17's levers, each alone against the defaults (``bench/loo.py`` judges them). Those that
@@ -149,11 +150,7 @@ DECISIONS: dict[str, tuple[str, ...]] = {
         "all (defaults)",
         "+long rrf",
     ),
-    "a short note as one unit (`search.note_units` 0.75)": (
-        "all (defaults)",
-        "-note units",
-        "+note units 1",
-    ),
+    "a short note as one unit (`search.note_units` off)": ("all (defaults)", "+note units 0.75"),
 }
 VARIANTS.update(LEVERS)
 #: Every open set of ../shared/bench, then the derived partial-identifier set.
