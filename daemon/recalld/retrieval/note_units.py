@@ -8,7 +8,8 @@ candidate chunk moves ``search.note_units`` (off; 0.75 measured) of the way to t
 score in each channel before fusion; the note's chunks then nearly tie, and among ties its best
 chunk of the plain fusion stays first. Long files, chats and transcripts are untouched: their
 chunks are different passages. Off: it lifts scifact-train alone, and with scifact left out the
-other sets choose it off (docs/DECISIONS.md, "A short note as one unit of evidence").
+other sets choose it off (docs/DECISIONS.md, "A short note as one unit, a question that names
+nothing").
 """
 
 from __future__ import annotations
