@@ -81,6 +81,12 @@ FUSION: dict[str, dict[str, Value]] = {
     "+long w12": {"search.long_query_words": 12},
     "+long rrf": {"search.long_query_blend": 1.0},
     "+long blend 0.5": {"search.long_query_blend": 0.5},
+    # Issue 39, fourth pass (both off): a short note's chunks move s of the way to the note's best
+    # in each channel (note_units); a question that names nothing weighed like a statement.
+    "+note units 0.75": {"search.note_units": 0.75},
+    "+note units 1": {"search.note_units": 1.0},
+    "+note units 0.5": {"search.note_units": 0.5},
+    "+unnamed q 0.5": {"search.unnamed_question_vector_weight": 0.5},
 }
 #: Fusion variants measured once on the sets they could win (docs/DECISIONS.md) and not in
 #: every `make bench`: each lever keeps one or two values there (~90 s a variant over all sets).
@@ -91,6 +97,9 @@ FUSION_ONCE = (
     "+guard 1",
     "+long vw 0.7",
     "+long blend 0.5",
+    "+note units 0.5",
+    "+note units 1",
+    "+unnamed q 0.5",
 )
 #: Issue 17's levers, each alone against the defaults (``bench/loo.py`` judges them). Those that
 #: change chunking run last in each set: the home is rebuilt for them (cached vectors reused).
@@ -141,6 +150,7 @@ DECISIONS: dict[str, tuple[str, ...]] = {
         "all (defaults)",
         "+long rrf",
     ),
+    "a short note as one unit (`search.note_units` off)": ("all (defaults)", "+note units 0.75"),
 }
 VARIANTS.update(LEVERS)
 #: Every open set of ../shared/bench, then the derived partial-identifier set.

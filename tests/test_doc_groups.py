@@ -7,9 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import make_engine, write
 from recalld.index.store import Store
 from recalld.retrieval.doc_groups import SHORT_BYTES, is_short_note
+from recalld.retrieval.note_units import pool
 
 QUERY = {"query": "glacier moraine sediment", "max_results": 10, "min_score": 0}
 SMALL_CHUNKS = {"chunking__max_tokens": 48, "chunking__target_tokens": 40}
@@ -123,3 +126,38 @@ def test_what_is_a_short_note_is_read_from_the_document(home: Path, local_embedd
         assert not is_short_note(store, str(home / "memory" / "never-indexed.md"))
     finally:
         store.close()
+
+
+def test_pool_raises_a_notes_chunks_toward_its_best_in_one_channel() -> None:
+    scores = {1: 0.8, 2: 0.2, 3: 0.5, 9: 0.1}
+    assert pool(scores, [[1, 2, 4]], 1.0) == {1: 0.8, 2: 0.8, 3: 0.5, 4: 0.8, 9: 0.1}
+    half = pool(scores, [[1, 2, 4]], 0.5)
+    assert half[2] == pytest.approx(0.5) and half[4] == pytest.approx(0.4) and half[1] == 0.8
+    assert pool(scores, [[7, 8]], 1.0) == scores  # the channel found none of that note
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_note_units_pool_a_short_notes_chunks_and_leave_long_files_alone(
+    home: Path, local_embedder: Any, share: float
+) -> None:
+    glob = _corpus(home)
+    eng = make_engine(
+        home,
+        local_embedder,
+        sessions__paths=glob,
+        search__group_short_docs=False,
+        search__note_units=share,
+        **SMALL_CHUNKS,
+    )
+    try:
+        eng.sync()
+        res = eng.searcher.search({**QUERY, "max_results": 40})["results"]
+    finally:
+        eng.close()
+    scores: dict[str, set[float]] = {}
+    for r in res:
+        scores.setdefault(Path(r["path"]).name, set()).add(round(r["score"], 9))
+    # Pooled in full, the short note's chunks are one unit and score alike; a long note's
+    # chunks are different passages and keep their own scores.
+    assert (len(scores["short.md"]) == 1) is (share == 1.0)
+    assert len(scores["long.md"]) > 1

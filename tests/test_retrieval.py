@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import env_for, make_engine, write
+from recalld.config import Config
 from recalld.engine import Engine
 from recalld.errors import BadRequest
 from recalld.index import migrations
@@ -33,6 +34,7 @@ from recalld.retrieval.query_shape import (
     literal_share,
     normalise_name,
 )
+from recalld.retrieval.search_ranking import channel_weights
 
 CODE_NOTES = {
     "net/errors.md": "# Network errors\n\nThe proxy logs ERR_CONN_RESET when the upstream drops "
@@ -210,6 +212,25 @@ def test_long_prose_is_a_long_question_or_statement_without_literals(
 ) -> None:
     assert is_long_prose(analyze(query), 8) is long
     assert not is_long_prose(analyze(query), 0) and not is_long_prose(None, 8)
+
+
+@pytest.mark.parametrize(
+    ("query", "vector_weight"),
+    [
+        ("what are the results for the creep buckling of round tubes", 0.5),  # names nothing
+        ("When did Caroline paint a sunrise?", 0.2),  # names a person: BM25's exact match
+        ("What did we decide? Ask Bob", 0.2),  # a capital after a sentence's end is a name too
+        ("What is it? Nothing.", 0.5),  # a capital that starts a sentence names nothing
+        ("why does ERR_CONN_RESET happen in the proxy", 0.2),  # an identifier is a literal
+    ],
+)
+def test_a_question_that_names_nothing_takes_its_own_vector_weight(
+    query: str, vector_weight: float
+) -> None:
+    cfg = Config({"search.unnamed_question_vector_weight": 0.5})
+    assert channel_weights(analyze(query), cfg)[0] == pytest.approx(vector_weight)
+    off = channel_weights(analyze(query), Config({}))[0]  # off by default: the kind's weight
+    assert off == pytest.approx(0.2)
 
 
 def test_literals_names_and_boosts() -> None:

@@ -213,6 +213,20 @@ SETTINGS: tuple[Setting, ...] = (
         1,
     ),
     Setting(
+        "search.note_units",
+        0.0,
+        "Share of a short note's best chunk score each of its chunks takes per channel (0 = off).",
+        0,
+        1,
+    ),
+    Setting(
+        "search.unnamed_question_vector_weight",
+        0.0,
+        "Vector weight for questions that name nothing (no capital mid-sentence; 0 = off).",
+        0,
+        1,
+    ),
+    Setting(
         "search.long_query_words",
         9,
         "Prose words from which a question or statement is long (long_query_*).",

@@ -31,6 +31,7 @@ The rule, in full (docs/DECISIONS.md has the measurements behind the numbers):
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -95,6 +96,7 @@ class QueryShape:
     literals: tuple[str, ...]  # identifiers and quoted phrases as typed (for the literal boost)
     name: str  # the query as a file name or title would read (normalise_name)
     prose: int = 0  # content words that are not identifiers
+    named: bool = False  # a capitalised word inside a sentence (a person, place or product)
 
 
 def is_identifier(word: str) -> bool:
@@ -136,7 +138,18 @@ def analyze(query: str) -> QueryShape:
         kind = "statement"
     else:
         kind = "mixed"
-    return QueryShape(kind, tuple(dict.fromkeys(literals)), normalise_name(query), max(prose, 0))
+    name = normalise_name(query)
+    return QueryShape(kind, tuple(dict.fromkeys(literals)), name, max(prose, 0), names_one(words))
+
+
+def names_one(words: list[str]) -> bool:
+    """Whether a word inside a sentence (not its first, not "I") starts with a capital: a
+    person, place or product named, which the keyword channel matches exactly."""
+    for prev, word in itertools.pairwise(words):
+        core = word.strip(_STRIP)
+        if core and core != "I" and core[0].isupper() and not prev.endswith((".", "?", "!")):
+            return True
+    return False
 
 
 def is_long_prose(shape: QueryShape | None, min_words: int) -> bool:

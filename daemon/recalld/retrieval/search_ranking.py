@@ -11,7 +11,7 @@ from typing import Any
 from recalld.config import Config
 from recalld.index.store import ChunkRow, Store
 from recalld.ingest.front_matter import context_names
-from recalld.retrieval import doc_evidence, fusion, rank_fusion
+from recalld.retrieval import doc_evidence, fusion, note_units, rank_fusion
 from recalld.retrieval.query_shape import (
     QueryShape,
     boosted,
@@ -54,7 +54,10 @@ def rank(
     weights = rank_fusion.gap_weights(
         vs, kw, channel_weights(shape, cfg), cfg.float("search.gap_confidence")
     )
-    fused, method = _fuse(hits, vs, kw, no_vector, weights, cfg, blend_share(shape, cfg))
+    share = blend_share(shape, cfg)
+    fused, method = _fuse(hits, vs, kw, no_vector, weights, cfg, share)
+    if cfg.float("search.note_units") > 0 and method == "weighted":
+        fused = _pooled(hits, vs, kw, no_vector, weights, cfg, store, rows, fused)
     fused = [f for f in fused if f.chunk_id in rows]
     places = {cid: (row.path, row.start_line, row.end_line) for cid, row in rows.items()}
     fused = doc_evidence.add_up(fused, places, cfg.float("search.doc_evidence"))[0]
@@ -126,6 +129,31 @@ def _fuse(
     return fused, "weighted"
 
 
+def _pooled(
+    hits: ChannelHits,
+    vs: dict[int, float],
+    kw: dict[int, float],
+    no_vector: set[int],
+    weights: tuple[float, float],
+    cfg: Config,
+    store: Store,
+    rows: dict[int, ChunkRow],
+    fused: list[fusion.Fused],
+) -> list[fusion.Fused]:
+    """Fusion again with each short note's chunks pooled (note_units' rule); a note's chunks
+    then tie, and its best chunk of the plain fusion stays first among them."""
+    notes = note_units.note_members(rows, set(vs) | set(kw), store)
+    if not notes:
+        return fused
+    plain = {f.chunk_id: f.score for f in fused}
+    share = min(cfg.float("search.note_units"), 1.0)
+    pv, pk = note_units.pool(vs, notes, share), note_units.pool(kw, notes, share)
+    again = _fuse(hits, pv, pk, no_vector, weights, cfg, 0.0)[0]
+    out = [fusion.Fused(f.chunk_id, f.score, vs.get(f.chunk_id), kw.get(f.chunk_id)) for f in again]
+    out.sort(key=lambda f: (-f.score, -plain.get(f.chunk_id, 0.0), f.chunk_id))
+    return out
+
+
 def blend_share(shape: QueryShape | None, cfg: Config) -> float:
     """The share of equal-weight RRF mixed into weighted fusion for this query: ``rrf_blend``,
     or ``long_query_blend`` if larger and the query is long prose (query_shape's rule)."""
@@ -145,6 +173,10 @@ def channel_weights(shape: QueryShape | None, cfg: Config) -> tuple[float, float
         shape, cfg.int("search.long_query_words")
     ):
         vw = long_vw  # a long description: what a sentence embedding compares well
+    elif (plain_vw := cfg.float("search.unnamed_question_vector_weight")) > 0 and (
+        shape.kind == "question" and not shape.named and not shape.literals
+    ):
+        vw = plain_vw  # a topic asked about, no name for BM25 to match exactly
     vw = min(max(vw, 0.0), 1.0)
     return vw, 1.0 - vw
 
