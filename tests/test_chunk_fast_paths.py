@@ -11,6 +11,7 @@ import pytest
 
 from recalld.ingest import line_pieces
 from recalld.ingest.chunking import chunk_markdown
+from recalld.ingest.conversation_windows import _SPEAKER, _speaker
 from recalld.ingest.line_pieces import WORD, LinePieces, more_words_than
 from recalld.ingest.note_facts import _INLINE_TAG, inline_tags
 from recalld.tokens import _ODD_SPACES, _SPACES, Tokenizer
@@ -82,3 +83,10 @@ def test_long_lines_chunk_alike_with_a_shared_word_memo(tok: Tokenizer) -> None:
     memo = line_pieces._memo_of(tok.count)
     assert memo and memo is LinePieces(tok.count, 126, 96)._words
     assert line_pieces._memo_of(lambda s: tok.count(s)) == {}
+
+
+def test_a_line_without_a_colon_opens_no_turn() -> None:
+    lines = [*_texts(6, 5000), "Ann: hi there", "- **Bob Lee**: yes", "[10:02] Cy: ok", "no colon"]
+    for line in lines:
+        m = _SPEAKER.match(line)
+        assert _speaker(line) == (m.group("name").lower() if m else None), repr(line)
