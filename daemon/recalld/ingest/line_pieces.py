@@ -158,8 +158,13 @@ class LinePieces:
             spans = itertools.chain([(0, first.end())], (m.span() for m in words))
         group_cap = max(1, min(self.cap, self.limit // _GROUP_DIV))
         g0 = g1 = gtok = 0
+        size, known = len(line), self._words.get  # a remembered word without a method call
         for a, b in spans:
-            t, ends = (total, True) if b - a == len(line) else self.word(line[a:b])
+            if b - a == size:
+                t, ends = total, True
+            else:
+                w = line[a:b]
+                t, ends = known(w) or self.word(w)
             if t > self.cap:
                 if g1 > g0:
                     pieces.append((g0, g1, gtok))
