@@ -253,7 +253,8 @@ class _Chunker:
             lines.pop()  # the final newline ends the last line, it does not start one
         self.lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
         self.long_lines = LinePieces(count, self.cap, self.limit)
-        self.ltok = [0 if _is_blank(ln) else self.long_lines.line_tokens(ln) for ln in self.lines]
+        tokens = self.long_lines.line_tokens
+        self.ltok = [tokens(ln) if ln.strip() else 0 for ln in self.lines]  # blank: 0
         self.paths: list[str] = []  # heading path per block
         self.out: list[Chunk] = []
 

@@ -47,6 +47,8 @@ MIN_MEAN_TURN_CHARS = 24
 
 
 def _speaker(line: str) -> str | None:
+    if ":" not in line:  # a label ends in one: most prose lines are out at C speed
+        return None
     m = _SPEAKER.match(line)
     return m.group("name").lower() if m else None
 

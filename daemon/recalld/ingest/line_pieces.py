@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import weakref
 import zlib
 from collections.abc import Callable, Iterable
 
@@ -27,8 +28,11 @@ _MEMO_WORDS = 200_000  # distinct words whose counts a chunker remembers
 
 
 def more_words_than(line: str, n: int) -> bool:
-    """Whether ``line`` has more than ``n`` whitespace-separated words (stops early)."""
-    return next(itertools.islice(WORD.finditer(line), n, None), None) is not None
+    """Whether ``line`` has more than ``n`` whitespace-separated words (stops early).
+
+    ``WORD``'s matches are the runs of non-space chars (its ``\\s`` and str.split() agree on
+    what a space is), so this is str.split()'s count, without a match object per word."""
+    return n >= 0 and len(line.split(None, n)) > n
 
 
 def char_runs(s: str, start: int, end: int, fits: Callable[[str], bool]) -> list[tuple[int, int]]:
@@ -79,6 +83,25 @@ def segment_cuts(s: str, start: int, end: int) -> list[int]:
     return cuts
 
 
+# Word -> (tokens, ends a group) of each bound counter (a tokenizer's count), shared by the
+# chunking runs of a process: notes repeat the words of their long lines (a word's count and
+# hash do not depend on the note), so a run need not count them again.
+_SHARED: weakref.WeakKeyDictionary[object, dict[object, dict[str, tuple[int, bool]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _memo_of(count: Counter) -> dict[str, tuple[int, bool]]:
+    """The words remembered for ``count``: shared when it is a bound method, else a new dict."""
+    owner, func = getattr(count, "__self__", None), getattr(count, "__func__", None)
+    if owner is None or func is None:
+        return {}
+    try:
+        return _SHARED.setdefault(owner, {}).setdefault(func, {})
+    except TypeError:  # an owner that takes no weak reference
+        return {}
+
+
 class LinePieces:
     """Cuts over-long lines for one chunking run (remembers its word counts)."""
 
@@ -86,7 +109,7 @@ class LinePieces:
         self.count = count
         self.cap = cap
         self.limit = limit
-        self._words: dict[str, tuple[int, bool]] = {}  # word -> (tokens, ends a group)
+        self._words = _memo_of(count)  # word -> (tokens, ends a group)
 
     def fits(self, s: str) -> bool:
         return self.count(s) <= self.cap
@@ -109,8 +132,9 @@ class LinePieces:
         if known is None:
             crc = zlib.crc32(word.rstrip().encode("utf-8", "surrogatepass"))
             known = (self.count(word), crc % _GROUP_WORDS == 0)
-            if len(self._words) < _MEMO_WORDS:
-                self._words[word] = known
+            if len(self._words) >= _MEMO_WORDS:
+                self._words.clear()  # start over: a word that comes back is counted again
+            self._words[word] = known
         return known
 
     def split(self, line: str, total: int) -> list[tuple[int, int, int]]:
@@ -134,8 +158,13 @@ class LinePieces:
             spans = itertools.chain([(0, first.end())], (m.span() for m in words))
         group_cap = max(1, min(self.cap, self.limit // _GROUP_DIV))
         g0 = g1 = gtok = 0
+        size, known = len(line), self._words.get  # a remembered word without a method call
         for a, b in spans:
-            t, ends = (total, True) if b - a == len(line) else self.word(line[a:b])
+            if b - a == size:
+                t, ends = total, True
+            else:
+                w = line[a:b]
+                t, ends = known(w) or self.word(w)
             if t > self.cap:
                 if g1 > g0:
                     pieces.append((g0, g1, gtok))

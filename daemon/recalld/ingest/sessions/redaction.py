@@ -349,13 +349,15 @@ def _redact(
     if "PRIVATE KEY" in text:
         text = pem_blocks.redact_pem(text, keep_lines)
     text = pem_blocks.redact_encoded_keys(text)
+    # any(map(...)): the same test as a generator of `n in text`, without a frame per needle
+    # (these tests were ~6 % of chunking a note).
     for rule, sub in _SUBS:
-        if not small or any(n in text for n in rule.needles):
+        if not small or any(map(text.__contains__, rule.needles)):
             text = rule.regex.sub(sub, text)
     text = _apply_spans(text, command_secrets.token_spans(text))
     folded = _fold(text)
     for regex, needles, edit in folded_rules:
-        if not small or any(n in folded for n in needles):
+        if not small or any(map(folded.__contains__, needles)):
             new = _apply_folded(text, regex, folded, edit)
             if new is not text:
                 text, folded = new, _fold(new)
