@@ -260,3 +260,49 @@ def test_workers_yield_to_searches_as_background_embedding_does() -> None:
     finally:
         pool.close()
     assert worker == min(os.nice(0) + 5, 19)
+
+
+_ORPHAN_PROBE = """
+import sys, time
+from recalld.ingest.chunk_pool import ChunkPool
+from recalld.ingest.note_rows import ChunkSettings
+from recalld.tokens import default_tokenizer
+pool = ChunkPool(1, ChunkSettings(**{settings!r}), default_tokenizer().count, {big})
+assert pool.started.result(timeout=120)
+print(*pool.executor._processes, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_worker_exits_when_the_daemon_is_killed(tmp_path: Path) -> None:
+    """kill -9 of the process that owns the pool: its worker used to wait forever (it holds
+    both ends of its call queue's pipe, so no end of file ever came)."""
+    import dataclasses
+    import subprocess
+    import sys
+
+    code = _ORPHAN_PROBE.format(settings=dataclasses.asdict(SETTINGS), big=BIG)
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        workers = [int(p) for p in owner.stdout.readline().split()]
+        assert len(workers) == 1 and _alive(workers[0])
+    finally:
+        owner.kill()
+        owner.wait(10)
+    deadline = time.monotonic() + 20
+    while _alive(workers[0]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    orphan = _alive(workers[0])
+    if orphan:  # not left behind by a failing run
+        os.kill(workers[0], signal.SIGKILL)
+    assert not orphan, "the worker outlived the daemon that was killed"
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie left for init to reap counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

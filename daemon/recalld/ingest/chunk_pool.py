@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, wait
@@ -95,8 +97,19 @@ def _start_worker(settings: ChunkSettings, big: int, nice: int) -> None:
 
     if nice > 0 and hasattr(os, "nice"):
         os.nice(nice)
-
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(
+            target=_exit_with_parent, args=(parent.sentinel,), name="parent-watch", daemon=True
+        ).start()
     _worker = (default_tokenizer().count, settings, big)
+
+
+def _exit_with_parent(sentinel: int) -> None:
+    """Exit once the daemon is gone. A pool worker holds both ends of its call queue's pipe,
+    so a daemon killed with SIGKILL never gives it an end of file: it waited forever."""
+    multiprocessing.connection.wait([sentinel])
+    os._exit(0)
 
 
 def _ready() -> bool:
