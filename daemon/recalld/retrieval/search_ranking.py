@@ -5,6 +5,7 @@ query's shape.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +58,15 @@ def rank(
     share = blend_share(shape, cfg)
     fused, method = _fuse(hits, vs, kw, no_vector, weights, cfg, share)
     if cfg.float("search.note_units") > 0 and method == "weighted":
-        fused = _pooled(hits, vs, kw, no_vector, weights, cfg, store, rows, fused)
+        fused = _pooled(
+            vs,
+            kw,
+            lambda pv, pk: _fuse(hits, pv, pk, no_vector, weights, cfg, 0.0)[0],
+            cfg,
+            store,
+            rows,
+            fused,
+        )
     fused = [f for f in fused if f.chunk_id in rows]
     places = {cid: (row.path, row.start_line, row.end_line) for cid, row in rows.items()}
     fused = doc_evidence.add_up(fused, places, cfg.float("search.doc_evidence"))[0]
@@ -130,11 +139,9 @@ def _fuse(
 
 
 def _pooled(
-    hits: ChannelHits,
     vs: dict[int, float],
     kw: dict[int, float],
-    no_vector: set[int],
-    weights: tuple[float, float],
+    fuse: Callable[[dict[int, float], dict[int, float]], list[fusion.Fused]],
     cfg: Config,
     store: Store,
     rows: dict[int, ChunkRow],
@@ -148,7 +155,7 @@ def _pooled(
     plain = {f.chunk_id: f.score for f in fused}
     share = min(cfg.float("search.note_units"), 1.0)
     pv, pk = note_units.pool(vs, notes, share), note_units.pool(kw, notes, share)
-    again = _fuse(hits, pv, pk, no_vector, weights, cfg, 0.0)[0]
+    again = fuse(pv, pk)  # the plain fusion of this query, over the pooled scores
     out = [fusion.Fused(f.chunk_id, f.score, vs.get(f.chunk_id), kw.get(f.chunk_id)) for f in again]
     out.sort(key=lambda f: (-f.score, -plain.get(f.chunk_id, 0.0), f.chunk_id))
     return out
