@@ -43,6 +43,7 @@ OFF: dict[str, Value] = {
     "search.long_query_vector_weight": 0.0,
     "search.mmr_lambda": 1.0,
     "search.recency_half_life_days": 0.0,
+    "search.note_units": 0.0,
 }
 VARIANTS: dict[str, dict[str, Value]] = {
     # OpenClaw's fusion: raw scores, 0.7 vector / 0.3 keyword, no title weighting.
@@ -81,9 +82,10 @@ FUSION: dict[str, dict[str, Value]] = {
     "+long w12": {"search.long_query_words": 12},
     "+long rrf": {"search.long_query_blend": 1.0},
     "+long blend 0.5": {"search.long_query_blend": 0.5},
-    # Issue 39, fourth pass (both off): a short note's chunks move s of the way to the note's best
-    # in each channel (note_units); a question that names nothing weighed like a statement.
-    "+note units 0.75": {"search.note_units": 0.75},
+    # Issue 39, fourth pass: a short note's chunks move s of the way to the note's best in each
+    # channel (note_units, 0.75 since session 28); a question that names nothing weighed like a
+    # statement (off).
+    "-note units": {"search.note_units": 0.0},
     "+note units 1": {"search.note_units": 1.0},
     "+note units 0.5": {"search.note_units": 0.5},
     "+unnamed q 0.5": {"search.unnamed_question_vector_weight": 0.5},
@@ -150,7 +152,7 @@ DECISIONS: dict[str, tuple[str, ...]] = {
         "all (defaults)",
         "+long rrf",
     ),
-    "a short note as one unit (`search.note_units` off)": ("all (defaults)", "+note units 0.75"),
+    "a short note as one unit (`search.note_units` 0.75)": ("all (defaults)", "-note units"),
 }
 VARIANTS.update(LEVERS)
 #: Every open set of ../shared/bench, then the derived partial-identifier set.

@@ -857,4 +857,9 @@ def _fusion_note() -> str:
     return (
         f"weighted fusion {d['search.vector_weight']} vector / {d['search.text_weight']} keyword, "
         f"{d['search.score_norm']} per channel, title weight {d['search.context_weight']}{shape}"
+        + (
+            f"; a short note's chunks {d['search.note_units']} of the way to its best"
+            if d["search.note_units"]
+            else ""
+        )
     )

@@ -214,7 +214,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "search.note_units",
-        0.0,
+        0.75,
         "Share of a short note's best chunk score each of its chunks takes per channel (0 = off).",
         0,
         1,
