@@ -102,7 +102,7 @@ FUSION_ONCE = (
     "+long blend 0.5",
     "+note units 0.5",
     "+note units 1",
-    "+unnamed q 0.5",
+    "+unnamed q 0.7",
 )
 #: Issue 17's levers, each alone against the defaults (``bench/loo.py`` judges them). Those that
 #: change chunking run last in each set: the home is rebuilt for them (cached vectors reused).
@@ -154,6 +154,10 @@ DECISIONS: dict[str, tuple[str, ...]] = {
         "+long rrf",
     ),
     "a short note as one unit (`search.note_units` 0.75)": ("all (defaults)", "-note units"),
+    "vector weight for questions that name nothing (`search.unnamed_question_vector_weight` off)": (
+        "all (defaults)",
+        "+unnamed q 0.5",
+    ),
 }
 VARIANTS.update(LEVERS)
 #: Every open set of ../shared/bench, then the derived partial-identifier set.
