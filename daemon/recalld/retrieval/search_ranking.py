@@ -101,10 +101,18 @@ def _named_by_index(
         or shape.literals
         or shape.kind != "question"
         or cfg.float("search.unnamed_question_vector_weight") <= 0
+        or _long_weighted(shape, cfg)  # weighed as long prose, named or not
     ):
         return shape
     texts = (rows[cid].text for cid, _ in hits.keyword[:NAME_HITS] if cid in rows)
     return replace(shape, named=True) if index_names(shape.terms, texts) else shape
+
+
+def _long_weighted(shape: QueryShape, cfg: Config) -> bool:
+    """Whether ``shape`` takes ``search.long_query_vector_weight`` (channel_weights' first rule)."""
+    return cfg.float("search.long_query_vector_weight") > 0 and is_long_prose(
+        shape, cfg.int("search.long_query_words")
+    )
 
 
 def _answer_mode(hits: ChannelHits, requested: str) -> str:
@@ -201,10 +209,8 @@ def channel_weights(shape: QueryShape | None, cfg: Config) -> tuple[float, float
     if shape is None or shape.kind == "mixed":
         return cfg.float("search.vector_weight"), cfg.float("search.text_weight")
     vw = cfg.float(f"search.{shape.kind}_vector_weight")
-    if (long_vw := cfg.float("search.long_query_vector_weight")) > 0 and is_long_prose(
-        shape, cfg.int("search.long_query_words")
-    ):
-        vw = long_vw  # a long description: what a sentence embedding compares well
+    if _long_weighted(shape, cfg):
+        vw = cfg.float("search.long_query_vector_weight")  # a long description, as a statement
     elif (plain_vw := cfg.float("search.unnamed_question_vector_weight")) > 0 and (
         shape.kind == "question" and not shape.named and not shape.literals
     ):
