@@ -84,11 +84,12 @@ FUSION: dict[str, dict[str, Value]] = {
     "+long blend 0.5": {"search.long_query_blend": 0.5},
     # Issue 39, fourth pass: a short note's chunks move s of the way to the note's best in each
     # channel (note_units, 0.75 since session 28); a question that names nothing weighed like a
-    # statement (off).
+    # statement (off). Fifth pass: "names" read from the index too (query_shape.index_names).
     "-note units": {"search.note_units": 0.0},
     "+note units 1": {"search.note_units": 1.0},
     "+note units 0.5": {"search.note_units": 0.5},
     "+unnamed q 0.5": {"search.unnamed_question_vector_weight": 0.5},
+    "+unnamed q 0.7": {"search.unnamed_question_vector_weight": 0.7},
 }
 #: Fusion variants measured once on the sets they could win (docs/DECISIONS.md) and not in
 #: every `make bench`: each lever keeps one or two values there (~90 s a variant over all sets).
@@ -101,7 +102,7 @@ FUSION_ONCE = (
     "+long blend 0.5",
     "+note units 0.5",
     "+note units 1",
-    "+unnamed q 0.5",
+    "+unnamed q 0.7",
 )
 #: Issue 17's levers, each alone against the defaults (``bench/loo.py`` judges them). Those that
 #: change chunking run last in each set: the home is rebuilt for them (cached vectors reused).
@@ -153,6 +154,10 @@ DECISIONS: dict[str, tuple[str, ...]] = {
         "+long rrf",
     ),
     "a short note as one unit (`search.note_units` 0.75)": ("all (defaults)", "-note units"),
+    "vector weight for questions that name nothing (`search.unnamed_question_vector_weight` off)": (
+        "all (defaults)",
+        "+unnamed q 0.5",
+    ),
 }
 VARIANTS.update(LEVERS)
 #: Every open set of ../shared/bench, then the derived partial-identifier set.

@@ -30,6 +30,7 @@ from recalld.retrieval.note_dates import decay, is_evergreen, note_date
 from recalld.retrieval.query_shape import (
     analyze,
     boosted,
+    index_names,
     is_long_prose,
     literal_share,
     normalise_name,
@@ -231,6 +232,52 @@ def test_a_question_that_names_nothing_takes_its_own_vector_weight(
     assert channel_weights(analyze(query), cfg)[0] == pytest.approx(vector_weight)
     off = channel_weights(analyze(query), Config({}))[0]  # off by default: the kind's weight
     assert off == pytest.approx(0.2)
+
+
+CHAT = (
+    "**Melanie**: Hey Caroline, how was the support group last week?\n"
+    "**Caroline**: It was great. I went with Jon and we met Sam there.\n"
+    "**Melanie**: Glad to hear it, Caroline! Sam told me the group meets on Tuesdays.\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("terms", "texts", "named"),
+    [
+        (("caroline", "group"), [CHAT], True),  # "Hey Caroline," and "it, Caroline!"
+        (("support", "group"), [CHAT], False),  # lower case inside sentences
+        (("caroline",), ["**Caroline**: hi\nCaroline. Caroline? Caroline"], False),  # starts only
+        (("stresses",), ["# Discontinuity Stresses In Shells\n\nthe stresses at junctions"], False),
+        (("caroline",), ["I met Caroline there."], False),  # one mention: too little to say
+        (("paris",), ["we flew to Paris and then to paris again, Paris was hot"], True),
+        ((), [CHAT], False),
+    ],
+)
+def test_the_index_says_which_query_terms_are_names(
+    terms: tuple[str, ...], texts: list[str], named: bool
+) -> None:
+    assert index_names(terms, texts) is named
+
+
+def test_a_name_typed_in_lower_case_still_names(home: Path, local_embedder: Any) -> None:
+    write(home / "memory" / "chat.md", "# Chat\n\n" + CHAT)
+    write(
+        home / "memory" / "shells.md",
+        "# pressurized shells\n\nthe discontinuity stresses at junctions of pressurized shells "
+        "are found by the membrane theory and bending corrections at the junctions.\n",
+    )
+    eng = make_engine(home, local_embedder, search__unnamed_question_vector_weight=0.5)
+    try:
+        eng.sync()
+        for query, vector_weight in [
+            ("When did Caroline go to the support group?", 0.2),  # typed with a capital
+            ("when did caroline go to the support group?", 0.2),  # the index writes Caroline
+            ("what are the discontinuity stresses at junctions", 0.5),  # names nothing
+        ]:
+            res = eng.searcher.search({"query": query, "explain": True, "min_score": 0})
+            assert res["explain"]["weights"]["vector"] == pytest.approx(vector_weight), query
+    finally:
+        eng.close()
 
 
 def test_literals_names_and_boosts() -> None:

@@ -222,7 +222,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "search.unnamed_question_vector_weight",
         0.0,
-        "Vector weight for questions that name nothing (no capital mid-sentence; 0 = off).",
+        "Vector weight for questions that name nothing, typed or as the index writes it (0 = off).",
         0,
         1,
     ),

@@ -6,7 +6,7 @@ query's shape.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from recalld.config import Config
@@ -16,11 +16,15 @@ from recalld.retrieval import doc_evidence, fusion, note_units, rank_fusion
 from recalld.retrieval.query_shape import (
     QueryShape,
     boosted,
+    index_names,
     is_long_prose,
     literal_share,
     normalise_name,
 )
 from recalld.retrieval.search_channels import ChannelHits
+
+#: Keyword hits whose text tells whether a query term is a name (index_names).
+NAME_HITS = 10
 
 
 @dataclass
@@ -51,6 +55,7 @@ def rank(
     rows = store.chunks(set(kw) | set(vs))
     # Keyword-only chunks (no vector by policy) are not chunks the vector channel rejected.
     no_vector = {cid for cid in kw if cid in rows and not rows[cid].embed}
+    shape = _named_by_index(shape, hits, rows, cfg)
     # A channel whose best hit stands clear gets more say for this query (off by default).
     weights = rank_fusion.gap_weights(
         vs, kw, channel_weights(shape, cfg), cfg.float("search.gap_confidence")
@@ -80,6 +85,34 @@ def rank(
     mode = _answer_mode(hits, requested_mode)
     counts = (len(hits.vector), len(hits.keyword))
     return Ranking(fused, rows, mode, method, weights, no_vector, notes, counts)
+
+
+def _named_by_index(
+    shape: QueryShape | None, hits: ChannelHits, rows: dict[int, ChunkRow], cfg: Config
+) -> QueryShape | None:
+    """``shape``, named if the keyword channel's best hits write one of its terms as a name.
+
+    Read only where it decides something (a question without literals or a typed name, with
+    ``search.unnamed_question_vector_weight`` on): a name typed in lower case still names.
+    """
+    if (
+        shape is None
+        or shape.named
+        or shape.literals
+        or shape.kind != "question"
+        or cfg.float("search.unnamed_question_vector_weight") <= 0
+        or _long_weighted(shape, cfg)  # weighed as long prose, named or not
+    ):
+        return shape
+    texts = (rows[cid].text for cid, _ in hits.keyword[:NAME_HITS] if cid in rows)
+    return replace(shape, named=True) if index_names(shape.terms, texts) else shape
+
+
+def _long_weighted(shape: QueryShape, cfg: Config) -> bool:
+    """Whether ``shape`` takes ``search.long_query_vector_weight`` (channel_weights' first rule)."""
+    return cfg.float("search.long_query_vector_weight") > 0 and is_long_prose(
+        shape, cfg.int("search.long_query_words")
+    )
 
 
 def _answer_mode(hits: ChannelHits, requested: str) -> str:
@@ -176,10 +209,8 @@ def channel_weights(shape: QueryShape | None, cfg: Config) -> tuple[float, float
     if shape is None or shape.kind == "mixed":
         return cfg.float("search.vector_weight"), cfg.float("search.text_weight")
     vw = cfg.float(f"search.{shape.kind}_vector_weight")
-    if (long_vw := cfg.float("search.long_query_vector_weight")) > 0 and is_long_prose(
-        shape, cfg.int("search.long_query_words")
-    ):
-        vw = long_vw  # a long description: what a sentence embedding compares well
+    if _long_weighted(shape, cfg):
+        vw = cfg.float("search.long_query_vector_weight")  # a long description, as a statement
     elif (plain_vw := cfg.float("search.unnamed_question_vector_weight")) > 0 and (
         shape.kind == "question" and not shape.named and not shape.literals
     ):
