@@ -44,6 +44,7 @@ OFF: dict[str, Value] = {
     "search.mmr_lambda": 1.0,
     "search.recency_half_life_days": 0.0,
     "search.note_units": 0.0,
+    "search.unnamed_question_vector_weight": 0.0,
 }
 VARIANTS: dict[str, dict[str, Value]] = {
     # OpenClaw's fusion: raw scores, 0.7 vector / 0.3 keyword, no title weighting.
@@ -83,12 +84,13 @@ FUSION: dict[str, dict[str, Value]] = {
     "+long rrf": {"search.long_query_blend": 1.0},
     "+long blend 0.5": {"search.long_query_blend": 0.5},
     # Issue 39, fourth pass: a short note's chunks move s of the way to the note's best in each
-    # channel (note_units, 0.75 since session 28); a question that names nothing weighed like a
-    # statement (off). Fifth pass: "names" read from the index too (query_shape.index_names).
+    # channel (note_units, 0.75 since session 28); a question that names nothing weighed more like
+    # a statement (0.5 since session 28). Fifth pass: "names" read from the index too
+    # (query_shape.index_names), so a name typed in lower case still names.
     "-note units": {"search.note_units": 0.0},
     "+note units 1": {"search.note_units": 1.0},
     "+note units 0.5": {"search.note_units": 0.5},
-    "+unnamed q 0.5": {"search.unnamed_question_vector_weight": 0.5},
+    "-unnamed q": {"search.unnamed_question_vector_weight": 0.0},
     "+unnamed q 0.7": {"search.unnamed_question_vector_weight": 0.7},
 }
 #: Fusion variants measured once on the sets they could win (docs/DECISIONS.md) and not in
@@ -154,9 +156,9 @@ DECISIONS: dict[str, tuple[str, ...]] = {
         "+long rrf",
     ),
     "a short note as one unit (`search.note_units` 0.75)": ("all (defaults)", "-note units"),
-    "vector weight for questions that name nothing (`search.unnamed_question_vector_weight` off)": (
+    "vector weight for questions that name nothing (`search.unnamed_question_vector_weight` 0.5)": (
         "all (defaults)",
-        "+unnamed q 0.5",
+        "-unnamed q",
     ),
 }
 VARIANTS.update(LEVERS)

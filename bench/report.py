@@ -862,4 +862,9 @@ def _fusion_note() -> str:
             if d["search.note_units"]
             else ""
         )
+        + (
+            f"; questions that name nothing {d['search.unnamed_question_vector_weight']}"
+            if d["search.unnamed_question_vector_weight"]
+            else ""
+        )
     )

@@ -175,10 +175,12 @@ def test_long_query_levers_apply_to_long_prose_queries_only(
     notes_home: Path, local_embedder: Any, long_words: int, method: str, vector_weight: float
 ) -> None:
     # QUERY is a question of four prose words: long from 4 words, not from 5 (then it keeps a
-    # question's 0.2 vector weight and plain weighted fusion).
+    # question's 0.2 vector weight and plain weighted fusion; it names nothing, so the weight of
+    # questions that name nothing is turned off to leave the question's own).
     engine = make_engine(
         notes_home,
         local_embedder,
+        search__unnamed_question_vector_weight=0.0,
         search__long_query_blend=1.0,
         search__long_query_vector_weight=0.7,
         search__long_query_words=long_words,

@@ -230,8 +230,9 @@ def test_a_question_that_names_nothing_takes_its_own_vector_weight(
 ) -> None:
     cfg = Config({"search.unnamed_question_vector_weight": 0.5})
     assert channel_weights(analyze(query), cfg)[0] == pytest.approx(vector_weight)
-    off = channel_weights(analyze(query), Config({}))[0]  # off by default: the kind's weight
-    assert off == pytest.approx(0.2)
+    assert channel_weights(analyze(query), Config({}))[0] == pytest.approx(vector_weight)  # 0.5
+    off = Config({"search.unnamed_question_vector_weight": 0.0})  # off: the kind's weight
+    assert channel_weights(analyze(query), off)[0] == pytest.approx(0.2)
 
 
 CHAT = (

@@ -221,7 +221,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "search.unnamed_question_vector_weight",
-        0.0,
+        0.5,
         "Vector weight for questions that name nothing, typed or as the index writes it (0 = off).",
         0,
         1,
