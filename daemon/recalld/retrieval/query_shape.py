@@ -95,11 +95,11 @@ _QUESTION_WORDS = frozenset(
 )
 _NAME_SEP = re.compile(r"[\W_]+")
 _TERM = re.compile(r"[^\W_]+")
-# What may stand between a sentence's end (or a line's start) and its first word: spaces,
-# Markdown marks and opening quotes ("**Nate**: Hey" starts a sentence at "Hey").
 #: Mentions of a term read at most (a name's or a word's casing shows in a sample; a common word
 #: in a chat of one person's turns is everywhere).
 _MENTIONS = 24
+# What may stand between a sentence's end (or a line's start) and its first word: spaces,
+# Markdown marks and opening quotes ("**Nate**: Hey" starts a sentence at "Hey").
 _LEAD = " \t*_>\"'(\u201c\u2018[-"
 
 
@@ -161,7 +161,7 @@ def analyze(query: str) -> QueryShape:
 
 
 def _terms(words: list[str]) -> tuple[str, ...]:
-    """The folded word pieces of ``words`` that could be a name: not stopwords, two letters or
+    """The folded word pieces of ``words`` that could be a name: not stopwords, three letters or
     more, not numbers (``caroline's`` gives ``caroline``)."""
     pieces = (t.lower() for w in words for t in _TERM.findall(w))
     return tuple(
