@@ -90,9 +90,11 @@ def test_chunks_of_real_notes_are_those_of_library_counts(
 
 # --- ident --------------------------------------------------------------------------------------
 
-# The patterns ident_tokens tried at every token before (the reference for _compounds).
-_UNDERSCORE = re.compile(r"(?<![^\W_])[^\W_]++(?:_++[^\W_]++)++")
-_DOTTED = re.compile(r"(?<![^\W_])[^\W_]++(?:[._]++[^\W_]++)++")
+# The patterns ident_tokens tried at every token before (the reference for _compounds), greedy:
+# the token and separator classes are disjoint, so they match what the possessive forms did, and
+# CPython 3.11.2 (Debian 12's python3) mis-matches possessive repeats inside a repeated group.
+_UNDERSCORE = re.compile(r"(?<![^\W_])[^\W_]+(?:_+[^\W_]+)+")
+_DOTTED = re.compile(r"(?<![^\W_])[^\W_]+(?:[._]+[^\W_]+)+")
 
 
 def _reference_derive(text: str, out: it._Budget) -> None:

@@ -122,7 +122,8 @@ class Link:
             try:
                 self._channel.send(msg)
             except OSError as exc:
-                self.close(f"the helper's socket failed: {exc}")
+                # A dead helper's socket fails a send as often as it ends a read: say how it died.
+                self.close(self._exit_reason(f"the helper's socket failed: {exc}"))
                 return
 
     def _read_loop(self) -> None:
@@ -138,13 +139,17 @@ class Link:
                     self._on_ready(self, msg)
         except Exception as exc:  # noqa: BLE001 - a broken stream ends the helper
             why = f"the helper's answers could not be read: {exc}"
+        self.close(self._exit_reason(why))
+
+    def _exit_reason(self, why: str) -> str:
+        """``why``, or the helper's exit status when it has died (not when it was closed)."""
         proc = self.process
         if proc is not None and not self._closed:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(1.0)  # its socket closes as it dies: its status follows at once
             if proc.returncode:
-                why = f"the helper exited with status {proc.returncode}"
-        self.close(why)
+                return f"the helper exited with status {proc.returncode}"
+        return why
 
     def _settle(self, msg: dict[str, Any]) -> None:
         with self._lock:
