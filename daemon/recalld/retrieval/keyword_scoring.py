@@ -15,7 +15,6 @@ ranked by the total, best first, ties by id: the ranking FTS5 gives, without its
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import apsw
@@ -23,12 +22,11 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.index.fts_postings import RowIds, contained, query_tokens
-from recalld.retrieval.keyword_postings import PostingsCache, Snapshot
+from recalld.retrieval.keyword_postings import PostingsCache
+from recalld.retrieval.keyword_words import top_rows, word_part
 
 __all__ = ["PhraseParts", "Term", "held_count", "holder", "match_of", "search"]
 
-K1 = 1.2  # FTS5's bm25 constants
-B = 0.75
 #: A term: (FTS5 expression, restricted to the text and context columns).
 Term = tuple[str, bool]
 Hits = list[tuple[int, float]]
@@ -179,47 +177,9 @@ def search(
     snap = cache.snapshot(conn, [t for t, _ in words])
     if snap.rows <= 0:
         return []
-    scores = np.zeros(len(snap.lengths), dtype=np.float64)
-    matched = np.zeros(len(snap.lengths), dtype=bool)
-    for token, restricted in words:
-        _add_word(scores, matched, snap, token, restricted, weights)
-    if rest:
-        part = _phrase_part(conn, rest, weights, {} if phrases is None else phrases)
-        scores, matched = _add_phrases(scores, matched, *part)
-    if allowed is not None:
-        keep = np.zeros(len(matched), dtype=bool)
-        keep[allowed[(allowed >= 0) & (allowed < len(matched))]] = True
-        matched &= keep
-    return _top(scores, matched, limit)
-
-
-def _add_word(
-    scores: np.ndarray,
-    matched: np.ndarray,
-    snap: Snapshot,
-    token: str,
-    restricted: bool,
-    weights: tuple[float, float, float],
-) -> None:
-    """One word's part of the BM25 sum, added into the dense per-row arrays."""
-    post = snap.postings[token]
-    ids, counts = post.ids, post.counts
-    w = np.asarray(weights, dtype=np.float64)
-    if restricted:  # instances in the ident column are not the phrase's
-        inside = (counts[:, 0] > 0) | (counts[:, 1] > 0)
-        ids, counts = ids[inside], counts[inside]
-        w = w.copy()
-        w[2] = 0.0
-    hits = len(ids)
-    if not hits:
-        return
-    idf = math.log((snap.rows - hits + 0.5) / (hits + 0.5))
-    if idf <= 0.0:
-        idf = 1e-6
-    f = counts.astype(np.float64) @ w
-    norm = K1 * (1.0 - B + B * snap.lengths[ids] / snap.avgdl)
-    scores[ids] += idf * (f * (K1 + 1.0)) / (f + norm)  # ids are distinct within a word
-    matched[ids] = True
+    parts = [word_part(snap, token, restricted, weights) for token, restricted in words]
+    part = _phrase_part(conn, rest, weights, {} if phrases is None else phrases) if rest else None
+    return top_rows(snap, parts, part, limit, allowed)
 
 
 def _phrase_part(
@@ -246,36 +206,3 @@ def _phrase_part(
     part = -np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
     memo[key] = (ids, part)
     return ids, part
-
-
-def _add_phrases(
-    scores: np.ndarray,
-    matched: np.ndarray,
-    ids: npt.NDArray[np.int64],
-    part: npt.NDArray[np.float64],
-) -> tuple[np.ndarray, np.ndarray]:
-    """FTS5's part of the phrases added into the dense per-row arrays (grown if need be)."""
-    if not len(ids):
-        return scores, matched
-    top = int(ids.max()) + 1
-    if top > len(scores):  # rows written after the lengths were read
-        scores = np.concatenate([scores, np.zeros(top - len(scores))])
-        matched = np.concatenate([matched, np.zeros(top - len(matched), dtype=bool)])
-    scores[ids] += part
-    matched[ids] = True
-    return scores, matched
-
-
-def _top(scores: np.ndarray, matched: np.ndarray, limit: int) -> Hits:
-    """The ``limit`` best matched rows: highest score first, then lowest id."""
-    cand = np.flatnonzero(matched)
-    if not len(cand) or limit <= 0:
-        return []
-    values = scores[cand]
-    if len(cand) > limit:
-        # everything scoring at least the limit-th best, so that ties at the cut sort by id
-        kth = np.partition(values, len(values) - limit)[len(values) - limit]
-        keep = values >= kth
-        cand, values = cand[keep], values[keep]
-    order = np.lexsort((cand, -values))[:limit]
-    return [(int(cand[i]), -float(values[i])) for i in order]

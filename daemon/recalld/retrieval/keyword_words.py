@@ -1,0 +1,178 @@
+"""One word's part of FTS5's BM25 from its held postings, and the top rows of a query's words.
+
+A word's part in a row is ``idf * f * (k1 + 1) / (f + norm)`` (``recalld.retrieval.
+keyword_scoring`` gives the whole formula); ``f / (f + norm)`` is below 1, so the part is below
+``idf * (k1 + 1)``: the word's *bound*, which the pruning here rests on (MaxScore, Turtle and
+Flood 1995).
+
+Why prune: at 1M chunks a question's common word ("use": 186k rows) cost more to scatter into
+the dense score arrays than all its rare words together, and ranking the 200k+ rows it matched
+cost as much again, though no row can reach a 24-row list on such a word alone: those searches
+were the keyword channel's tail (p95 3.5x its p50 in-process). So the words are scored rarest
+first, in full over their rows; once the bounds of the words left sum below the limit-th best
+score so far (a lower bound on the final one: parts only add), a row that none of the scored
+words or phrases holds cannot reach the list, and the words left are added only at the rows
+that can (a binary search in their postings). The answer is the full sum's: the same rows and
+scores, ties at the cut by id.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from recalld.index.fts_postings import CountArray, RowIds, contained
+from recalld.retrieval.keyword_postings import Snapshot
+
+__all__ = ["K1", "B", "WordPart", "top_rows", "word_part"]
+
+K1 = 1.2  # FTS5's bm25 constants
+B = 0.75
+Hits = list[tuple[int, float]]
+#: Checking whether to prune costs a pass over the matched rows: skipped below this many.
+MIN_PRUNED_ROWS = 20_000
+#: Rows read for the cut's lower bound: a failed look costs a partition of at most this many.
+PROBE_ROWS = 30_000
+#: The words left must hold this many times the rows read so far (the candidates at most):
+#: a binary search per candidate costs more than adding a row (measured at 1M: ~4x).
+LOOKUP_RATIO = 4
+
+
+@dataclass(frozen=True)
+class WordPart:
+    """A word's rows (ascending), their instances per column, the column weights and its idf."""
+
+    ids: RowIds
+    counts: CountArray
+    weights: npt.NDArray[np.float64]
+    idf: float
+
+    @property
+    def bound(self) -> float:
+        """Above the word's part in any row."""
+        return self.idf * (K1 + 1.0)
+
+    def scores(self, snap: Snapshot, at: npt.NDArray[np.int64] | None = None) -> np.ndarray:
+        """The word's part in its rows (or in the rows at positions ``at`` of ``ids``)."""
+        ids, counts = (self.ids, self.counts) if at is None else (self.ids[at], self.counts[at])
+        f = counts.astype(np.float64) @ self.weights
+        norm = K1 * (1.0 - B + B * snap.lengths[ids] / snap.avgdl)
+        part: np.ndarray = self.idf * (f * (K1 + 1.0)) / (f + norm)
+        return part
+
+
+def word_part(
+    snap: Snapshot, token: str, restricted: bool, weights: tuple[float, float, float]
+) -> WordPart:
+    """``token``'s part (``restricted``: instances in the ident column are not the phrase's)."""
+    post = snap.postings[token]
+    ids, counts = post.ids, post.counts
+    w = np.asarray(weights, dtype=np.float64)
+    if restricted:
+        inside = (counts[:, 0] > 0) | (counts[:, 1] > 0)
+        ids, counts = ids[inside], counts[inside]
+        w = w.copy()
+        w[2] = 0.0
+    hits = len(ids)
+    idf = math.log((snap.rows - hits + 0.5) / (hits + 0.5)) if hits else 0.0
+    return WordPart(ids, counts, w, idf if idf > 0.0 else 1e-6)
+
+
+class _Board:
+    """One search's dense per-row sums, the rows matched and the rows its filters allow."""
+
+    def __init__(self, size: int, allowed: npt.NDArray[np.int64] | None) -> None:
+        self.scores = np.zeros(size, dtype=np.float64)
+        self.matched = np.zeros(size, dtype=bool)
+        self.keep: np.ndarray | None = None
+        if allowed is not None:
+            self.keep = np.zeros(size, dtype=bool)
+            self.keep[allowed[(allowed >= 0) & (allowed < size)]] = True
+
+    def add(self, ids: npt.NDArray[np.int64], values: np.ndarray) -> None:
+        self.scores[ids] += values  # ids are distinct within a word or a phrase part
+        self.matched[ids] = True
+
+    def candidates(self) -> npt.NDArray[np.int64]:
+        matched = self.matched if self.keep is None else self.matched & self.keep
+        cand: npt.NDArray[np.int64] = np.flatnonzero(matched)
+        return cand
+
+
+def top_rows(
+    snap: Snapshot,
+    parts: Sequence[WordPart],
+    phrases: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None,
+    limit: int,
+    allowed: npt.NDArray[np.int64] | None,
+) -> Hits:
+    """The ``limit`` best rows by the sum of ``parts`` and FTS5's ``phrases`` part."""
+    size = len(snap.lengths)
+    reach = 0.0  # the best score any row can have so far
+    if phrases is not None and len(phrases[0]):
+        size = max(size, int(phrases[0].max()) + 1)  # rows written after the lengths were read
+        reach = float(phrases[1].max())
+    board = _Board(size, allowed)
+    if phrases is not None and len(phrases[0]):
+        board.add(*phrases)  # FTS5's rows: no bound is known, so always scored in full
+    order = sorted((p for p in parts if len(p.ids)), key=lambda p: -p.bound)
+    left = sum(p.bound for p in order)  # above what the words not yet added can give a row
+    read, unread = 0, sum(len(p.ids) for p in order)
+    floor, gain = 0.0, reach  # the last lower bound of the cut, and what came in since
+    for i, part in enumerate(order):
+        values = part.scores(snap)
+        board.add(part.ids, values)
+        best = float(values.max())
+        left, reach, gain = left - part.bound, reach + best, gain + best
+        read, unread = read + len(part.ids), unread - len(part.ids)
+        # Worth a look only when the words left hold many more rows than the candidates (a
+        # lookup per candidate costs more than adding a row) and the cut may have passed them
+        # (it rises by at most what came in since the last look).
+        if (
+            i + 1 < len(order)
+            and unread >= max(MIN_PRUNED_ROWS, LOOKUP_RATIO * read)
+            and left < min(reach, floor + gain)
+        ):
+            floor, gain = _floor(board, order[: i + 1], limit), 0.0
+            if left < floor:
+                cand = board.candidates()
+                for other in order[i + 1 :]:  # only where a row can still reach the list
+                    at = contained(other.ids, cand)
+                    board.scores[other.ids[at]] += other.scores(snap, at)
+                return _top(cand, board.scores[cand], limit)
+    cand = board.candidates()
+    return _top(cand, board.scores[cand], limit)
+
+
+def _floor(board: _Board, scored: Sequence[WordPart], limit: int) -> float:
+    """A lower bound of the ``limit``-th best score so far, read cheaply: the ``limit``-th best
+    of the rows of one scored word (some of the candidates: the biggest list under PROBE_ROWS,
+    else the smallest; one list, so no row is counted twice)."""
+    small = [p.ids for p in scored if len(p.ids) <= PROBE_ROWS]
+    rows = max(small, key=len) if small else min((p.ids for p in scored), key=len)
+    if board.keep is not None:
+        rows = rows[board.keep[rows]]
+    if len(rows) < limit or limit <= 0:
+        return -math.inf
+    return _kth(board.scores[rows], limit)
+
+
+def _kth(values: np.ndarray, k: int) -> float:
+    """The k-th highest of ``values`` (at least k of them)."""
+    return float(np.partition(values, len(values) - k)[len(values) - k])
+
+
+def _top(cand: npt.NDArray[np.int64], values: np.ndarray, limit: int) -> Hits:
+    """The ``limit`` best of ``cand``: highest score first, then lowest id (FTS5's sign)."""
+    if not len(cand) or limit <= 0:
+        return []
+    if len(cand) > limit:
+        # everything scoring at least the limit-th best, so that ties at the cut sort by id
+        keep = values >= _kth(values, limit)
+        cand, values = cand[keep], values[keep]
+    order = np.lexsort((cand, -values))[:limit]
+    return [(int(cand[i]), -float(values[i])) for i in order]

@@ -1,0 +1,120 @@
+"""The keyword channel's pruned top rows are the full sum's (keyword_words.py).
+
+Synthetic postings at a scale where the pruning runs (a common word of tens of thousands of
+rows beside rare ones), compared with every part summed over every row; then the real index's
+answers with pruning forced on small data, compared with FTS5's own bm25 ranking.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from recalld.index import fts_postings
+from recalld.retrieval import keyword_words
+from recalld.retrieval.keyword_postings import Snapshot
+from recalld.retrieval.keyword_words import WordPart, top_rows, word_part
+
+ROWS = 200_000
+
+
+def _snapshot(rng: np.random.Generator, sizes: dict[str, int], equal_lengths: bool) -> Snapshot:
+    postings = {}
+    for token, n in sizes.items():
+        ids = np.sort(rng.choice(ROWS, size=n, replace=False)).astype(np.int64)
+        counts = rng.integers(0, 4, size=(n, 3)).astype(np.uint16)
+        counts[:, 0] += 1  # at least one instance in the text column
+        if n > 10_000:  # some rows all but made of a common word: near its bound
+            counts[rng.random(n) < 0.01, 0] = 200
+        postings[token] = fts_postings.Postings(*fts_postings.compact(ids, counts))
+    if equal_lengths:
+        lengths = np.full(ROWS, 40.0)  # many exact ties
+    else:
+        lengths = rng.integers(5, 400, size=ROWS).astype(np.float64)
+    return Snapshot(postings, lengths, ROWS, float(lengths.mean()))
+
+
+def _full(snap: Snapshot, parts: list[WordPart], phrases: Any, limit: int, allowed: Any) -> Any:
+    """Every part over every row, then FTS5's order: best first, ties by id."""
+    scores = np.zeros(ROWS, dtype=np.float64)
+    matched = np.zeros(ROWS, dtype=bool)
+    for p in parts:
+        scores[p.ids] += p.scores(snap)
+        matched[p.ids] = True
+    if phrases is not None:
+        scores[phrases[0]] += phrases[1]
+        matched[phrases[0]] = True
+    if allowed is not None:
+        keep = np.zeros(ROWS, dtype=bool)
+        keep[allowed] = True
+        matched &= keep
+    cand = np.flatnonzero(matched)
+    order = np.lexsort((cand, -scores[cand]))[:limit]
+    return [(int(cand[i]), -float(scores[cand[i]])) for i in order]
+
+
+def _same(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
+    assert [c for c, _ in got] == [c for c, _ in want]
+    for (_, g), (_, w) in zip(got, want, strict=True):
+        assert g == pytest.approx(w, rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pruned_top_rows_are_the_full_sums(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(seed)
+    # the rare words' best parts are close to what the common ones can add up to: the cut is
+    # decided by the bound, not by a wide margin
+    sizes = {"common": 60_000, "also": 50_000, "often": 25_000, "middling": 4_000, "rare": 900}
+    snap = _snapshot(rng, sizes, equal_lengths=seed % 2 == 0)
+    weights = (1.0, 1.5, 1.0)
+    looked = []
+    real = keyword_words.contained
+    monkeypatch.setattr(
+        keyword_words, "contained", lambda ids, c: looked.append(len(ids)) or real(ids, c)
+    )
+    for limit in (1, 24, 500, 2_000, 8_000, 20_000):
+        for restricted in (False, True):
+            parts = [word_part(snap, t, restricted and t == "rare", weights) for t in sizes]
+            phrases = None
+            if seed % 3 == 0:  # FTS5's part of a phrase: rows of its own, no bound
+                ids = np.sort(rng.choice(ROWS, size=50, replace=False)).astype(np.int64)
+                phrases = (ids, rng.uniform(0.5, 30.0, size=50))
+            allowed = None
+            if limit == 24:
+                allowed = np.sort(rng.choice(ROWS, size=ROWS // 2, replace=False)).astype(np.int64)
+            want = _full(snap, parts, phrases, limit, allowed)
+            _same(top_rows(snap, parts, phrases, limit, allowed), want)
+    assert looked and max(looked) >= 25_000  # the common words were looked up, not scattered
+
+
+def test_a_query_of_common_words_only_is_summed_in_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(11)
+    sizes = {"the": 90_000, "said": 70_000, "time": 50_000}
+    snap = _snapshot(rng, sizes, equal_lengths=False)
+    parts = [word_part(snap, t, False, (1.0, 1.5, 1.0)) for t in sizes]
+    _same(top_rows(snap, parts, None, 24, None), _full(snap, parts, None, 24, None))
+    # An empty word or no limit: nothing to rank, nothing raised.
+    empty = WordPart(np.zeros(0, np.int64), np.zeros((0, 3), np.uint8), np.ones(3), 1.0)
+    assert top_rows(snap, [empty], None, 24, None) == []
+    assert top_rows(snap, parts, None, 0, None) == []
+
+
+def test_pruning_forced_on_a_real_index_matches_fts5(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every query of the FTS5-equality test again, with pruning tried at any size."""
+    import test_keyword_postings as kp
+
+    monkeypatch.setattr(keyword_words, "MIN_PRUNED_ROWS", 0)
+    monkeypatch.setattr(keyword_words, "LOOKUP_RATIO", 0)
+    looked = []
+    real = keyword_words.contained
+    monkeypatch.setattr(
+        keyword_words, "contained", lambda ids, c: looked.append(len(ids)) or real(ids, c)
+    )
+    with kp._synced(home, 160) as (store, cache):
+        assert kp._check_all(store, cache) > 200
+    assert looked  # some searches were pruned
