@@ -56,6 +56,19 @@ def _full(snap: Snapshot, parts: list[WordPart], phrases: Any, limit: int, allow
     return [(int(cand[i]), -float(scores[cand[i]])) for i in order]
 
 
+def _spy_pruning(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the words each pruned search added only at its candidates."""
+    looked: list[int] = []
+    real = keyword_words._top_of_candidates
+
+    def spy(snap: Snapshot, board: Any, rest: list[WordPart], limit: int) -> Any:
+        looked.extend(len(p.ids) for p in rest)
+        return real(snap, board, rest, limit)
+
+    monkeypatch.setattr(keyword_words, "_top_of_candidates", spy)
+    return looked
+
+
 def _same(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
     assert [c for c, _ in got] == [c for c, _ in want]
     for (_, g), (_, w) in zip(got, want, strict=True):
@@ -70,11 +83,7 @@ def test_pruned_top_rows_are_the_full_sums(seed: int, monkeypatch: pytest.Monkey
     sizes = {"common": 60_000, "also": 50_000, "often": 25_000, "middling": 4_000, "rare": 900}
     snap = _snapshot(rng, sizes, equal_lengths=seed % 2 == 0)
     weights = (1.0, 1.5, 1.0)
-    looked = []
-    real = keyword_words.contained
-    monkeypatch.setattr(
-        keyword_words, "contained", lambda ids, c: looked.append(len(ids)) or real(ids, c)
-    )
+    looked = _spy_pruning(monkeypatch)
     for limit in (1, 24, 500, 2_000, 8_000, 20_000):
         for restricted in (False, True):
             parts = [word_part(snap, t, restricted and t == "rare", weights) for t in sizes]
@@ -87,7 +96,7 @@ def test_pruned_top_rows_are_the_full_sums(seed: int, monkeypatch: pytest.Monkey
                 allowed = np.sort(rng.choice(ROWS, size=ROWS // 2, replace=False)).astype(np.int64)
             want = _full(snap, parts, phrases, limit, allowed)
             _same(top_rows(snap, parts, phrases, limit, allowed), want)
-    assert looked and max(looked) >= 25_000  # the common words were looked up, not scattered
+    assert looked and max(looked) >= 25_000  # the common words were gathered, not scattered
 
 
 def test_a_query_of_common_words_only_is_summed_in_full(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -109,12 +118,45 @@ def test_pruning_forced_on_a_real_index_matches_fts5(
     import test_keyword_postings as kp
 
     monkeypatch.setattr(keyword_words, "MIN_PRUNED_ROWS", 0)
-    monkeypatch.setattr(keyword_words, "LOOKUP_RATIO", 0)
-    looked = []
-    real = keyword_words.contained
-    monkeypatch.setattr(
-        keyword_words, "contained", lambda ids, c: looked.append(len(ids)) or real(ids, c)
-    )
+    looked = _spy_pruning(monkeypatch)
     with kp._synced(home, 160) as (store, cache):
         assert kp._check_all(store, cache) > 200
     assert looked  # some searches were pruned
+
+
+def test_rows_of_common_words_only_keep_their_place_at_the_cut() -> None:
+    """The rows holding only the common words lead the rare word's rows by a hair: the bound
+    is what keeps them, so a cut read too high (or a bound too low) loses them."""
+    rows = np.arange(ROWS, dtype=np.int64)
+    both = rows[:30_000]  # every row here holds both common words
+    rare = rows[100_000:102_000]
+
+    def snapshot(rare_len: float) -> Snapshot:
+        lengths = np.full(ROWS, 100.0)
+        lengths[:100] = 5.0  # short rows made of the common words: near their bounds
+        lengths[rare] = rare_len
+        lengths[rare[:10]] = 5.0
+        common = np.ones((len(both), 3), dtype=np.uint16) * [1, 0, 0]
+        common[:100, 0] = 200
+        once = np.ones((len(rare), 3), dtype=np.uint16) * [1, 0, 0]
+        once[:10, 0] = 200  # fewer than the limit: they lift the best score, not the cut
+        postings = {
+            "c1": fts_postings.Postings(*fts_postings.compact(both, common)),
+            "c2": fts_postings.Postings(*fts_postings.compact(both, common.copy())),
+            "r": fts_postings.Postings(*fts_postings.compact(rare, once)),
+        }
+        return Snapshot(postings, lengths, ROWS, float(lengths.mean()))
+
+    weights = (1.0, 1.5, 1.0)
+    for rare_len in np.arange(2.0, 60.0, 0.1):  # the rare word's part just under the bounds
+        snap = snapshot(float(rare_len))
+        parts = [word_part(snap, t, False, weights) for t in ("c1", "c2", "r")]
+        short = float(parts[0].scores(snap)[0] + parts[1].scores(snap)[0])  # just under bounds
+        plain = float(parts[2].scores(snap)[20])
+        if short - 0.1 < plain < short:
+            break
+    else:
+        raise AssertionError("no length puts the rare word's part under the bounds")
+    got = top_rows(snap, parts, None, 24, None)
+    _same(got, _full(snap, parts, None, 24, None))
+    assert sum(1 for cid, _ in got if cid < 100) == 14  # the common words' short rows

@@ -12,8 +12,8 @@ were the keyword channel's tail (p95 3.5x its p50 in-process). So the words are 
 first, in full over their rows; once the bounds of the words left sum below the limit-th best
 score so far (a lower bound on the final one: parts only add), a row that none of the scored
 words or phrases holds cannot reach the list, and the words left are added only at the rows
-that can (a binary search in their postings). The answer is the full sum's: the same rows and
-scores, ties at the cut by id.
+that can (the candidates' flags read along each word's sorted rows). The answer is the full
+sum's: the same rows and scores, ties at the cut by id.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from recalld.index.fts_postings import CountArray, RowIds, contained
+from recalld.index.fts_postings import CountArray, RowIds
 from recalld.retrieval.keyword_postings import Snapshot
 
 __all__ = ["K1", "B", "WordPart", "top_rows", "word_part"]
@@ -37,9 +37,6 @@ Hits = list[tuple[int, float]]
 MIN_PRUNED_ROWS = 20_000
 #: Rows read for the cut's lower bound: a failed look costs a partition of at most this many.
 PROBE_ROWS = 30_000
-#: The words left must hold this many times the rows read so far (the candidates at most):
-#: a binary search per candidate costs more than adding a row (measured at 1M: ~4x).
-LOOKUP_RATIO = 4
 
 
 @dataclass(frozen=True)
@@ -121,30 +118,33 @@ def top_rows(
         board.add(*phrases)  # FTS5's rows: no bound is known, so always scored in full
     order = sorted((p for p in parts if len(p.ids)), key=lambda p: -p.bound)
     left = sum(p.bound for p in order)  # above what the words not yet added can give a row
-    read, unread = 0, sum(len(p.ids) for p in order)
+    unread = sum(len(p.ids) for p in order)
     floor, gain = 0.0, reach  # the last lower bound of the cut, and what came in since
     for i, part in enumerate(order):
         values = part.scores(snap)
         board.add(part.ids, values)
         best = float(values.max())
         left, reach, gain = left - part.bound, reach + best, gain + best
-        read, unread = read + len(part.ids), unread - len(part.ids)
-        # Worth a look only when the words left hold many more rows than the candidates (a
-        # lookup per candidate costs more than adding a row) and the cut may have passed them
-        # (it rises by at most what came in since the last look).
-        if (
-            i + 1 < len(order)
-            and unread >= max(MIN_PRUNED_ROWS, LOOKUP_RATIO * read)
-            and left < min(reach, floor + gain)
-        ):
+        unread -= len(part.ids)
+        # Worth a look only when the words left are big and the cut may have passed their
+        # bounds (it rises by at most what came in since the last look).
+        if i + 1 < len(order) and unread >= MIN_PRUNED_ROWS and left < min(reach, floor + gain):
             floor, gain = _floor(board, order[: i + 1], limit), 0.0
             if left < floor:
-                cand = board.candidates()
-                for other in order[i + 1 :]:  # only where a row can still reach the list
-                    at = contained(other.ids, cand)
-                    board.scores[other.ids[at]] += other.scores(snap, at)
-                return _top(cand, board.scores[cand], limit)
+                return _top_of_candidates(snap, board, order[i + 1 :], limit)
     cand = board.candidates()
+    return _top(cand, board.scores[cand], limit)
+
+
+def _top_of_candidates(snap: Snapshot, board: _Board, rest: Sequence[WordPart], limit: int) -> Hits:
+    """The top rows once no row outside the candidates can reach them: the words left are
+    added only at the candidates they hold (a gather of the matched flags along each sorted
+    list: cheaper than adding the word, and than a binary search per candidate)."""
+    held = board.matched if board.keep is None else board.matched & board.keep
+    for other in rest:
+        at = np.flatnonzero(held[other.ids])
+        board.scores[other.ids[at]] += other.scores(snap, at)
+    cand: npt.NDArray[np.int64] = np.flatnonzero(held)
     return _top(cand, board.scores[cand], limit)
 
 
