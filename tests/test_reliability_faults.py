@@ -12,13 +12,13 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 
 import fake_services
@@ -64,7 +64,7 @@ def umount(where: Path) -> None:
     subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
 
 
-BULK = 300  # notes of the mid-sync fill: a sync of them outlasts the SIGSTOP after "syncing"
+BULK = 300  # notes of the mid-sync fill (written while the test holds the write lock)
 
 
 def fill_disk(path: Path) -> int:
@@ -136,23 +136,26 @@ def test_disk_full_during_sync_reports_keeps_serving_and_catches_up(home: Path) 
             daemon.start()
             daemon.full_sync()
             with daemon.client() as c:
-                # 2. The disk fills up in the middle of a sync. The daemon is stopped (SIGSTOP)
-                # as soon as it says "syncing" and the disk filled meanwhile, so the fill lands
-                # mid-sync however fast the machine is (filled after the sync, the next job's
-                # free-space check would report it instead, and SQLite never meets ENOSPC).
-                for i in range(BULK):
-                    write(
-                        memory / "bulk" / f"b{i:03}.md",
-                        f"# Bulk {i}\n\nParagraph {i}: the heron counts {i * 7} silver "
-                        f"pebbles near the weir number {i}, then flies to marsh {i % 5}.\n",
-                    )
-                wait_for(lambda: c.status()["state"] == "syncing", timeout=60, step=0.01)
-                assert daemon.proc is not None
-                os.kill(daemon.proc.pid, signal.SIGSTOP)
+                # 2. The disk fills up in the middle of a sync. This test holds the index's
+                # write lock while the notes arrive and the disk fills: the sync, past its
+                # free-space check at its start, meets the full disk at its first write however
+                # loaded the host is (a SIGSTOP at "syncing" raced the sync's writes under load;
+                # filled after them, the next job's check reported it and SQLite never met
+                # ENOSPC). The daemon waits for the lock (its busy timeout is 10 s).
+                blocker = apsw.Connection(str(disk / "index.sqlite"))
+                blocker.execute("BEGIN IMMEDIATE")
                 try:
+                    for i in range(BULK):
+                        write(
+                            memory / "bulk" / f"b{i:03}.md",
+                            f"# Bulk {i}\n\nParagraph {i}: the heron counts {i * 7} silver "
+                            f"pebbles near the weir number {i}, then flies to marsh {i % 5}.\n",
+                        )
+                    wait_for(lambda: c.status()["state"] == "syncing", timeout=60, step=0.01)
                     fill_disk(ballast)
                 finally:
-                    os.kill(daemon.proc.pid, signal.SIGCONT)
+                    blocker.execute("ROLLBACK")
+                    blocker.close()
                 wait_for(lambda: "is full" in (c.status()["last_error"] or ""), timeout=90)
                 # That sync had passed the free-space check at its start: SQLite itself hit
                 # ENOSPC in the middle of it (later ones stop at the check, before embedding).
