@@ -22,11 +22,8 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.index.fts_postings import RowIds, contained, query_tokens
-from recalld.retrieval import phrase_scoring
-from recalld.retrieval.keyword_postings import PostingsCache, Snapshot
+from recalld.retrieval.keyword_postings import PostingsCache
 from recalld.retrieval.keyword_words import top_rows, word_part
-from recalld.retrieval.phrase_scoring import phrase_exprs
-from recalld.retrieval.term_stats import TermCounts
 
 __all__ = ["PhraseParts", "Term", "held_count", "holder", "match_of", "search"]
 
@@ -157,14 +154,11 @@ def search(
     weights: tuple[float, float, float],
     allowed: npt.NDArray[np.int64] | None = None,
     phrases: PhraseParts | None = None,
-    counts: TermCounts | None = None,
 ) -> Hits | None:
     """(chunk id, bm25) best first, as ``Store.keyword_search`` gives them (FTS5's sign:
     lower is better), or None when no term is a single word (FTS5 alone is as fast).
     ``allowed``: only these chunk ids (a search's filters). ``phrases``: FTS5's parts already
-    read by this search (the feedback search repeats the first one's phrases), filled here.
-    ``counts``: the engine's term counts; with them the phrases are scored without ``bm25()``
-    (``recalld.retrieval.phrase_scoring``)."""
+    read by this search (the feedback search repeats the first one's phrases), filled here."""
     words: list[tuple[str, bool]] = []
     rest: list[Term] = []
     for expr, restricted in terms:
@@ -184,8 +178,7 @@ def search(
     if snap.rows <= 0:
         return []
     parts = [word_part(snap, token, restricted, weights) for token, restricted in words]
-    memo = {} if phrases is None else phrases
-    part = _phrase_part(conn, rest, weights, memo, snap, counts) if rest else None
+    part = _phrase_part(conn, rest, weights, {} if phrases is None else phrases) if rest else None
     return top_rows(snap, parts, part, limit, allowed)
 
 
@@ -194,8 +187,6 @@ def _phrase_part(
     rest: Sequence[Term],
     weights: tuple[float, float, float],
     memo: PhraseParts,
-    snap: Snapshot,
-    counts: TermCounts | None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """FTS5's own bm25 of the other terms (phrases, NEAR, prefixes), for every row they match.
 
@@ -207,12 +198,6 @@ def _phrase_part(
     key = f"{w}|{match}"
     if key in memo:
         return memo[key]
-    if counts is not None:
-        each = [(match_of([t]), phrase_exprs([t])) for t in rest]
-        held = phrase_scoring.scored(conn, each, weights, snap, counts)
-        if held is not None:
-            memo[key] = held
-            return held
     rows = conn.execute(
         f"SELECT rowid, bm25(chunks_fts, {w}) FROM chunks_fts WHERE chunks_fts MATCH ?",
         (match,),
