@@ -33,7 +33,7 @@ __all__ = ["K1", "B", "WordPart", "top_rows", "word_part"]
 K1 = 1.2  # FTS5's bm25 constants
 B = 0.75
 Hits = list[tuple[int, float]]
-#: Checking whether to prune costs a pass over the matched rows: skipped below this many.
+#: Words left holding fewer rows than this are added in full: a look at the cut would cost more.
 MIN_PRUNED_ROWS = 20_000
 #: Rows read for the cut's lower bound: a failed look costs a partition of at most this many.
 PROBE_ROWS = 30_000
@@ -94,9 +94,12 @@ class _Board:
         self.scores[ids] += values  # ids are distinct within a word or a phrase part
         self.matched[ids] = True
 
+    def held(self) -> np.ndarray:
+        """The flags of the rows matched that the filters allow."""
+        return self.matched if self.keep is None else self.matched & self.keep
+
     def candidates(self) -> npt.NDArray[np.int64]:
-        matched = self.matched if self.keep is None else self.matched & self.keep
-        cand: npt.NDArray[np.int64] = np.flatnonzero(matched)
+        cand: npt.NDArray[np.int64] = np.flatnonzero(self.held())
         return cand
 
 
@@ -140,7 +143,7 @@ def _top_of_candidates(snap: Snapshot, board: _Board, rest: Sequence[WordPart], 
     """The top rows once no row outside the candidates can reach them: the words left are
     added only at the candidates they hold (a gather of the matched flags along each sorted
     list: cheaper than adding the word, and than a binary search per candidate)."""
-    held = board.matched if board.keep is None else board.matched & board.keep
+    held = board.held()  # read before the words left are added: they match no new row
     for other in rest:
         at = np.flatnonzero(held[other.ids])
         board.scores[other.ids[at]] += other.scores(snap, at)
