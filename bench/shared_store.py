@@ -112,7 +112,7 @@ def bulk_load(url: str, admin: str, target: int, seed: int = 36) -> tuple[np.nda
     from bench import corpora
     from bench.common import FULL
     from recalld.embedding.local import LocalEmbedder
-    from recalld.shared import postings
+    from recalld.shared import graph, postings
     from recalld.shared.terms import terms_text
 
     team = _remote(url, "benchteam", "team@bench")
@@ -156,9 +156,7 @@ def bulk_load(url: str, admin: str, target: int, seed: int = 36) -> tuple[np.nda
                 cp.write_row((base + i + 1, "team@bench", vecs[i]))
         conn.execute("SET maintenance_work_mem = '2GB'")
         conn.execute("SET max_parallel_maintenance_workers = 1")
-        conn.execute(
-            "CREATE INDEX vectors_hnsw ON recalld.vectors USING hnsw (embedding vector_cosine_ops)"
-        )
+        conn.execute(graph.CREATE.format(concurrently="", name="vectors_hnsw"))  # as claim's
         conn.execute(postings.INDEX)
         conn.execute("ANALYZE recalld.chunks")
         conn.execute("ANALYZE recalld.vectors")

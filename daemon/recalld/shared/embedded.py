@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import socket
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -242,6 +243,6 @@ def _migrate(admin_url: str) -> None:
 
     try:
         with psycopg.connect(admin_url, connect_timeout=10, autocommit=True) as conn:
-            migrate(conn)
+            migrate(conn, say=lambda line: print(line, file=sys.stderr, flush=True))
     except psycopg.OperationalError as exc:
         raise ConfigError(f"cannot reach the embedded shared store: {exc}") from exc

@@ -53,6 +53,7 @@ class PushState:
     waiting: int = 0
     unfinished: int = 0  # shared files whose vectors are still being computed
     unmerged: int = 0  # the store's fresh vectors, not yet in its HNSW graph (any collection)
+    graph_outdated: bool = False  # the store's graph predates migration 6 (shared.graph)
     pushed: int = 0
     tombstones: int = 0
     last_error: str | None = None
@@ -66,6 +67,7 @@ class PushState:
             "waiting": self.waiting,
             "waiting_for_vectors": self.unfinished,
             "unmerged_vectors": self.unmerged,
+            "graph_outdated": self.graph_outdated,
             "pushed": self.pushed,
             "tombstones": self.tombstones,
             "reachable": self.reachable,
@@ -172,14 +174,14 @@ class Pusher:
         settled = self._identity_ok and not (self.state.waiting or self.state.unfinished)
         if settled and mark == self._last_mark:  # nothing indexed since a round that finished
             if time.monotonic() - self._contact >= self.check_s:
-                self.state.unmerged = self.remote.fresh_rows()  # raises if the store is away
+                self._look()  # raises if the store is away
                 self._answered()
             return 0
         local = self._local_files()
         self.state.waiting = len(_differences(local, self.state.known))
         if not self._identity_ok:
             self._claim()
-        self.state.unmerged = self.remote.fresh_rows()  # left by any daemon: merged after
+        self._look()  # fresh vectors left by any daemon: merged after
         remote = self.remote.pushed()
         self._answered()
         self._remember(remote)
@@ -198,6 +200,9 @@ class Pusher:
             self.state.last_push = time.time()
         self._last_mark = mark
         return done
+
+    def _look(self) -> None:
+        self.state.unmerged, self.state.graph_outdated = self.remote.graph_state()
 
     def _answered(self) -> None:
         self._contact = time.monotonic()

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from recalld.errors import ConfigError, Unavailable
-from recalld.shared import fresh_vectors
+from recalld.shared import fresh_vectors, graph
 from recalld.shared.settings import SharedSettings
 from recalld.shared.terms import query_terms, terms_text
 
@@ -271,6 +271,18 @@ class Remote:
         with self.connection() as conn:
             row = conn.execute("SELECT recalld.fresh_rows()").fetchone()
         return int(row[0]) if row else 0
+
+    def graph_state(self) -> tuple[int, bool]:
+        """The fresh rows (as :meth:`fresh_rows`) and whether the store's graph predates
+        migration 6 (an administrator's ``recalld shared init`` rebuilds it), in one round trip."""
+        with self.connection() as conn:
+            row = conn.execute(
+                f"SELECT recalld.fresh_rows(), ({graph.BUILT_WITH}), "
+                "to_regclass('recalld.vectors_hnsw') IS NOT NULL"
+            ).fetchone()
+        if row is None:
+            return 0, False
+        return int(row[0]), bool(row[2]) and not graph.is_current(row[1])
 
     def tombstone(self, path: str) -> None:
         """The file left this collection (deleted, forgotten, no longer shared)."""

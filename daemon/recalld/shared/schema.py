@@ -12,10 +12,11 @@ table gets its width then, and a daemon with another provider, model or width is
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from recalld.errors import ConfigError
-from recalld.shared import fresh_vectors, postings
+from recalld.shared import fresh_vectors, graph, postings
 
 #: Members are granted this role; it carries every privilege a member needs.
 MEMBERS_ROLE = "recalld_members"
@@ -199,6 +200,9 @@ MIGRATIONS: tuple[str, ...] = (
     # 5: fresh vectors (recalld.shared.fresh_vectors): a push's vectors are searched exactly
     # until the daemons merge them into the HNSW graph, so a push is not paced by the graph.
     fresh_vectors.MIGRATION + _claim_making_fresh_vectors(_FIRST),
+    # 6: a new store's HNSW graph built with ef_construction 128 (recalld.shared.graph); an
+    # older store's graph is rebuilt after the migrations, concurrently (rebuild_if_older).
+    graph.claim_with_options(_claim_making_fresh_vectors(_FIRST)),
 )
 
 _GRANTS = f"""
@@ -211,8 +215,9 @@ _GRANTS = f"""
 """
 
 
-def migrate(conn: Any) -> int:
-    """Create or bring the schema up to date (as an administrator); returns its version."""
+def migrate(conn: Any, say: Callable[[str], None] = lambda _: None) -> int:
+    """Create or bring the schema up to date (as an administrator, autocommit), then rebuild a
+    graph built before migration 6; returns the schema's version. ``say`` hears of long work."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(7321001)")  # two admins at once: one migrates
         conn.execute(
@@ -231,6 +236,8 @@ def migrate(conn: Any) -> int:
             conn.execute(sql)
             conn.execute("INSERT INTO public.recalld_version VALUES (%s)", (number,))
         conn.execute(_GRANTS)
+    if len(MIGRATIONS) >= 6:  # tests make older stores with the first migrations only
+        graph.rebuild_if_older(conn, say)
     return len(MIGRATIONS)
 
 

@@ -220,6 +220,11 @@ def shared_lines(shared: dict[str, Any]) -> list[str]:
             f"           unreachable: {push.get('last_error')} (retrying in {retry:g} s; "
             "nothing is lost, the difference is pushed when it is back)"
         )
+    if push.get("graph_outdated"):
+        lines.append(
+            "           the store's vector graph is an older build (recall@10 about 0.95 at a "
+            "million vectors): an administrator's `recalld shared init` rebuilds it"
+        )
     if shared.get("search_error"):
         lines.append(f"           last search of the store failed: {shared['search_error']}")
     return lines

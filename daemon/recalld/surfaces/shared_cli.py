@@ -86,7 +86,7 @@ def _init(admin_url: str) -> None:
     from recalld.shared.schema import migrate
 
     with psycopg.connect(admin_url, connect_timeout=10, autocommit=True) as conn:
-        migrate(conn)
+        migrate(conn, say=lambda line: print(line, flush=True))
 
 
 def _add_member(args: argparse.Namespace, admin_url: str) -> int:
