@@ -24,11 +24,12 @@ from recalld.shared import fresh_vectors, graph
 from recalld.shared.settings import SharedSettings
 from recalld.shared.terms import query_terms, terms_text
 
-#: HNSW search width of the vector channel (recall@10 vs exact on the bench's vectors, 300k:
-#: 0.956 at 100, 0.985 at 200 for +3 ms; 1M, a build that gave 0.9485 at 200: 0.9635 at 250
-#: for +1.2 ms, 0.9685 at 300 for +2.5 ms; pgvector's graph differs from build to build, and
-#: 250 holds the 0.95 target on the worst build seen; docs/DECISIONS.md).
-EF_SEARCH = 250
+#: HNSW search width of the vector channel. On the bench's 1M store with its graph built at
+#: ef_construction 128 (shared.graph), recall@10 vs exact, 200 queries, alternated: 0.918 at
+#: 40, 0.9895 at 60, 0.9995 at 80-250, p50 2.8 ms at 80, 3.0-3.1 at 100, 4.2 at 200 (warm).
+#: 100 keeps a step of margin over where recall stops rising (docs/DECISIONS.md). It is at least
+#: MAX_CANDIDATES, so one pass of the graph gives the channel all its candidates.
+EF_SEARCH = 100
 #: Candidates of each channel (keyword, vector) one search asks for; keyword_hits caps it too.
 MAX_CANDIDATES = 64
 #: How long the list of collections this member reads is reused (a new teammate's collection
