@@ -306,3 +306,25 @@ def _alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_worker_without_a_core_gets_fewer_groups_to_wait_on(tmp_path: Path) -> None:
+    raws = _raws(tmp_path, 120) * 6  # ~45 groups
+    groups = -(-len(raws) // chunk_pool.GROUP_FILES)
+    count = default_tokenizer().count
+    pool = ChunkPool(1, SETTINGS, count, BIG)
+    try:
+        assert pool.started.result(timeout=120)
+        (pid,) = list(pool.executor._processes)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            got = list(pool.in_order(iter(raws)))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    finally:
+        pool.close()
+    assert [o for _, r, o in got if r is not None] == _writers(raws, count)
+    # Each group handed to the stopped worker costs the writer OVERTAKE_S: after the first
+    # ones (handed before any was overtaken) it hands one at a time, not QUEUED.
+    assert pool.in_flight == 1
+    assert pool.overtaken <= chunk_pool.QUEUED + groups // 4

@@ -30,7 +30,12 @@ log = logging.getLogger(__name__)
 GROUP_FILES = (
     32  # notes per task (~20 ms of chunking): one round trip each, small enough to share out
 )
-QUEUED = 2  # groups handed to each worker at once: its next one waits in its queue
+# Groups handed to each worker at once (at most; halved after the writer overtook one, grown
+# back by one each time the writer finds the first group done). With 2, the worker idled about
+# half the sync while the writer wrote a batch or chunked a group itself (writer chunking 151 of
+# 313 groups of the bench's 10k notes); with 8, 80 of 313, and keyword-searchable ~10 % sooner
+# (docs/DECISIONS.md, first sync, fifth pass).
+QUEUED = 8
 AHEAD = 4  # groups read ahead beyond those: the writer's to take from the back
 OVERTAKE_S = 0.05  # a group takes a worker ~20 ms; waited longer, the writer chunks it too
 MIN_FILES = 1_000  # fewer notes to read: starting a worker (~0.5 s of CPU) does not pay
@@ -141,8 +146,9 @@ class ChunkPool:
         nice: int = 0,
     ) -> None:
         self.settings, self.count_tokens, self.big = settings, count_tokens, big
-        self.in_flight = QUEUED * workers  # groups handed to workers at once
-        self.window = self.in_flight + AHEAD  # groups read ahead: few notes held
+        self.most_in_flight = QUEUED * workers
+        self.in_flight = self.most_in_flight  # groups handed to workers at once, now
+        self.window = self.most_in_flight + AHEAD  # groups read ahead: few notes held
         self.in_writer = 0  # groups the writer chunked itself (no worker free for them)
         self.overtaken = 0  # of those, groups a worker had but had not done in time
         self.overtake_s = OVERTAKE_S
@@ -198,6 +204,8 @@ class ChunkPool:
         """The first group's notes with their outcomes; while a worker still has it, the
         writer chunks the last group no worker has."""
         head = groups[0]
+        if head.future is not None and head.ready():  # the workers keep up: give them more
+            self.in_flight = min(self.in_flight + 1, self.most_in_flight)
         while not head.ready() and head.future is not None:
             last = next((g for g in reversed(groups) if g.free()), None)
             if last is None:
@@ -217,6 +225,8 @@ class ChunkPool:
         if not head.future.done():
             head.outcomes = self._here(head)
             self.overtaken += 1
+            # a worker short of a core: fewer of its groups for the writer to wait on
+            self.in_flight = max(self.in_flight // 2, 1)
 
     def _outcomes(self, g: _Group) -> list[Outcome]:
         if g.future is not None:
