@@ -233,9 +233,8 @@ def test_workers_only_for_a_big_sync_with_a_core_to_spare() -> None:
     assert chunk_pool.workers_for(chunk_pool.MIN_FILES - 1, 8) == 0
 
 
-def test_a_worker_without_a_core_is_overtaken_by_the_writer(tmp_path: Path) -> None:
-    raws = _raws(tmp_path, 120)
-    count = default_tokenizer().count
+def _with_worker_stopped(raws: Any, count: Any) -> tuple[ChunkPool, list[Any]]:
+    """A one-worker pool's outcomes of ``raws`` with its worker stopped throughout."""
     pool = ChunkPool(1, SETTINGS, count, BIG)
     try:
         assert pool.started.result(timeout=120)
@@ -247,6 +246,13 @@ def test_a_worker_without_a_core_is_overtaken_by_the_writer(tmp_path: Path) -> N
             os.kill(pid, signal.SIGCONT)
     finally:
         pool.close()
+    return pool, got
+
+
+def test_a_worker_without_a_core_is_overtaken_by_the_writer(tmp_path: Path) -> None:
+    raws = _raws(tmp_path, 120)
+    count = default_tokenizer().count
+    pool, got = _with_worker_stopped(raws, count)
     assert [o for _, r, o in got if r is not None] == _writers(raws, count)
     assert pool.overtaken > 0
     assert pool.in_writer == -(-len(raws) // chunk_pool.GROUP_FILES)  # every group, here
@@ -312,17 +318,7 @@ def test_a_worker_without_a_core_gets_fewer_groups_to_wait_on(tmp_path: Path) ->
     raws = _raws(tmp_path, 120) * 6  # ~45 groups
     groups = -(-len(raws) // chunk_pool.GROUP_FILES)
     count = default_tokenizer().count
-    pool = ChunkPool(1, SETTINGS, count, BIG)
-    try:
-        assert pool.started.result(timeout=120)
-        (pid,) = list(pool.executor._processes)
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            got = list(pool.in_order(iter(raws)))
-        finally:
-            os.kill(pid, signal.SIGCONT)
-    finally:
-        pool.close()
+    pool, got = _with_worker_stopped(raws, count)
     assert [o for _, r, o in got if r is not None] == _writers(raws, count)
     # Each group handed to the stopped worker costs the writer OVERTAKE_S: after the first
     # ones (handed before any was overtaken) it hands one at a time, not QUEUED.
