@@ -254,14 +254,14 @@ TARGETS = (
     Target("cold start to first answered search, 1M", "cold_start_s_1m", 10.0, True, "s"),
     # issue 40: the saved matrix outlives a quick stop (bench/restart.py)
     Target(
-        "cold start after a quick restart / cold start, 100k",
+        "cold start after a quick restart / plain start beside it (medians of 3), 100k",
         "cold_start_after_quick_restart_over_cold_start_100k",
         1.2,
         True,
         "x",
     ),
     Target(
-        "cold start after a quick restart / cold start, 1M",
+        "cold start after a quick restart / plain start beside it (medians of 3), 1M",
         "cold_start_after_quick_restart_over_cold_start_1m",
         1.2,
         True,

@@ -232,7 +232,9 @@ def _run(ctx: Any) -> None:
         "cold_start_s_1m_after_quick_restart",
         f"a daemon started on the index, stopped (SIGTERM) {restart.QUICK_STOP_S:g} s after its "
         "spawn, then started again: seconds from the second spawn to its first answered search; "
-        "over cold_start_s_1m of the same run",
+        f"the median of {restart.ROUNDS} such restarts over the median of as many plain starts "
+        "alternated with them (cold_start_s_1m_beside_quick_restart; each waits for the daemon "
+        "before to be idle, then stops it)",
     )
     sheet.note(
         "cold_start_s_1m",
