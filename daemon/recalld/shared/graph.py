@@ -32,11 +32,12 @@ CREATE = (
 _LOCK = 7321002
 _NEXT = "vectors_hnsw_next"
 
-#: The reloptions of the graph's index (NULL: built with pgvector's defaults; no row: no
-#: vectors table yet). pg_class is readable by every role, so a member's daemon can ask.
-BUILT_WITH = (
-    "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-    "WHERE n.nspname = 'recalld' AND c.relname = 'vectors_hnsw'"
+#: Whether the store has a graph built otherwise than :data:`OPTIONS` (false when it has none
+#: yet). pg_class is readable by every role, so a member's daemon can ask.
+OUTDATED = (
+    "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = 'recalld' AND c.relname = 'vectors_hnsw' "
+    f"AND NOT coalesce(c.reloptions @> ARRAY['{CURRENT}'], false))"
 )
 
 
@@ -48,15 +49,9 @@ def claim_with_options(claim_sql: str) -> str:
     return claim_sql.replace(old, f"'USING hnsw (embedding vector_cosine_ops) WITH ({OPTIONS})'")
 
 
-def is_current(reloptions: list[str] | None) -> bool:
-    """Whether a graph built with these reloptions is built as :data:`OPTIONS` says."""
-    return CURRENT in (reloptions or [])
-
-
 def outdated(conn: Any) -> bool:
     """Whether the store has a graph built before migration 6 (False when it has none yet)."""
-    row = conn.execute(BUILT_WITH).fetchone()
-    return row is not None and not is_current(row[0])
+    return bool(conn.execute(OUTDATED).fetchone()[0])
 
 
 def rebuild_if_older(conn: Any, say: Callable[[str], None] = lambda _: None) -> bool:

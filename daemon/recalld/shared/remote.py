@@ -277,13 +277,8 @@ class Remote:
         """The fresh rows (as :meth:`fresh_rows`) and whether the store's graph predates
         migration 6 (an administrator's ``recalld shared init`` rebuilds it), in one round trip."""
         with self.connection() as conn:
-            row = conn.execute(
-                f"SELECT recalld.fresh_rows(), ({graph.BUILT_WITH}), "
-                "to_regclass('recalld.vectors_hnsw') IS NOT NULL"
-            ).fetchone()
-        if row is None:
-            return 0, False
-        return int(row[0]), bool(row[2]) and not graph.is_current(row[1])
+            row = conn.execute(f"SELECT recalld.fresh_rows(), ({graph.OUTDATED})").fetchone()
+        return (int(row[0]), bool(row[1])) if row else (0, False)
 
     def tombstone(self, path: str) -> None:
         """The file left this collection (deleted, forgotten, no longer shared)."""
