@@ -45,6 +45,46 @@ def test_migrations_and_consistency(tmp_path: Path) -> None:
     store.close()
 
 
+def test_an_index_of_schema_7_keeps_its_keyword_rows_and_writes_new_ones_once(
+    tmp_path: Path,
+) -> None:
+    """Migration 8 hands the chunks' keyword rows from a trigger to the Store: rows written by
+    the trigger stay searchable, and a chunk written after is in FTS5 exactly once."""
+    db = tmp_path / "i.sqlite"
+    store = Store(db)
+    store.set_identity(Identity("k", "t/m", "m", 3, "{}"))
+    with store.conn:  # the index as schema 7 left it: the insert trigger writes keyword rows
+        store.conn.execute(
+            "CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN "
+            "INSERT INTO chunks_fts(rowid, text, context, ident) "
+            "VALUES (new.id, new.text, new.context, new.ident); END; PRAGMA user_version = 7"
+        )
+        store.conn.execute(
+            "INSERT INTO chunks(path, source, start_line, end_line, hash, text, context, ident) "
+            "VALUES ('/m/old.md', 'memory', 1, 1, 'o1', 'written by the trigger', '', '')"
+        )
+    store.close()
+    store = Store(db)
+    try:
+        assert current_version(store.conn) == len(MIGRATIONS)
+        triggers = store.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'chunks'"
+        ).fetchall()
+        assert ("chunks_ai",) not in triggers and ("chunks_ad",) in triggers
+        row = FileRow("/m/new.md", "memory", 10, 1, "h", 3)
+        store.replace_file(row, [NewChunk(1, 1, "written by the store", "n1")], None)
+        counts = store.counts()
+        assert counts["chunks"] == counts["fts_rows"] == 2
+        assert len(store.keyword_search('"written"', 5, None, None)) == 2
+        assert len(store.keyword_search('"trigger"', 5, None, None)) == 1
+        store.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
+        store.remove_file("/m/new.md")  # the delete trigger still takes the keyword row out
+        assert store.keyword_search('"store"', 5, None, None) == []
+        assert store.integrity_ok()
+    finally:
+        store.close()
+
+
 def test_counts_read_from_shadow_tables_agree_with_full_scans(tmp_path: Path) -> None:
     """status counts FTS5 and vec0 rows in their shadow tables and keyword-only chunks by a
     partial index (cheap after every write); each must equal the count of a full scan."""

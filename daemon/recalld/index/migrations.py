@@ -80,7 +80,7 @@ MIGRATIONS: tuple[str, ...] = (
     # term in a heading ranks its section higher (bm25 column weights, see store.keyword_search).
     """
     ALTER TABLE chunks ADD COLUMN context TEXT NOT NULL DEFAULT '';
-    DROP TRIGGER chunks_ai;
+    DROP TRIGGER IF EXISTS chunks_ai;
     DROP TRIGGER chunks_ad;
     DROP TRIGGER chunks_au;
     DROP TABLE chunks_fts;
@@ -111,7 +111,7 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE chunks ADD COLUMN ident TEXT NOT NULL DEFAULT '';
     UPDATE chunks SET ident = recalld_ident(text);
-    DROP TRIGGER chunks_ai;
+    DROP TRIGGER IF EXISTS chunks_ai;
     DROP TRIGGER chunks_ad;
     DROP TRIGGER chunks_au;
     DROP TABLE chunks_fts;
@@ -165,6 +165,13 @@ MIGRATIONS: tuple[str, ...] = (
         created_at REAL NOT NULL,
         PRIMARY KEY (kind, value)
     );
+    """,
+    # 8: chunks' keyword rows written by the Store (``Store._insert_chunk``), not by a trigger.
+    # A statement that fires a trigger runs in a statement transaction, and FTS5 writes its
+    # pending terms out at each one (its xSavepoint): one tiny segment a chunk, merged again
+    # and again. 25k chunks of a first sync: 1.06 s of CPU by the trigger, 0.46 s without.
+    """
+    DROP TRIGGER IF EXISTS chunks_ai;
     """,
 )
 

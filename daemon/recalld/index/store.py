@@ -253,7 +253,9 @@ class Store(KeywordQueries, EmbeddingCache, SessionStates):
         return inserted, added
 
     def _insert_chunk(self, row: FileRow, chunk: NewChunk) -> int:
-        """One chunk row with its derived ident tokens and its tags; returns its id."""
+        """One chunk row with its derived ident tokens, its keyword row and its tags; returns
+        its id."""
+        ident = chunk.ident if chunk.ident is not None else ident_text(chunk.text)
         self.conn.execute(
             "INSERT INTO chunks(path, source, start_line, end_line, hash, text, context, "
             "ident, kind, tool, embed, date) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -265,7 +267,7 @@ class Store(KeywordQueries, EmbeddingCache, SessionStates):
                 chunk.hash,
                 chunk.text,
                 chunk.context,
-                chunk.ident if chunk.ident is not None else ident_text(chunk.text),
+                ident,
                 chunk.kind,
                 chunk.tool,
                 int(chunk.embed),
@@ -273,6 +275,11 @@ class Store(KeywordQueries, EmbeddingCache, SessionStates):
             ),
         )
         chunk_id = self.conn.last_insert_rowid()
+        # Its keyword row, here rather than by a trigger (migration 8 says why).
+        self.conn.execute(
+            "INSERT INTO chunks_fts(rowid, text, context, ident) VALUES (?, ?, ?, ?)",
+            (chunk_id, chunk.text, chunk.context, ident),
+        )
         if chunk.tags:
             put_tags(self.conn, chunk_id, chunk.tags)
         return chunk_id
