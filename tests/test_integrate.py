@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -195,3 +196,55 @@ def test_claude_code_project_scope_writes_the_projects_files(fresh_home: Path) -
     )
     assert not (project / ".mcp.json").exists()
     assert not (project / ".claude" / "settings.json").exists()
+
+
+# Loaded by the interpreter at start-up (``sitecustomize``): the MCP SDK looks not installed, as
+# after `make link` or `make run`, which install only the runtime pins.
+NO_MCP_SDK = """
+import sys
+
+
+class _NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name == "mcp" or name.startswith("mcp."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+
+def _without_mcp_sdk(env: dict[str, str], home: Path) -> dict[str, str]:
+    site = home / "no-mcp-sdk"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(NO_MCP_SDK)
+    paths = [str(site), *filter(None, [env.get("PYTHONPATH")])]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def test_without_the_mcp_sdk_integrate_changes_nothing_and_says_what_to_install(
+    fresh_home: Path,
+) -> None:
+    env = agent_env(fresh_home)
+    bare = _without_mcp_sdk(env, fresh_home)
+    server = recalld(bare, "mcp")
+    assert server.returncode == 1 and "make extras" in server.stderr, server.stderr
+    settings = fresh_home / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps(CLAUDE_SETTINGS))
+    before = {p: p.read_bytes() for p in fresh_home.rglob("*") if p.is_file()}
+    done = recalld(bare, "integrate", "claude-code")
+    assert done.returncode == exit_codes.ERROR
+    assert "nothing changed" in done.stderr and "MCP SDK" in done.stderr, done.stderr
+    assert "make extras" in done.stderr  # run from a checkout: the Makefile's target
+    after = {p: p.read_bytes() for p in fresh_home.rglob("*") if p.is_file()}
+    assert after == before  # no server registered, no hook, no config written
+    shown = recalld(bare, "integrate", "claude-code", "--print")
+    assert shown.returncode == 0 and "MCP SDK" in shown.stderr
+    # Registered with the SDK there, then checked without it: doctor names the fix.
+    assert recalld(env, "integrate", "codex").returncode == 0
+    report = json.loads(recalld(bare, "doctor", "--json").stdout)
+    check = {c["name"]: c for c in report["checks"]}["codex: MCP server"]
+    assert not check["ok"] and "MCP SDK" in check["detail"], check
+    assert check["fix"].startswith("`make extras` in "), check

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld import paths
-from recalld.surfaces import exit_codes
+from recalld.surfaces import exit_codes, mcp_sdk
 
 HANDSHAKE_TIMEOUT_S = 30.0
 START_DAEMON = "start it: `recalld serve` (or `recalld service install` to keep it running)"
@@ -189,6 +189,9 @@ def check_handshake(name: str, command: list[str], where: Path, fix: str) -> Che
             f"{where} registers {command[:1]}, not an executable by absolute path",
             fix,
         )
+    sdk = mcp_sdk.missing()
+    if sdk is not None:  # the server cannot start (nor can the handshake be tried)
+        return Check(label, False, f"registered in {where}, but {sdk}", mcp_sdk.how_to_install())
     try:
         tools = _handshake(command)
     except Exception as exc:  # noqa: BLE001 - any failure of the server is the check's answer

@@ -235,8 +235,11 @@ def main() -> int:
         import anyio
         import mcp  # noqa: F401
     except ImportError:
+        from recalld.surfaces.mcp_sdk import how_to_install
+
         print(
-            "recalld mcp needs the MCP SDK: install recalld[mcp] (pip install 'recalld[mcp]')",
+            f"recalld mcp needs the MCP SDK, which is not installed: {how_to_install()} "
+            "installs it",
             file=sys.stderr,
         )
         return 1

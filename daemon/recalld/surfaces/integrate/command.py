@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld import paths
-from recalld.surfaces import exit_codes
+from recalld.surfaces import exit_codes, mcp_sdk
 from recalld.surfaces.integrate import apply, claude_hooks, transcripts
 from recalld.surfaces.integrate.agent import Agent, FileEdit, mcp_command
 from recalld.surfaces.integrate.config_edit import Ledger, Unparsable, load_json, read_bytes
@@ -60,6 +60,14 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return exit_codes.USAGE
+    if not args.remove and (sdk := mcp_sdk.missing()) is not None:
+        # A server that cannot start would show as "failed to connect" in the agent, later.
+        if not args.dry_run:
+            print(
+                f"recalld integrate: nothing changed. {sdk}; then run this again.", file=sys.stderr
+            )
+            return exit_codes.ERROR
+        print(f"recalld integrate: {sdk}", file=sys.stderr)
     edits = all_edits(agent, args.scope)
     try:
         outcomes = apply.carry_out(
