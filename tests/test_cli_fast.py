@@ -57,25 +57,30 @@ VARYING = re.compile(r"(up | · )[0-9.]+")
 VOLATILE = {"took_ms", "uptime_s", "elapsed_s", "files_per_s", "chunks_per_s", "eta_s"}
 
 
-def _run(home: Path, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(
+    home: Path, code: str, *args: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         env=env_for(home),
         capture_output=True,
         text=True,
         timeout=120,
+        cwd=cwd,
     )
 
 
-def fast(home: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], str]:
+def fast(
+    home: Path, *args: str, cwd: Path | None = None
+) -> tuple[subprocess.CompletedProcess[str], str]:
     """The fast entry in a subprocess, and what it imported ('|full': it fell back)."""
     report = home / "modules.txt"
-    proc = _run(home, FAST, str(report), *args)
+    proc = _run(home, FAST, str(report), *args, cwd=cwd)
     return proc, report.read_text()
 
 
-def full(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return _run(home, FULL, *args)
+def full(home: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return _run(home, FULL, *args, cwd=cwd)
 
 
 def _steady(obj: Any) -> Any:
@@ -194,6 +199,38 @@ def test_what_the_fast_path_cannot_judge_goes_to_the_full_cli(
     local, modules = fast(home, "search", "sqlite", "--json")  # no daemon: in-process
     assert local.returncode == 0 and json.loads(local.stdout)["results"]
     assert "apsw" in modules and modules.endswith("|full")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_path_typed_relative_to_the_shells_folder_is_read_there(
+    home: Path, daemon: DaemonProcess
+) -> None:
+    """Relative paths are read under the memory folders (as results cite them); one that is
+    not there but names a file in the folder the command runs in is read there (the daemon
+    does not know that folder): get, through the fast path, the full CLI and in-process, and
+    forget."""
+    here = home  # memory/ is a subfolder: "memory/people.md" is not under the memory folder
+    for args in (("get", "memory/people.md:3"), ("get", "memory/people.md#L3-L3", "--json")):
+        got, modules = fast(home, *args, cwd=here)
+        want = full(home, *args, cwd=here)
+        assert got.returncode == want.returncode == 0, (args, got.stderr, want.stderr)
+        assert "Marek prefers reviews" in got.stdout and same(got.stdout, want.stdout), args
+        assert modules == "", modules
+    by_root, _ = fast(home, "get", "people.md:3", cwd=here)  # the memory folder's rule first
+    assert by_root.returncode == 0 and "Marek" in by_root.stdout, by_root.stderr
+    (home / "outside.md").write_text("# Not a note of recalld's\n")
+    outside, _ = fast(home, "get", "outside.md", cwd=here)  # here, but outside the roots
+    assert outside.returncode == 2 and str(home / "outside.md") in outside.stderr
+    missing, _ = fast(home, "get", "memory/nope.md", cwd=here)
+    assert missing.returncode == 3 and "memory/memory/nope.md" in missing.stderr
+    forgot = full(home, "forget", "memory/people.md", "--json", cwd=here)
+    assert forgot.returncode == 0, forgot.stderr
+    assert str(home / "memory" / "people.md") in forgot.stdout
+    assert full(home, "forget", "memory/people.md", "--undo", cwd=here).returncode == 0
+    daemon.stop()
+    local = full(home, "get", "memory/people.md:3", cwd=here)  # no daemon: in-process
+    assert local.returncode == 0 and "Marek prefers reviews" in local.stdout, local.stderr
 
 
 ARGVS = [

@@ -56,6 +56,7 @@ def test_mcp_tools_over_stdio(home: Path) -> None:
         write(home / "memory" / name, text)
     assert not is_running(home / "run" / "recalld.sock")
     server = mcp_stdio_params(home)
+    server.cwd = home  # where the agent runs it
 
     async def scenario() -> None:
         async with stdio_client(server) as (read, write_), ClientSession(read, write_) as session:
@@ -142,6 +143,11 @@ def test_mcp_tools_over_stdio(home: Path) -> None:
             # The whole citation works as a path too.
             again = await session.call_tool("memory_get", {"path": top["citation"]})
             assert text_of(again) == text_of(got)
+            # A path relative to the agent's folder (the server runs in it; here the home,
+            # whose memory/ is not under the memory folder itself) is read there.
+            cited = Path(m["path"]).relative_to(home)
+            here = await session.call_tool("memory_get", {"path": f"{cited}#L{first}-L{last}"})
+            assert text_of(here) == text_of(got)
 
             denied = await session.call_tool("memory_get", {"path": "/etc/passwd"})
             assert denied.is_error and denied.structured_content is None

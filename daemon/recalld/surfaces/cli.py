@@ -26,6 +26,7 @@ from recalld.surfaces.cli_output import (
     print_search,
     print_status,
 )
+from recalld.surfaces.cli_paths import with_cwd_fallback
 from recalld.surfaces.filter_options import add_filter_options, cli_filter_params
 
 if TYPE_CHECKING:
@@ -360,7 +361,8 @@ def _via_client(args: argparse.Namespace, client: Any) -> int:
         print_search(client.search(query, **p), args.json, args.max_tokens)
     elif cmd == "get":
         # Citations (PATH#L3-L9, PATH:3-9...) are parsed by the daemon: recalld_client.citation.
-        print_get(client.get(args.target, decoded=args.decoded), args.json)
+        got = with_cwd_fallback(lambda t: client.get(t, decoded=args.decoded), args.target)
+        print_get(got, args.json)
     elif cmd == "status" and args.watch:
         from recalld.surfaces.progress_bar import follow_status
 
@@ -417,10 +419,10 @@ def _local(args: argparse.Namespace) -> int:
             print_search(engine.searcher.search(_search_params(args)), args.json, args.max_tokens)
             _warn_if_stale(engine, config)
         elif cmd == "get":
-            params: dict[str, Any] = {"path": args.target}
-            if args.decoded:
-                params["decoded"] = True
-            print_get(engine.searcher.get(params), args.json)
+            got = with_cwd_fallback(
+                lambda t: engine.searcher.get({"path": t, "decoded": args.decoded}), args.target
+            )
+            print_get(got, args.json)
         elif cmd == "status":
             from recalld.index.index_health import quick_check
             from recalld.security import config_warnings

@@ -194,7 +194,10 @@ def _answer(client: Any, opts: dict[str, Any]) -> int:
         query = params.pop("query")
         cli_output.print_search(client.search(query, **params), as_json, max_tokens)
     elif command == "get":
-        res = client.get(opts["target"], decoded=opts.get("decoded", False))
+        from recalld.surfaces.cli_paths import with_cwd_fallback
+
+        decoded = opts.get("decoded", False)
+        res = with_cwd_fallback(lambda t: client.get(t, decoded=decoded), opts["target"])
         cli_output.print_get(res, as_json)
     else:
         cli_output.print_status(client.status(), as_json)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from recalld.errors import BadRequest
+from recalld.surfaces.cli_paths import with_cwd_fallback
 
 if TYPE_CHECKING:
     import argparse
@@ -49,7 +50,8 @@ def add_parsers(sub: Any) -> None:
         nargs="?",
         metavar="CITATION|PATH|GLOB",
         help="PATH#Lx-Ly: remove those lines from the note; a file, folder or glob (relative "
-        "to the first memory folder, or absolute): keep it out of the index",
+        "to the first memory folder, else to this folder, or absolute): keep it out of the "
+        "index",
     )
     f.add_argument("--session", metavar="ID", help="a transcript's session id")
     f.add_argument("--project", metavar="NAME", help="a project (transcripts' cwd, a top folder)")
@@ -88,10 +90,18 @@ def params_of(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 def run(args: argparse.Namespace, client: Any | None) -> int:
     """Answer through ``client`` (a running daemon) or in-process."""
     method, params = params_of(args)
-    if client is not None:
-        result = client.call(method, params, timeout=None if method == "forget" else 180.0)
-    else:
-        result = _in_process(args, method, params)
+
+    def call(target: str | None) -> dict[str, Any]:
+        sent = params if target is None else {**params, "target": target}
+        if client is not None:
+            return cast(
+                "dict[str, Any]",
+                client.call(method, sent, timeout=None if method == "forget" else 180.0),
+            )
+        return _in_process(args, method, sent)
+
+    target = params.get("target")
+    result = call(None) if target is None else with_cwd_fallback(call, target)
     print_result(method, params, result, args.json)
     return 0
 

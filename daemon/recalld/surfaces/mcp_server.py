@@ -32,6 +32,7 @@ from typing import Any
 from recalld import __version__
 from recalld.surfaces import mcp_memory_calls as memory_calls
 from recalld.surfaces import mcp_memory_tools as memory_tools
+from recalld.surfaces.cli_paths import with_cwd_fallback
 from recalld.surfaces.mcp_arguments import ToolError, get_params, search_params
 from recalld.surfaces.mcp_daemon_link import START_TIMEOUT_S, DaemonLink, spawn_daemon
 from recalld.surfaces.mcp_results import (
@@ -167,7 +168,10 @@ def run_tool(link: DaemonLink, name: str, args: Mapping[str, Any] | None) -> Too
         return ToolOutput(_search_text(payload), payload)
     if name == GET_TOOL:
         params = get_params(args)
-        got = link.call(lambda c: c.get(**params))
+        # A relative path the memory folders do not have is tried in the agent's folder too.
+        got = link.call(
+            lambda c: with_cwd_fallback(lambda p: c.get(**{**params, "path": p}), params["path"])
+        )
         return ToolOutput(format_get(got), get_payload(got))
     if name in memory_calls.NAMES:
         return memory_calls.run(link, name, args)
