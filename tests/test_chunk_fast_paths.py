@@ -43,6 +43,24 @@ def test_count_is_the_library_count_of_odd_whitespace(tok: Tokenizer) -> None:
         assert tok.count(text) == len(tok.tokens(text)), repr(text)
 
 
+def test_count_by_pieces_is_the_library_count_of_plain_ascii(
+    tok: Tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain ASCII text (printable chars, tabs, line breaks) is counted by its pieces: every
+    printable char, runs past the remembered length and WordPiece's 100-char limit, and a memo
+    small enough to start over on the way."""
+    monkeypatch.setattr("recalld.tokens.MEMO_WORDS", 200)
+    fresh = Tokenizer.load()
+    rnd = random.Random(6)
+    plain = [chr(c) for c in range(0x20, 0x7F)] + ["\t", "\n", "\r", " ", " ", "e", "s"]
+    texts = ["".join(rnd.choices(plain, k=rnd.randint(0, 60))) for _ in range(3000)]
+    runs = ["x" * 64, "y" * 65, "Ab1" * 33, "z" * 100, "q" * 101, "tokenization" * 9]
+    texts += [f"{a} {b}.{a}\t({b})" for a, b in zip(runs, reversed(runs), strict=True)]
+    for text in texts + texts:  # the second time from the memo
+        assert fresh.count(text) == len(tok.tokens(text)), repr(text)
+    assert len(fresh._pieces) <= 200 + len(tok._pieces)
+
+
 def test_count_adds_up_as_the_pattern_cuts(tok: Tokenizer) -> None:
     fresh = Tokenizer.load()
     for text in _texts(2, 3000, longest=80):

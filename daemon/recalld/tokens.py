@@ -53,6 +53,14 @@ _FEW_WORDS = 64  # fewer new words than this are counted one call each (no threa
 # every punctuation char alone (all of ASCII's non-alphanumeric printable chars are punctuation
 # to BERT, and each is a token of the vocab).
 _ASCII_PIECES = re.compile(r"[a-z0-9]+|[^a-z0-9]")
+# The same cut over a whole text of printable ASCII, tabs and line breaks (spaces dropped): its
+# count is the sum of its pieces' (count() remembers pieces, fewer than words: "word," "(word"
+# and "Word." are one run and a punctuation char each).
+_TEXT_PIECES = re.compile(r"[a-z0-9]+|[^a-z0-9 \t\n\r]")
+# What sends an ASCII text to the word path instead: chars BertNormalizer deletes (controls, DEL;
+# they join what they separate) and the spaces it keeps but str.split() has other views on.
+_NOT_PLAIN = re.compile(r"[^\t\n\r\x20-\x7e]")
+_PUNCTUATION = [chr(c) for c in range(0x21, 0x7F) if not chr(c).isalnum()]
 _MAX_PIECE = 18  # longest token of the vocab, "##" included (checked in _ascii_count's test)
 _MAX_WORD_CHARS = 100  # WordPiece's max_input_chars_per_word: a longer piece is one [UNK]
 
@@ -128,6 +136,9 @@ class Tokenizer:
         # Word -> wordpieces, for count(). Plain dict operations, atomic under the GIL: two
         # threads counting at once at worst both count a word.
         self._memo: dict[str, int] = {"": 0}
+        # Piece of plain ASCII text (a run of letters and digits, or one punctuation char) ->
+        # wordpieces, for count(); the same rules as _memo.
+        self._pieces: dict[str, int] = dict.fromkeys(_PUNCTUATION, 1)
         # For encode_ids(): one truncating instance per max_length, made on demand.
         self._truncating: dict[int, _HFTokenizer] = {}
         self._lock = threading.Lock()
@@ -145,6 +156,12 @@ class Tokenizer:
         repeats its words, so the chunker, which counts every line, asks the library about few
         of them; counting is linear in the text either way.
         """
+        if text.isascii() and _NOT_PLAIN.search(text) is None:  # most text: by pieces
+            pieces = _TEXT_PIECES.findall(text.lower())
+            try:
+                return sum(map(self._pieces.__getitem__, pieces))
+            except KeyError:
+                return self._count_pieces(pieces)
         if text.isascii() and _ODD_SPACES.search(text) is None:
             words = text.split()
         else:
@@ -171,6 +188,23 @@ class Tokenizer:
             memo.clear()  # start over: a word that comes back is counted again
             memo[""] = 0
         memo.update((w, n) for w, n in fresh.items() if len(w) <= _MEMO_WORD_CHARS)
+        return total
+
+    def _count_pieces(self, pieces: list[str]) -> int:
+        """The count of a plain ASCII text's pieces, some not remembered yet (each counted by
+        WordPiece's greedy match: a piece is lowercase letters and digits, or one char)."""
+        memo, vocab = self._pieces, self._vocab
+        total = 0
+        for piece in pieces:
+            n = memo.get(piece)
+            if n is None:
+                n = _ascii_count(piece, vocab)
+                if len(memo) >= MEMO_WORDS:
+                    memo.clear()  # start over: a piece that comes back is counted again
+                    memo.update(dict.fromkeys(_PUNCTUATION, 1))
+                if len(piece) <= _MEMO_WORD_CHARS:
+                    memo[piece] = n
+            total += n
         return total
 
     def _count_new(self, words: set[str]) -> dict[str, int]:
