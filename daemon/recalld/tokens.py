@@ -152,9 +152,10 @@ class Tokenizer:
         """Wordpieces in ``text``, without [CLS]/[SEP] and without truncation.
 
         The sum of its words' counts (see :func:`adds_up`): words cut at spaces, tabs and line
-        breaks, each counted once and remembered (:data:`MEMO_WORDS` of them at most). A corpus
-        repeats its words, so the chunker, which counts every line, asks the library about few
-        of them; counting is linear in the text either way.
+        breaks, each counted once and remembered (:data:`MEMO_WORDS` of them at most); plain
+        ASCII text is cut further, into the pieces BERT's pre-tokenizer makes, which repeat more
+        than words do. A corpus repeats its words, so the chunker, which counts every line, asks
+        the library about few of them; counting is linear in the text either way.
         """
         if text.isascii() and _NOT_PLAIN.search(text) is None:  # most text: by pieces
             pieces = _TEXT_PIECES.findall(text.lower())
