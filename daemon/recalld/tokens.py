@@ -60,7 +60,8 @@ _TEXT_PIECES = re.compile(r"[a-z0-9]+|[^a-z0-9 \t\n\r]")
 # What sends an ASCII text to the word path instead: chars BertNormalizer deletes (controls, DEL;
 # they join what they separate) and the spaces it keeps but str.split() has other views on.
 _NOT_PLAIN = re.compile(r"[^\t\n\r\x20-\x7e]")
-_PUNCTUATION = [chr(c) for c in range(0x21, 0x7F) if not chr(c).isalnum()]
+# Each printable ASCII punctuation char is one wordpiece (a token of the vocab).
+_PUNCTUATION = {chr(c): 1 for c in range(0x21, 0x7F) if not chr(c).isalnum()}
 _MAX_PIECE = 18  # longest token of the vocab, "##" included (checked in _ascii_count's test)
 _MAX_WORD_CHARS = 100  # WordPiece's max_input_chars_per_word: a longer piece is one [UNK]
 
@@ -138,7 +139,7 @@ class Tokenizer:
         self._memo: dict[str, int] = {"": 0}
         # Piece of plain ASCII text (a run of letters and digits, or one punctuation char) ->
         # wordpieces, for count(); the same rules as _memo.
-        self._pieces: dict[str, int] = dict.fromkeys(_PUNCTUATION, 1)
+        self._pieces: dict[str, int] = dict(_PUNCTUATION)
         # For encode_ids(): one truncating instance per max_length, made on demand.
         self._truncating: dict[int, _HFTokenizer] = {}
         self._lock = threading.Lock()
@@ -202,7 +203,7 @@ class Tokenizer:
                 n = _ascii_count(piece, vocab)
                 if len(memo) >= MEMO_WORDS:
                     memo.clear()  # start over: a piece that comes back is counted again
-                    memo.update(dict.fromkeys(_PUNCTUATION, 1))
+                    memo.update(_PUNCTUATION)
                 if len(piece) <= _MEMO_WORD_CHARS:
                     memo[piece] = n
             total += n

@@ -11,7 +11,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-__all__ = ["how_to_install", "installed", "missing"]
+__all__ = ["how_to_install", "installed", "missing", "not_installed"]
 
 
 def installed() -> bool:
@@ -32,8 +32,11 @@ def how_to_install() -> str:
 
 def missing() -> str | None:
     """None when the SDK is installed; else what is missing and the command that installs it."""
-    if installed():
-        return None
+    return None if installed() else not_installed()
+
+
+def not_installed() -> str:
+    """What is missing and the command that installs it (also for an import that failed)."""
     return (
         f"recalld's MCP server needs the MCP SDK, which is not installed for {sys.executable}: "
         f"{how_to_install()} installs it"

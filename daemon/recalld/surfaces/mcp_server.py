@@ -239,13 +239,9 @@ def main() -> int:
         import anyio
         import mcp  # noqa: F401
     except ImportError:
-        from recalld.surfaces.mcp_sdk import how_to_install
+        from recalld.surfaces.mcp_sdk import not_installed
 
-        print(
-            f"recalld mcp needs the MCP SDK, which is not installed: {how_to_install()} "
-            "installs it",
-            file=sys.stderr,
-        )
+        print(f"recalld mcp: {not_installed()}", file=sys.stderr)
         return 1
     # The CLI configured logging to stderr already; stdout is reserved for the protocol.
     link = DaemonLink()
