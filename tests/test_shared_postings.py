@@ -173,7 +173,10 @@ def test_a_store_at_version_3_gets_its_postings(monkeypatch: pytest.MonkeyPatch)
         _schema_at(monkeypatch, None)
         with psycopg.connect(info["admin"], autocommit=True) as conn:
             assert conn.execute("SELECT to_regclass('recalld.postings')").fetchone()[0] is None
-            assert schema.migrate(conn) == len(schema.MIGRATIONS) >= 4
+            assert conn.execute("SELECT to_regclass('recalld.chunks_terms')").fetchone()[0]
+            assert schema.migrate(conn) == len(schema.MIGRATIONS) >= 7
+            # migration 7: the GIN index no query reads is gone
+            assert conn.execute("SELECT to_regclass('recalld.chunks_terms')").fetchone()[0] is None
         rows, missing, extra = _kept(info["admin"])
         assert rows == 30 * 4 and (missing, extra) == (0, 0)
         with _as(info, "bob") as conn:
