@@ -144,6 +144,44 @@ def test_a_member_reads_its_teams_collections_and_writes_only_its_own_plain_sql(
     alice.close()
 
 
+def test_pushed_texts_arrive_exactly_whatever_chars_they_hold(
+    sql_store: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chunks' and files' texts go in binary arrays: chars that array or text syntax
+    quotes (braces, quotes, backslashes, commas, "NULL"), non-ASCII and an empty chunk come
+    back as they were sent, and their words are searchable."""
+    store = sql_store
+    monkeypatch.setenv("RCD_TEST_PW_ALICE", PASSWORDS["alice"])
+    alice = Remote(_settings(store, "alice", "alice@chars"))
+    alice.claim("test:3", "test/3d", "three", 3)
+    alice.ensure_collection()
+    texts = [
+        '{"key": "va,lue"} \\ \\n \\" NULL',
+        "NULL",
+        "",
+        "café naïve 東京 🙂 zürich\ttab",
+        "a\rcarriage, {brace} (paren) 'quote'",
+    ]
+    chunks = [PushChunk(i + 1, i + 1, "note", f"h{i}", t, None) for i, t in enumerate(texts)]
+    body = "\n".join(texts) + "\n"
+    alice.push_file('notes/odd {chars}, "q".md', "hash-odd", body, chunks)
+    with psycopg.connect(store["admin"]) as conn:
+        got = conn.execute(
+            "SELECT text FROM recalld.chunks WHERE collection = 'alice@chars' ORDER BY start_line"
+        ).fetchall()
+        assert [r[0] for r in got] == texts
+        row = conn.execute(
+            "SELECT path, text FROM recalld.files WHERE collection = 'alice@chars'"
+        ).fetchone()
+        assert row == ('notes/odd {chars}, "q".md', body)
+    with _as(store, "alice") as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM recalld.keyword_hits(%s, %s, 10)", (["zürich"], ["alice@chars"])
+        ).fetchone()[0]
+        assert found == 1
+    alice.close()
+
+
 def test_a_daemon_with_another_vector_space_is_refused(
     sql_store: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
