@@ -212,12 +212,20 @@ class Remote:
         row sent as one batch (a statement per chunk cost a round trip per chunk)."""
         coll = self.settings.collection
         with self.connection() as conn, conn.transaction(), conn.cursor() as cur:
-            cur.executemany(
+            cur.execute(
                 "INSERT INTO recalld.files(collection, path, hash, lines, text) "
-                "VALUES (%s, %s, %s, %s, %b) ON CONFLICT (collection, path) DO UPDATE SET "
+                "SELECT %s, u.path, u.hash, u.lines, u.text "
+                "FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[]) "
+                "AS u(path, hash, lines, text) ON CONFLICT (collection, path) DO UPDATE SET "
                 "hash = excluded.hash, lines = excluded.lines, text = excluded.text, "
                 "deleted = false, pushed_at = now()",
-                [(coll, f.path, f.hash, len(f.text.splitlines()), f.text) for f in files],
+                (
+                    coll,
+                    [f.path for f in files],
+                    [f.hash for f in files],
+                    [len(f.text.splitlines()) for f in files],
+                    [f.text for f in files],
+                ),
             )
             cur.execute(
                 "DELETE FROM recalld.chunks WHERE collection = %s AND path = ANY(%s)",
