@@ -212,21 +212,7 @@ class Remote:
         row sent as one batch (a statement per chunk cost a round trip per chunk)."""
         coll = self.settings.collection
         with self.connection() as conn, conn.transaction(), conn.cursor() as cur:
-            cur.execute(
-                "INSERT INTO recalld.files(collection, path, hash, lines, text) "
-                "SELECT %s, u.path, u.hash, u.lines, u.text "
-                "FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[]) "
-                "AS u(path, hash, lines, text) ON CONFLICT (collection, path) DO UPDATE SET "
-                "hash = excluded.hash, lines = excluded.lines, text = excluded.text, "
-                "deleted = false, pushed_at = now()",
-                (
-                    coll,
-                    [f.path for f in files],
-                    [f.hash for f in files],
-                    [len(f.text.splitlines()) for f in files],
-                    [f.text for f in files],
-                ),
-            )
+            _upsert_files(cur, coll, files)
             cur.execute(
                 "DELETE FROM recalld.chunks WHERE collection = %s AND path = ANY(%s)",
                 (coll, [f.path for f in files]),
@@ -419,6 +405,26 @@ def _fetch(conn: Any, statement: str, params: dict[str, Any]) -> list[Any]:
         return list(conn.execute(statement, params, prepare=True).fetchall())
     except (psycopg.errors.UndefinedFunction, psycopg.errors.UndefinedTable) as exc:
         raise ConfigError(_OLDER_SCHEMA) from exc
+
+
+def _upsert_files(cur: Any, collection: str, files: Sequence[PushFile]) -> None:
+    """The files' rows (redacted text, hash, line count) in one statement of binary arrays:
+    a pipelined row per file cost 0.14-0.25 s for 1,966 files, this ~0.05 s."""
+    cur.execute(
+        "INSERT INTO recalld.files(collection, path, hash, lines, text) "
+        "SELECT %s, u.path, u.hash, u.lines, u.text "
+        "FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[]) "
+        "AS u(path, hash, lines, text) ON CONFLICT (collection, path) DO UPDATE SET "
+        "hash = excluded.hash, lines = excluded.lines, text = excluded.text, "
+        "deleted = false, pushed_at = now()",
+        (
+            collection,
+            [f.path for f in files],
+            [f.hash for f in files],
+            [len(f.text.splitlines()) for f in files],
+            [f.text for f in files],
+        ),
+    )
 
 
 def _insert_fresh(cur: Any, vectors: list[tuple[int, str, Any]]) -> None:
