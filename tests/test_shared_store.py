@@ -482,3 +482,29 @@ def _store_rows(store: dict[str, Any], collection: str, text: str) -> int:
             (collection, f"%{text}%", collection, f"%{text}%"),
         ).fetchone()
     return int(row[0])
+
+
+@pytest.mark.slow
+def test_a_note_with_a_nul_char_is_pushed_with_the_others(store: dict[str, Any]) -> None:
+    """PostgreSQL text holds no NUL. A note whose NUL sits past the indexer's binary sniff (its
+    first 8 KB) is indexed; its push must not fail the batch (and every round after it): the
+    char leaves as U+FFFD, and the note beside it is pushed too."""
+    a = _daemon(store, "alice", "alice@nul", "team/**")
+    body = "# Odd\n" + "the plover ledger line\n" * 400 + "a stray \x00 char near the avocet\n"
+    assert body.index("\x00") > 8192
+    write(a.home / "memory" / "team" / "a-odd.md", body)
+    write(a.home / "memory" / "team" / "b-plain.md", "# Plain\nthe curlew rota is on the wall\n")
+    try:
+        a.start()
+        _wait(
+            lambda: _store_rows(store, "alice@nul", "curlew rota") >= 1,
+            what="the plain note beside it reaches the store",
+        )
+        _wait(lambda: _store_rows(store, "alice@nul", "avocet") >= 1, what="the odd note too")
+        assert _store_rows(store, "alice@nul", "stray \ufffd char") >= 1
+        with a.client() as cl:
+            push = cl.status()["shared"]["push"]
+        assert push["waiting"] == 0 and push["last_error"] is None
+    finally:
+        a.stop()
+        shutil.rmtree(a.home, ignore_errors=True)

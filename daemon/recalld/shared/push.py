@@ -360,8 +360,10 @@ def _vectors_in(batch: list[PushFile]) -> int:
 
 
 def _clean(text: str) -> str:
-    """Text on its way off this machine: the one redactor (counted as served)."""
-    return redact(text, "served")[0]
+    """Text on its way off this machine: the one redactor (counted as served), and no NUL char,
+    which PostgreSQL text cannot hold: one would fail its whole batch at every round (a note's
+    NUL past the indexer's binary sniff, a transcript's ``\\u0000``). It leaves as U+FFFD."""
+    return redact(text, "served")[0].replace("\x00", "\ufffd")
 
 
 def _without_vectors(store: Store) -> set[str]:
