@@ -83,6 +83,8 @@ FUSION: dict[str, dict[str, Value]] = {
     "+long w12": {"search.long_query_words": 12},
     "+long rrf": {"search.long_query_blend": 1.0},
     "+long blend 0.5": {"search.long_query_blend": 0.5},
+    "+unnamed rrf": {"search.unnamed_question_blend": 1.0},
+    "+unnamed blend 0.5": {"search.unnamed_question_blend": 0.5},
     # Issue 39, fourth pass: a short note's chunks move s of the way to the note's best in each
     # channel (note_units, 0.75 since session 28); a question that names nothing weighed more like
     # a statement (0.5 since session 28). Fifth pass: "names" read from the index too
@@ -105,6 +107,8 @@ FUSION_ONCE = (
     "+note units 0.5",
     "+note units 1",
     "+unnamed q 0.7",
+    "+unnamed rrf",
+    "+unnamed blend 0.5",
 )
 #: Issue 17's levers, each alone against the defaults (``bench/loo.py`` judges them). Those that
 #: change chunking run last in each set: the home is rebuilt for them (cached vectors reused).

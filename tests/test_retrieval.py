@@ -35,7 +35,7 @@ from recalld.retrieval.query_shape import (
     literal_share,
     normalise_name,
 )
-from recalld.retrieval.search_ranking import channel_weights
+from recalld.retrieval.search_ranking import blend_share, channel_weights
 
 CODE_NOTES = {
     "net/errors.md": "# Network errors\n\nThe proxy logs ERR_CONN_RESET when the upstream drops "
@@ -233,6 +233,25 @@ def test_a_question_that_names_nothing_takes_its_own_vector_weight(
     assert channel_weights(analyze(query), Config({}))[0] == pytest.approx(vector_weight)  # 0.5
     off = Config({"search.unnamed_question_vector_weight": 0.0})  # off: the kind's weight
     assert channel_weights(analyze(query), off)[0] == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize(
+    ("query", "share"),
+    [
+        ("what are the results for the creep buckling of round tubes", 0.5),  # names nothing
+        ("When did Caroline paint a sunrise?", 0.0),  # names a person
+        ("why does ERR_CONN_RESET happen in the proxy", 0.0),  # a literal
+        ("the creep buckling of round tubes under axial load", 0.0),  # a statement
+    ],
+)
+def test_the_rrf_blend_of_questions_that_name_nothing_reaches_only_them(
+    query: str, share: float
+) -> None:
+    cfg = Config({"search.unnamed_question_blend": 0.5})
+    assert blend_share(analyze(query), cfg) == pytest.approx(share)
+    assert blend_share(analyze(query), Config({})) == 0.0  # off by default (DECISIONS)
+    long = Config({"search.unnamed_question_blend": 0.5, "search.long_query_words": 3})
+    assert blend_share(analyze(query), long) == 0.0  # long prose: long_query_blend's, off
 
 
 CHAT = (

@@ -227,6 +227,13 @@ SETTINGS: tuple[Setting, ...] = (
         1,
     ),
     Setting(
+        "search.unnamed_question_blend",
+        0.0,
+        "rrf_blend's share for questions that name nothing (0 = off; the same rule as above).",
+        0,
+        1,
+    ),
+    Setting(
         "search.long_query_words",
         9,
         "Prose words from which a question or statement is long (long_query_*).",

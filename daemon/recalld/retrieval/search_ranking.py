@@ -100,12 +100,26 @@ def _named_by_index(
         or shape.named
         or shape.literals
         or shape.kind != "question"
-        or cfg.float("search.unnamed_question_vector_weight") <= 0
+        or (
+            cfg.float("search.unnamed_question_vector_weight") <= 0
+            and cfg.float("search.unnamed_question_blend") <= 0
+        )
         or _long_weighted(shape, cfg)  # weighed as long prose, named or not
     ):
         return shape
     texts = (rows[cid].text for cid, _ in hits.keyword[:NAME_HITS] if cid in rows)
     return replace(shape, named=True) if index_names(shape.terms, texts) else shape
+
+
+def _unnamed_question(shape: QueryShape, cfg: Config) -> bool:
+    """A question with no literal that names nothing and is not weighed as long prose: it asks
+    about a topic, with no name for BM25 to match exactly."""
+    return (
+        shape.kind == "question"
+        and not shape.named
+        and not shape.literals
+        and not _long_weighted(shape, cfg)
+    )
 
 
 def _long_weighted(shape: QueryShape, cfg: Config) -> bool:
@@ -196,10 +210,13 @@ def _pooled(
 
 def blend_share(shape: QueryShape | None, cfg: Config) -> float:
     """The share of equal-weight RRF mixed into weighted fusion for this query: ``rrf_blend``,
-    or ``long_query_blend`` if larger and the query is long prose (query_shape's rule)."""
+    or ``long_query_blend`` if larger and the query is long prose (query_shape's rule), or
+    ``unnamed_question_blend`` if larger and it is a question that names nothing."""
     share = cfg.float("search.rrf_blend")
     if is_long_prose(shape, cfg.int("search.long_query_words")):
         share = max(share, cfg.float("search.long_query_blend"))
+    elif shape is not None and _unnamed_question(shape, cfg):
+        share = max(share, cfg.float("search.unnamed_question_blend"))
     return min(max(share, 0.0), 1.0)
 
 
@@ -212,7 +229,7 @@ def channel_weights(shape: QueryShape | None, cfg: Config) -> tuple[float, float
     if _long_weighted(shape, cfg):
         vw = cfg.float("search.long_query_vector_weight")  # a long description, as a statement
     elif (plain_vw := cfg.float("search.unnamed_question_vector_weight")) > 0 and (
-        shape.kind == "question" and not shape.named and not shape.literals
+        _unnamed_question(shape, cfg)
     ):
         vw = plain_vw  # a topic asked about, no name for BM25 to match exactly
     vw = min(max(vw, 0.0), 1.0)
