@@ -161,3 +161,27 @@ def test_note_units_pool_a_short_notes_chunks_and_leave_long_files_alone(
     # chunks are different passages and keep their own scores.
     assert (len(scores["short.md"]) == 1) is (share == 1.0)
     assert len(scores["long.md"]) > 1
+
+
+def test_also_names_each_place_once_and_never_the_hit_itself(
+    home: Path, local_embedder: Any
+) -> None:
+    # One line of ~250 words: several chunks, every one cited as that line (#L3-L3).
+    words = " ".join(f"glacier moraine sediment layer{i}" for i in range(60))
+    write(home / "memory" / "line.md", f"# One line\n\n{words}\n")
+    eng = make_engine(home, local_embedder, **SMALL_CHUNKS)
+    try:
+        eng.sync()
+        store = Store(home / "index.sqlite", readonly=True)
+        try:
+            rows = store.conn.execute("SELECT start_line, end_line FROM chunks").fetchall()
+        finally:
+            store.close()
+        assert rows.count((3, 3)) >= 3  # the line's chunks all cite the same range
+        res = eng.searcher.search(QUERY)["results"]
+        hit = next(r for r in res if r["path"].endswith("line.md"))
+        cited = [p["citation"] for p in hit.get("also", [])]
+        assert hit["citation"] not in cited and len(set(cited)) == len(cited)
+        assert hit["citation"].endswith("#L3-L3")
+    finally:
+        eng.close()

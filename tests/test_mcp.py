@@ -26,6 +26,8 @@ NOTES = {
     "On 2024-03-12 we chose SQLite with sqlite-vec over Postgres because the daemon must run\n"
     "on a laptop without a server. Decided by Priya after the latency benchmark.\n",
     "people.md": "# People\n\nMarek prefers reviews in the morning and writes tests before code.\n",
+    # 25,000 lines of 12 chars, then one line of 100,000: over memory_get's cap both ways.
+    "long.md": "# Long\n" + "line of text\n" * 25_000 + "x" * 100_000 + "\n",
 }
 
 
@@ -148,6 +150,19 @@ def test_mcp_tools_over_stdio(home: Path) -> None:
             cited = Path(m["path"]).relative_to(home)
             here = await session.call_tool("memory_get", {"path": f"{cited}#L{first}-L{last}"})
             assert text_of(here) == text_of(got)
+
+            # An answer stops at GET_CHARS, at a line's end, and says where to read on.
+            long = str(home / "memory" / "long.md")
+            cut = await session.call_tool("memory_get", {"path": long})
+            typed = cut.structured_content
+            jsonschema.validate(typed, out_schemas["memory_get"])
+            assert len(typed["text"]) <= mcp_server.GET_CHARS < len(text_of(cut)) + 100
+            assert typed["startLine"] == 1 and typed["endLine"] == 3_077  # "# Long" + 3,076
+            assert typed["text"].splitlines()[-1] == "line of text"
+            assert "from 3078" in typed["truncated"] and typed["truncated"] in text_of(cut)
+            line = await session.call_tool("memory_get", {"path": long, "from": 25_002})
+            assert line.structured_content["endLine"] == 25_002
+            assert "line 25002 alone is 100,000 characters" in line.structured_content["truncated"]
 
             denied = await session.call_tool("memory_get", {"path": "/etc/passwd"})
             assert denied.is_error and denied.structured_content is None

@@ -130,8 +130,8 @@ def results_of(
                 continue  # these turns are shown already, from an overlapping window
             spans.append((res["start_line"], res["end_line"]))
         res["snippet"] = served.snippet(res["snippet"])  # the gate, whatever the index holds
-        if c.also:
-            res["also"] = [_place(rows[cid]) for cid in c.also]  # collapsed from ``kept``
+        if c.also and (also := _places(rows, c.also, res["citation"])):
+            res["also"] = also  # collapsed from ``kept``
         if notes is not None:
             res["explain"] = {**notes.get(c.chunk_id, {}), "final": round(c.score, 6)}
             if c.also:
@@ -265,6 +265,19 @@ def _result(
             "keyword": None if f.keyword is None else round(f.keyword, 6),
         },
     }
+
+
+def _places(rows: dict[int, ChunkRow], ids: Sequence[int], own: str) -> list[dict[str, Any]]:
+    """The ``also`` places of a result, each citation once and never the result's own: the
+    chunks of one over-long line all cite that line (``#L2-L2``)."""
+    seen = {own}
+    out: list[dict[str, Any]] = []
+    for cid in ids:
+        place = _place(rows[cid])
+        if place["citation"] not in seen:
+            seen.add(place["citation"])
+            out.append(place)
+    return out
 
 
 def _place(row: ChunkRow) -> dict[str, Any]:

@@ -68,17 +68,51 @@ def search_payload(res: Mapping[str, Any], *, dated: bool = True) -> dict[str, A
     return out
 
 
+#: Most characters of one ``memory_get`` answer (~10k tokens): the agent's context pays for it,
+#: and a transcript read to its end, or one minified line, can be megabytes.
+GET_CHARS = 40_000
+
+
+def cap_get(res: Mapping[str, Any], limit: int = GET_CHARS) -> dict[str, Any]:
+    """``res`` with its text cut to ``limit`` characters at a line's end (inside the first line
+    when that line alone is longer), ``end_line`` the last line shown and ``truncated`` saying
+    what was left out and how to read on."""
+    text = str(res.get("text", ""))
+    if len(text) <= limit:
+        return dict(res)
+    start, end = int(res["start_line"]), int(res["end_line"])
+    cut = text.rfind("\n", 0, limit + 1)
+    if cut > 0:
+        last = start + text.count("\n", 0, cut)
+        note = (
+            f"cut at {limit:,} characters: lines {start}-{last} of {start}-{end}; "
+            f"call memory_get with from {last + 1} for the rest"
+        )
+        return {**res, "text": text[:cut], "end_line": last, "truncated": note}
+    first = text.find("\n")
+    size = len(text) if first < 0 else first
+    note = (
+        f"cut at {limit:,} characters: line {start} alone is {size:,} characters long "
+        f"(`recalld get` prints it whole)"
+    )
+    return {**res, "text": text[:limit], "end_line": start, "truncated": note}
+
+
 def format_get(res: Mapping[str, Any]) -> str:
-    """A citation header, then the lines as they are."""
+    """A citation header, then the lines as they are (capped: :func:`cap_get`)."""
+    res = cap_get(res)
     header = (
         f"{res['path']}#L{res['start_line']}-L{res['end_line']} "
         f"(of {res.get('total_lines', '?')} lines)"
     )
+    if res.get("truncated"):
+        header += f" [{res['truncated']}]"
     return f"{header}\n{res.get('text', '')}"
 
 
 def get_payload(res: Mapping[str, Any]) -> dict[str, Any]:
-    """The get answer as structured content (GET_OUTPUT_SCHEMA)."""
+    """The get answer as structured content (GET_OUTPUT_SCHEMA; capped: :func:`cap_get`)."""
+    res = cap_get(res)
     start, end = int(res["start_line"]), int(res["end_line"])
     return {
         "path": res["path"],
@@ -87,6 +121,7 @@ def get_payload(res: Mapping[str, Any]) -> dict[str, Any]:
         "totalLines": int(res.get("total_lines", end)),
         "citation": f"{res['path']}#L{start}-L{end}",
         "text": res.get("text", ""),
+        **({"truncated": res["truncated"]} if res.get("truncated") else {}),
     }
 
 

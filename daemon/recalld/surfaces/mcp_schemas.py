@@ -108,7 +108,8 @@ GET_SCHEMA: dict[str, Any] = {
         "lines": {
             "type": "integer",
             "minimum": 1,
-            "description": "How many lines to read (default: to the end of the file).",
+            "description": "How many lines to read (default: to the end of the file; one answer "
+            "stops at 40,000 characters and says where to read on).",
         },
         "decoded": {
             "type": "boolean",
@@ -183,6 +184,10 @@ GET_OUTPUT_SCHEMA: dict[str, Any] = {
         "totalLines": {"type": "integer", "minimum": 0},
         "citation": {"type": "string", "description": "path#Lx-Ly of the lines returned."},
         "text": {"type": "string", "description": "The lines, as they are in the file."},
+        "truncated": {
+            "type": "string",
+            "description": "Set when the answer was cut to fit: what was left out, how to read on.",
+        },
     },
     "required": ["path", "startLine", "endLine", "totalLines", "citation", "text"],
     "additionalProperties": False,

@@ -36,6 +36,7 @@ from recalld.surfaces.cli_paths import with_cwd_fallback
 from recalld.surfaces.mcp_arguments import ToolError, get_params, search_params
 from recalld.surfaces.mcp_daemon_link import START_TIMEOUT_S, DaemonLink, spawn_daemon
 from recalld.surfaces.mcp_results import (
+    GET_CHARS,
     ToolOutput,
     describe_error,
     format_get,
@@ -54,6 +55,7 @@ from recalld.surfaces.mcp_schemas import (
 
 # Public names of the tools' parts, importable from here as before the split.
 __all__ = [
+    "GET_CHARS",
     "GET_TOOL",
     "SEARCH_TOOL",
     "START_TIMEOUT_S",
