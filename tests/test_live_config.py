@@ -207,6 +207,24 @@ def test_search_without_daemon_says_the_index_is_stale(home: Path) -> None:
     )
 
 
+@pytest.mark.slow
+def test_a_skipped_file_is_listed_and_not_stale_until_it_changes(home: Path) -> None:
+    save(home, settings(home, [home / "memory"], []))
+    write(home / "memory" / "log.md", "# Log\n\nAn entry about herons.\n")
+    odd = home / "memory" / "odd.md"
+    odd.write_bytes(b"# Odd\n\nzanzibar \x00 in a note\n")
+    run(home, "sync")
+    fresh = run(home, "search", "herons", "--mode", "keyword")
+    assert "log.md" in fresh.stdout and "new or changed" not in fresh.stderr, fresh.stderr
+    status = run(home, "status").stdout
+    assert "skipped:   1 file not indexed" in status
+    assert f"{odd}: looks binary (NUL bytes)" in status
+    with odd.open("ab") as fh:  # edited: a sync may index it now, so the note says so
+        fh.write(b"more\n")
+    stale = run(home, "search", "herons", "--mode", "keyword")
+    assert "1 file new or changed since then" in stale.stderr and "odd.md" in stale.stderr
+
+
 def test_provider_edit_resolves_the_embedder_again(daemon: DaemonProcess, home: Path) -> None:
     """Keyword-only to the local model: vectors are back-filled (same chunks, no rebuild)."""
     with daemon.client() as c:

@@ -16,6 +16,7 @@ from recalld import paths
 from recalld.config import Config
 from recalld.index import tombstones
 from recalld.index.store import FileRow, Store
+from recalld.ingest import skipped_files
 from recalld.ingest.filters import make_filter
 from recalld.ingest.forgotten import Forgotten
 
@@ -44,6 +45,7 @@ def check(store: Store, config: Config, budget_s: float = BUDGET_S) -> Freshness
     out = Freshness(last_indexed=store.last_indexed())
     memory = store.files("memory")
     forgotten = Forgotten(tombstones.all_of(store.conn), config.memory_roots())
+    skipped = skipped_files.load(store)  # a sync would skip them again: not "changed"
     seen: set[str] = set()
     filter_ = make_filter(config.list("memory.extensions"))
     for root in config.memory_roots():
@@ -52,7 +54,7 @@ def check(store: Store, config: Config, budget_s: float = BUDGET_S) -> Freshness
             seen.add(key)
             if forgotten and forgotten.covers(key) is not None:
                 continue  # kept out of the index on purpose
-            if _differs(key, memory.get(key), grown_only=False):
+            if _differs(key, memory.get(key), grown_only=False, skipped=skipped.get(key)):
                 out.changed.append(key)
             if time.monotonic() > deadline:
                 out.complete = False
@@ -83,14 +85,21 @@ def _check_transcripts(
             return
 
 
-def _differs(key: str, row: FileRow | None, *, grown_only: bool) -> bool:
-    """A file that is new, or whose size or mtime is not the indexed one (transcripts: grown)."""
+def _differs(
+    key: str,
+    row: FileRow | None,
+    *,
+    grown_only: bool,
+    skipped: tuple[str, int, int] | None = None,
+) -> bool:
+    """A file that is new, or whose size or mtime is not the indexed one (transcripts: grown);
+    not one that a sync skipped as it is now (``skipped``)."""
     try:
         st = os.stat(key)
     except OSError:
         return False  # vanished meanwhile: counted as removed next time
     if row is None:
-        return True
+        return not skipped_files.unchanged(skipped, st)
     if grown_only:
         return st.st_size > row.size
     return st.st_size != row.size or st.st_mtime_ns != row.mtime_ns

@@ -15,6 +15,7 @@ from typing import Any
 
 from recalld.embedding.search_first import SearchFirst
 from recalld.index.store import Store
+from recalld.ingest import skipped_files
 from recalld.ingest.chunking import Chunk
 from recalld.ingest.path_rule import shown
 from recalld.ingest.sync_report import Progress, SyncReport
@@ -55,6 +56,8 @@ class SyncState:
                 self.skipped.pop(shown(path), None)  # the name as reported
         for item in report.skipped:
             self.skipped[item["path"]] = item["reason"]
+        if self.writer is not None:
+            skipped_files.save(self.writer, self.skipped)
 
     def after_write(self, report: SyncReport) -> None:
         """A sync or rebuild finished: its report, time and any provider error are kept."""

@@ -15,6 +15,7 @@ from recalld.config import Config
 from recalld.embedding.active import ActiveProvider
 from recalld.index import status_facts, tombstones
 from recalld.index.store import Store
+from recalld.ingest import skipped_files
 from recalld.ingest.index_writes import root_problems
 from recalld.ingest.sessions.redaction import counts as redaction_counts
 from recalld.ingest.sync_state import SyncState
@@ -42,7 +43,10 @@ def status(
         {"path": str(r), "reason": why, "files_kept": status_facts.files_under(store, r)}
         for r, why in root_problems(roots, facts.mount_roots).items()
     ]
-    skipped = sorted(state.skipped.items())
+    # Without a daemon (or before its first sync) the last sync's list, kept in the index.
+    skipped = sorted(state.skipped.items()) or sorted(
+        (p, reason) for p, (reason, _, _) in skipped_files.load(store).items()
+    )
     # From the index, not the writer's running count (vectors_missing says why).
     vectors = vectors_missing(counts, vector_table=store.has_vec_table())
     embedder = provider.embedder

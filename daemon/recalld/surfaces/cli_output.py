@@ -192,10 +192,29 @@ def print_status(res: dict[str, Any], as_json: bool) -> None:
             f"forgotten: {res['forgotten']} path(s), session(s) or project(s) kept out "
             "(`recalld forget --list`)"
         )
+    lines.extend(skipped_lines(res))
     if res.get("last_error"):
         lines.append(f"error:     {res['last_error']}")
     lines.extend(f"warning:   {w}" for w in res.get("warnings") or [])
     print("\n".join(lines))
+
+
+SKIPPED_SHOWN = 5  # skipped files named in the text status (--json lists up to 100)
+
+
+def skipped_lines(res: dict[str, Any]) -> list[str]:
+    """The files the last sync could not index, the first few by name with why."""
+    total = int(res.get("skipped_total") or 0)
+    if not total:
+        return []
+    lines = [f"skipped:   {total} file{'s' if total != 1 else ''} not indexed"]
+    lines.extend(
+        f"           {item['path']}: {item['reason']}"
+        for item in (res.get("skipped_files") or [])[:SKIPPED_SHOWN]
+    )
+    if total > SKIPPED_SHOWN:
+        lines.append(f"           ... {total - SKIPPED_SHOWN} more (`recalld status --json`)")
+    return lines
 
 
 def shared_lines(shared: dict[str, Any]) -> list[str]:
