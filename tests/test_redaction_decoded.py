@@ -143,6 +143,11 @@ PROSE = [
     ),
     ("high_entropy", "q8Rt3Lm2XbPxRf7CYzJd9Kw2", "use password q8Rt3Lm2XbPxRf7CYzJd9Kw2 to log in"),
     ("high_entropy", "Fq3vT9xLm2Wz8Rk4Yp7Hs1Jd", "credential Fq3vT9xLm2Wz8Rk4Yp7Hs1Jd was rotated"),
+    # Passwords said in a sentence: quoted, or a word prose does not write.
+    ("password", "MarmotteBleue42", 'the wifi password is "MarmotteBleue42" for guests'),
+    ("password", "hunter2xy", "my password is hunter2xy."),
+    ("password", "Tr0ub4dor&3", "the password for the router is Tr0ub4dor&3 since May"),
+    ("password", "S3cure!pass", "I changed the db password to S3cure!pass yesterday"),
 ]
 PROSE_NEGATIVES = [
     "commit 3f786850e387550fdab836ed7e6dc881de23001b fixed the token refresh",
@@ -151,6 +156,10 @@ PROSE_NEGATIVES = [
     "password reset uses 123e4567-e89b-12d3-a456-426614174000 as the token id",
     "the token is passed to getAccessTokenFromCredentialsProvider() at startup",
     "the secret sauce: SCREAMING_SNAKE_CASE_CONSTANT_NAME_V2 and kebab-case-file-name-2024",
+    "the password is required, and the password is Required. too",
+    "password is hashed with bcrypt; reset the password to default",
+    "the password is 8 characters long and the passwords were rotated",
+    "the password is read from PASSWORD_ENV at start",
 ]
 
 

@@ -508,3 +508,44 @@ def test_a_note_with_a_nul_char_is_pushed_with_the_others(store: dict[str, Any])
     finally:
         a.stop()
         shutil.rmtree(a.home, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_texts_pushed_under_older_rules_are_pushed_again(store: dict[str, Any]) -> None:
+    """A new secret shape (or chunking) changes what a file pushes though its bytes do not: the
+    store's copy, made by older rules, is replaced at the next round (here, a store whose rows
+    look as an older recalld left them: a bare content hash, the password in clear)."""
+    from recalld.shared.push import PUSHED_FORM
+
+    a = _daemon(store, "alice", "alice@rules", "team/**")
+    write(a.home / "memory" / "team" / "wifi.md", "# Wifi\nthe guest password is Marmotte42x\n")
+    try:
+        a.start()
+        _wait(lambda: _store_rows(store, "alice@rules", "guest password") >= 1, what="pushed")
+        assert _store_rows(store, "alice@rules", "Marmotte42x") == 0
+        a.stop()
+        with psycopg.connect(store["admin"], autocommit=True) as conn:
+            (hashed,) = conn.execute(
+                "SELECT hash FROM recalld.files WHERE collection = 'alice@rules'"
+            ).fetchone()
+            assert hashed.endswith("/" + PUSHED_FORM)
+            bare = hashed.rsplit("/", 1)[0]
+            conn.execute(
+                "UPDATE recalld.files SET hash = %s WHERE collection = 'alice@rules'", (bare,)
+            )
+            for table in ("chunks", "files"):
+                conn.execute(
+                    f"UPDATE recalld.{table} SET text = replace(text, '[REDACTED:password]', "
+                    "'Marmotte42x') WHERE collection = 'alice@rules'"
+                )
+        assert _store_rows(store, "alice@rules", "Marmotte42x") >= 1
+        a.start()
+        _wait(
+            lambda: _store_rows(store, "alice@rules", "Marmotte42x") == 0,
+            what="the file pushed again under the rules of this version",
+        )
+        assert _store_rows(store, "alice@rules", "guest password is [REDACTED:password]") >= 1
+    finally:
+        a.stop()
+        shutil.rmtree(a.home, ignore_errors=True)

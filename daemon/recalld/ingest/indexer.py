@@ -64,10 +64,12 @@ from recalld.ingest.vector_backfill import (
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-# md-4: front matter names and context in the first chunk's context; md-5: notes are redacted.
-CHUNKER_VERSION = "md-5"
-# sessions-4: new secret shapes (issue 41), so secrets indexed before are rebuilt out.
-SESSION_CHUNKER_VERSION = "sessions-4"  # 2: whole transcripts, chunk kinds; 3: summaries, hooks
+# md-4: front matter names and context in the first chunk's context; md-5: notes are redacted;
+# md-6: passwords said in a sentence are redacted (rebuilt out of indexes made before).
+CHUNKER_VERSION = "md-6"
+# sessions-4: new secret shapes (issue 41), so secrets indexed before are rebuilt out; sessions-5:
+# passwords said in a sentence, likewise.
+SESSION_CHUNKER_VERSION = "sessions-5"  # 2: whole transcripts, chunk kinds; 3: summaries, hooks
 # (3 re-reads transcripts indexed before: compaction summaries, hook output, fuller toolUseResult)
 EMBED_GROUP_CHUNKS = 256  # chunks embedded per call across files
 

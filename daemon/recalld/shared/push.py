@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld.index.store import VECTORS_GENERATION, ChunkRow, Store
-from recalld.ingest.indexer import text_hash
+from recalld.ingest.indexer import CHUNKER_VERSION, SESSION_CHUNKER_VERSION, text_hash
 from recalld.ingest.redactor import redact
 from recalld.shared.fresh_vectors import FRESH_CAP, MERGE_ROWS
 from recalld.shared.remote import PushChunk, PushFile, Remote
@@ -266,7 +266,7 @@ class Pusher:
                 if key in self.state.known:  # keep what the store has until vectors come
                     out[key] = (path, self.state.known[key])
                 continue
-            out[key] = (path, row.hash)
+            out[key] = (path, pushed_hash(row.hash))
         return out
 
     def _push_batches(
@@ -382,6 +382,17 @@ def _differences(local: dict[str, tuple[str, str]], remote: dict[str, str]) -> l
     push = [k for k, (_, h) in local.items() if remote.get(k) != h]
     gone = [k for k, h in remote.items() if h and k not in local]
     return sorted(push) + sorted(gone)
+
+
+#: What a pushed file's text was made by: a new secret shape or chunking (a chunker version)
+#: changes what a file pushes though its bytes do not, so a store holding texts made before is
+#: sent them again (a secret a new rule finds leaves the store as it leaves the index).
+PUSHED_FORM = f"{CHUNKER_VERSION}+{SESSION_CHUNKER_VERSION}"
+
+
+def pushed_hash(content_hash: str) -> str:
+    """The hash a file is pushed under: its content's, and :data:`PUSHED_FORM`."""
+    return f"{content_hash}/{PUSHED_FORM}"
 
 
 def _load_known(path: Path) -> dict[str, str]:

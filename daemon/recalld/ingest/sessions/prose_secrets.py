@@ -8,6 +8,10 @@ passwd, token, api key, credential, or an AWS access key id, already redacted by
 - a high-entropy token of at least 24 characters that mixes letter case and digits.
 
 Both stay clear of what code and prose are full of: paths, identifiers, hashes, UUIDs, numbers.
+A third rule reads a password said in a sentence (``the wifi password is "MarmotteBleue42"``,
+``changed the db password to S3cure!pass``): the word after "password ... is / was / to" when it
+is quoted, or holds a digit, a symbol or a capital past its first letter (a word of prose does
+not: "the password is required").
 """
 
 from __future__ import annotations
@@ -49,6 +53,40 @@ def entropy(token: str) -> float:
 
 
 _UPPER, _LOWER, _DIGIT = re.compile("[A-Z]"), re.compile("[a-z]"), re.compile("[0-9]")
+
+# A password said in a sentence, on the folded copy: the cue, a few words of what it is for,
+# the verb, an opening quote (``\"`` in a raw JSON line); the word after it is looked at.
+_SPOKEN = re.compile(
+    rb"(?:passw(?:or)?d|passphrase|passcode)(?: for [a-z0-9 '._\-]{1,40}?)?"
+    rb" (?:is|was|to) +(\\?[\"'`])?"
+)
+_SPOKEN_END = re.compile(r"[\s\"'`\\]")
+_TRAILING = ".,;:!?)]}"
+_CONSTANT = re.compile(r"[A-Z][A-Z0-9_]*")  # PASSWORD_ENV: a name, not the password
+SPOKEN_LEN = (6, 64)
+
+
+def _spoken(text: str, folded: bytes) -> list[tuple[int, int, str]]:
+    """Passwords said in a sentence (the third rule of the module's docstring)."""
+    if b"pass" not in folded:
+        return []
+    found: list[tuple[int, int, str]] = []
+    for m in _SPOKEN.finditer(folded):
+        start = m.end()
+        stop = _SPOKEN_END.search(text, start)
+        end = len(text) if stop is None else stop.start()
+        while end > start and text[end - 1] in _TRAILING:
+            end -= 1
+        word = text[start:end]
+        if not SPOKEN_LEN[0] <= len(word) <= SPOKEN_LEN[1] or "REDACTED" in word:
+            continue
+        if _CONSTANT.fullmatch(word):
+            continue
+        quoted = m.group(1) is not None
+        odd = any(not c.isalpha() for c in word) or any(c.isupper() for c in word[1:])
+        if quoted or odd:
+            found.append((start, end, "password"))
+    return found
 
 
 def _classes(token: str) -> tuple[bool, bool, bool]:
@@ -150,4 +188,5 @@ def find(text: str, folded: bytes, escaped: bool = False) -> list[tuple[int, int
         kind = _kind(text[start:end], aws)
         if kind is not None:
             found.append((start, end, kind))
-    return found
+    spoken = _spoken(text, folded)
+    return sorted(found + spoken) if spoken else found
