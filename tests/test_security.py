@@ -375,6 +375,9 @@ def _refusals(home: Path) -> list[tuple[str, set[str]]]:
         (".git/config", refused),
         ("creds.toml", refused),
         ("sub/.hidden.md", refused),
+        # under no root: not found (a shell command then reads it in its own folder)
+        (".claude/projects/p/s.jsonl", {"not_found"}),
+        ("sub/.nothing/x.md", {"not_found"}),
         # NUL bytes, huge paths, over-long names
         ("notes.md\x00.txt", bad),
         ("\x00", bad),

@@ -145,6 +145,10 @@ def resolve(
             return Target(real, "sessions")
         if note:
             return Target(real, "memory")
+    if inside and not given.is_absolute() and not any(os.path.lexists(c) for c in candidates):
+        # Under no root, so nothing to refuse: "not found" lets a shell command read it in
+        # its own folder instead (cli_paths: `.claude/projects/...` typed in ~).
+        raise NotFound(f"{text[:300]} is not under the memory or session folders ({tried[0]})")
     if inside:
         raise Forbidden(
             f"{text[:300]} is not a file recalld indexes: only memory files "
