@@ -192,6 +192,10 @@ def test_what_the_fast_path_cannot_judge_goes_to_the_full_cli(
     bad, modules = fast(home, "search", "x", "--mode", "fuzzy")
     assert bad.returncode == 2 and "invalid choice: 'fuzzy'" in bad.stderr
     assert modules.endswith("|full")
+    for value in ("0", "-1", "1001"):  # the flag named, not the wire's max_results
+        bad, modules = fast(home, "search", "x", "--max", value)
+        assert bad.returncode == 2 and "argument --max: must be an integer from 1 to" in bad.stderr
+        assert modules.endswith("|full")
     abbreviated, modules = fast(home, "search", "sqlite", "--js")  # argparse's prefix matching
     assert abbreviated.returncode == 0 and json.loads(abbreviated.stdout)["results"]
     assert modules.endswith("|full")

@@ -132,11 +132,28 @@ def _add_agent_surfaces(sub: Any) -> None:
     doctor.add_parser(sub)
 
 
+#: What ``--max`` takes (the wire's ``max_results`` range).
+MAX_RESULTS = 1000
+
+
+def result_count(text: str) -> int:
+    """``--max``'s value: an integer from 1 to :data:`MAX_RESULTS` (argparse says which flag)."""
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if not 1 <= n <= MAX_RESULTS:
+        raise argparse.ArgumentTypeError(f"must be an integer from 1 to {MAX_RESULTS}, got {n}")
+    return n
+
+
 def _add_search(sub: Any) -> None:
     """The ``search`` subcommand and its options."""
     s = sub.add_parser("search", help="hybrid search of memory and sessions")
     s.add_argument("query", nargs="+", help="what to look for: words, a question, identifiers")
-    s.add_argument("--max", type=int, dest="max_results", help="results (default 6)")
+    s.add_argument("--max", type=result_count, dest="max_results", help="results (default 6)")
     s.add_argument("--min-score", type=float, help="score floor (default 0.35)")
     s.add_argument(
         "--source",

@@ -25,10 +25,11 @@ COMMANDS = ("search", "get", "status")
 HELLO_TIMEOUT_S = 1.0  # what recalld_client.is_running allows a daemon to answer hello
 NO_DAEMON = "no daemon"  # what run() says when no daemon answered hello
 
-# option -> (parameter, kind); kind: "flag", "int", "float", "str", or a tuple of choices.
+# option -> (parameter, kind); kind: "flag", "int", "count" (1-1000: --max), "float", "str", or
+# a tuple of choices.
 # Values go through the same conversions argparse applies (int(), float(), the choices).
 _SEARCH: dict[str, tuple[str, Any]] = {
-    "--max": ("max_results", "int"),
+    "--max": ("max_results", "count"),
     "--min-score": ("min_score", "float"),
     "--source": ("sources", ("memory", "sessions")),
     "--path-prefix": ("path_prefix", "str"),
@@ -126,6 +127,8 @@ def _convert(raw: str, kind: Any) -> Any:
     try:
         if kind == "int":
             return int(raw)
+        if kind == "count":  # out of range: the full CLI's argparse says so
+            return n if 1 <= (n := int(raw)) <= 1000 else None
         if kind == "float":
             return float(raw)
     except ValueError:
