@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -137,6 +138,47 @@ def test_write_refusals_leave_nothing_behind(home: Path) -> None:
         with pytest.raises(BadRequest, match=r"memory\.max_file_bytes"):
             edits.write({"text": "one more " + "z" * 40, "note": "full.md"})
         assert "one more" not in (home / "memory" / "full.md").read_text()
+    finally:
+        engine.close()
+
+
+def test_writes_into_forgotten_notes_are_refused_and_touch_nothing(home: Path) -> None:
+    """A note a tombstone covers is never indexed: a write there would be acknowledged with a
+    citation that search and get never serve. Refused, naming the tombstone and its undo."""
+    root = home / "memory"
+    engine, edits = edits_for(home)
+    try:
+        kept = edits.write({"text": "minutes of monday", "note": "Réunions/a.md"})
+        edits.write({"text": "billing summary", "note": "projects/billing-summary.md"})
+        daily = edits.write({"text": "a daily entry"})
+        edits.write({"text": "planning zqxproj", "note": "plans/x.md"})
+        edits.forget({"target": "Réunions"})
+        edits.forget({"target": "projects/billing-summary.md"})
+        edits.forget({"target": str(root / "2*.md")})  # a glob over the daily notes
+        edits.forget({"project": "plans"})
+        before = sorted(str(p) for p in root.rglob("*"))
+        undo = f"`recalld forget {shlex.quote(str(root / 'Réunions'))} --undo`"
+        with pytest.raises(BadRequest, match="is forgotten") as refused:
+            edits.write({"text": "The ibis deadline is Monday", "note": "Réunions/sub/new.md"})
+        assert undo in str(refused.value) and f"path {root / 'Réunions'}" in str(refused.value)
+        with pytest.raises(BadRequest, match=r"forget .*billing-summary\.md --undo"):
+            edits.write({"text": "more billing", "note": "projects/billing-summary.md"})
+        with pytest.raises(BadRequest, match="is forgotten"):
+            edits.write({"text": "corrected", "replace": kept["citation"]})
+        with pytest.raises(BadRequest, match="is forgotten"):
+            edits.forget({"target": kept["citation"]})
+        with pytest.raises(BadRequest, match=r"forget '.*2\*\.md' --undo"):
+            edits.write({"text": "into the daily note"})
+        with pytest.raises(BadRequest, match="--project plans --undo"):
+            edits.write({"text": "more plans", "note": "plans/y.md"})
+        assert sorted(str(p) for p in root.rglob("*")) == before  # not even a folder
+        assert "ibis" not in (root / "Réunions" / "a.md").read_text()
+        assert "into the daily" not in Path(daily["path"]).read_text()
+
+        edits.forget({"target": "Réunions", "undo": True})
+        engine.sync()
+        res = edits.write({"text": "The ibis deadline is Monday", "note": "Réunions/new.md"})
+        assert [h["path"] for h in keyword_hits(engine, "ibis")] == [res["path"]]
     finally:
         engine.close()
 
