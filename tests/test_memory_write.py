@@ -236,6 +236,42 @@ def test_cli_remember_through_daemon_and_stdin(keyword_daemon: DaemonProcess, ho
     assert bad.returncode == 2 and "'..'" in bad.stderr
 
 
+@pytest.mark.timeout(180)
+def test_refusals_are_the_same_with_and_without_the_daemon(home: Path) -> None:
+    """A write into a forgotten folder and an entry too long for one request: the same message
+    and exit code in-process and through the daemon (the CLI, the client library too)."""
+    (home / "config.toml").write_text(KEYWORD_ONLY)
+    env = env_for(home)
+    cli = [sys.executable, "-m", "recalld.surfaces.cli"]
+
+    def run(*args: str, stdin: str | None = None) -> tuple[int, str]:
+        out = subprocess.run(
+            [*cli, *args], input=stdin, env=env, capture_output=True, text=True, timeout=120
+        )
+        return out.returncode, out.stderr
+
+    assert run("remember", "monday minutes", "--note", "Réunions/a.md")[0] == 0
+    assert run("forget", "Réunions")[0] == 0
+    into = ("remember", "The ibis deadline is Monday", "--note", "Réunions/new.md", "--json")
+    huge = "bigword " * 700_000
+    alone = [run(*into), run("remember", "-", stdin=huge)]
+    assert alone[0][0] == 2 and "is forgotten" in alone[0][1] and "--undo" in alone[0][1]
+    assert alone[1][0] == 2 and "memory.max_entry_chars (20,000)" in alone[1][1]
+    daemon = DaemonProcess(home).start()
+    try:
+        daemon.wait_idle()
+        assert [run(*into), run("remember", "-", stdin=huge)] == alone
+        with daemon.client() as c:
+            with pytest.raises(ClientBadRequest, match="is forgotten"):
+                c.remember("The ibis deadline is Monday", note="Réunions/new.md")
+            with pytest.raises(ClientBadRequest, match="too long for one request"):
+                c.remember("x" * 2_000_000)  # over the daemon's cap of requests
+            assert not c.remember("a short one zqxshort")["duplicate"]
+        assert not (home / "memory" / "Réunions" / "new.md").exists()
+    finally:
+        daemon.stop()
+
+
 def _entries(path: Path) -> list[tuple[str, str]]:
     """(heading, body) of every entry; fails on anything that is not a whole entry."""
     lines = path.read_text().splitlines()
