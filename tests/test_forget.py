@@ -225,3 +225,56 @@ def test_a_cached_embedding_stays_while_its_text_is_live_elsewhere(tmp_path: Pat
     assert result["cache_entries_removed"] == 1 and result["wal_truncated"]
     assert set(store.cached("k", "m", 3, ["shared", "only-a"])) == {"shared"}
     store.close()
+
+
+def test_a_session_by_the_start_of_its_id_and_forgets_that_match_nothing(home: Path) -> None:
+    """``forget --session 5f1c9e0a`` (the README's form) and ``search --session 5f1c9e0a`` take
+    the one session whose id starts so; several are an error naming them; a forget that
+    matches nothing records nothing and says so (exit 3, as a missing path)."""
+    from conftest import make_engine
+    from recalld.errors import BadRequest as DaemonBadRequest
+    from recalld.errors import NotFound as DaemonNotFound
+    from recalld.memory_edits import MemoryEdits
+
+    agents = home / "agents" / "projects" / "-home-me-work-billing"
+    ids = ["5f1c9e0a-77b2-4c1d-a001-5e55104a0001", "5f1c77aa-0b3e-4f2a-a002-5e55104a0002"]
+    for n, sid in enumerate(ids):
+        write(agents / f"{sid}.jsonl", claude_line(f"talk zqxsess{n} zqxboth", sid, "/w/billing"))
+    engine = make_engine(
+        home, None, embedding__provider="none", sessions__paths=[f"{agents.parent}/**/*.jsonl"]
+    )
+    edits = MemoryEdits(engine, lambda fn: fn(), resync=engine.sync)
+
+    def hits(session: str) -> list[str]:
+        params = {"query": "zqxboth", "mode": "keyword", "session": session}
+        return [Path(h["path"]).stem for h in engine.searcher.search(params)["results"]]
+
+    try:
+        engine.sync()
+        assert hits("5f1c9e0a") == [ids[0]] and hits(ids[1]) == [ids[1]]
+        for ambiguous in (lambda: hits("5f1c"), lambda: edits.forget({"session": "5f1c"})):
+            with pytest.raises(DaemonBadRequest, match="start of 2 session ids") as err:
+                ambiguous()
+            assert ids[0] in str(err.value) and ids[1] in str(err.value)
+        res = edits.forget({"session": "5f1c9e0a"})
+        assert (res["value"], res["files_removed"], res["new"]) == (ids[0], 1, True)
+        assert hits(ids[0]) == [] and hits("5f1c") == [ids[1]]  # the other one is left
+        assert edits.forget({"session": "5f1c9e0a"})["new"] is False  # known: not an error
+        for nothing, why in (
+            ({"session": "0000dead"}, "no indexed transcript"),
+            ({"project": "nonexistentproj"}, "nothing indexed is of project"),
+            ({"target": "zzz*.md"}, "no file indexed or on disk matches"),
+        ):
+            with pytest.raises(DaemonNotFound, match=why + ".*nothing recorded"):
+                edits.forget(nothing)
+        assert [(s["kind"], s["value"]) for s in edits.forget({"list": True})["forgotten"]] == [
+            ("session", ids[0])
+        ]
+        assert edits.forget({"session": "5f1c9e0a", "undo": True})["value"] == ids[0]
+        assert hits("5f1c9e0a") == [ids[0]]
+    finally:
+        engine.close()
+    for args in (("--project", "nonexistentproj"), ("zzz*.md",), ("--session", "0000dead")):
+        out = cli(home, "forget", *args)
+        assert out.returncode == 3 and "nothing recorded" in out.stderr, (args, out.stderr)
+    assert "nothing is forgotten" in cli(home, "forget", "--list").stdout

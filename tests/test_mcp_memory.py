@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import mcp_stdio_params
+from conftest import env_for, mcp_stdio_params
 from test_mcp import shutdown_daemon, text_of
 
 pytest.importorskip("mcp")
@@ -70,6 +72,22 @@ def test_mcp_write_then_search_then_forget(home: Path) -> None:
             gone = await session.call_tool("memory_search", {"query": "zqxmcp1"})
             assert json.loads(text_of(gone))["results"] == []
             assert "zqxmcp1" not in (home / "memory" / "team.md").read_text()
+
+            # Refusals the agent can act on: said for this tool, not for memory_get.
+            escape = await session.call_tool("memory_write", {"text": "x", "note": "../x.md"})
+            assert escape.is_error and "'..'" in text_of(escape)
+            assert "memory_write writes notes only inside" in text_of(escape)
+            assert "memory_get" not in text_of(escape)
+            kept = await session.call_tool("memory_write", {"text": "a", "note": "old/a.md"})
+            assert not kept.is_error, text_of(kept)
+            forget = [sys.executable, "-m", "recalld.surfaces.cli", "forget", "old"]
+            subprocess.run(forget, env=env_for(home), check=True, timeout=60)
+            into = await session.call_tool("memory_write", {"text": "zqxmcp3", "note": "old/b.md"})
+            assert into.is_error and "is forgotten" in text_of(into), text_of(into)
+            assert f"recalld forget {home / 'memory' / 'old'} --undo" in text_of(into)
+            assert not (home / "memory" / "old" / "b.md").exists()
+            huge = await session.call_tool("memory_write", {"text": "y" * 2_000_000})
+            assert huge.is_error and "too long for one request" in text_of(huge), text_of(huge)
 
     try:
         anyio.run(scenario)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -141,6 +142,47 @@ def test_write_refusals_leave_nothing_behind(home: Path) -> None:
         engine.close()
 
 
+def test_writes_into_forgotten_notes_are_refused_and_touch_nothing(home: Path) -> None:
+    """A note a tombstone covers is never indexed: a write there would be acknowledged with a
+    citation that search and get never serve. Refused, naming the tombstone and its undo."""
+    root = home / "memory"
+    engine, edits = edits_for(home)
+    try:
+        kept = edits.write({"text": "minutes of monday", "note": "Réunions/a.md"})
+        edits.write({"text": "billing summary", "note": "projects/billing-summary.md"})
+        daily = edits.write({"text": "a daily entry"})
+        edits.write({"text": "planning zqxproj", "note": "plans/x.md"})
+        edits.forget({"target": "Réunions"})
+        edits.forget({"target": "projects/billing-summary.md"})
+        edits.forget({"target": str(root / "2*.md")})  # a glob over the daily notes
+        edits.forget({"project": "plans"})
+        before = sorted(str(p) for p in root.rglob("*"))
+        undo = f"`recalld forget {shlex.quote(str(root / 'Réunions'))} --undo`"
+        with pytest.raises(BadRequest, match="is forgotten") as refused:
+            edits.write({"text": "The ibis deadline is Monday", "note": "Réunions/sub/new.md"})
+        assert undo in str(refused.value) and f"path {root / 'Réunions'}" in str(refused.value)
+        with pytest.raises(BadRequest, match=r"forget .*billing-summary\.md --undo"):
+            edits.write({"text": "more billing", "note": "projects/billing-summary.md"})
+        with pytest.raises(BadRequest, match="is forgotten"):
+            edits.write({"text": "corrected", "replace": kept["citation"]})
+        with pytest.raises(BadRequest, match="is forgotten"):
+            edits.forget({"target": kept["citation"]})
+        with pytest.raises(BadRequest, match=r"forget '.*2\*\.md' --undo"):
+            edits.write({"text": "into the daily note"})
+        with pytest.raises(BadRequest, match="--project plans --undo"):
+            edits.write({"text": "more plans", "note": "plans/y.md"})
+        assert sorted(str(p) for p in root.rglob("*")) == before  # not even a folder
+        assert "ibis" not in (root / "Réunions" / "a.md").read_text()
+        assert "into the daily" not in Path(daily["path"]).read_text()
+
+        edits.forget({"target": "Réunions", "undo": True})
+        engine.sync()
+        res = edits.write({"text": "The ibis deadline is Monday", "note": "Réunions/new.md"})
+        assert [h["path"] for h in keyword_hits(engine, "ibis")] == [res["path"]]
+    finally:
+        engine.close()
+
+
 # through the daemon ---------------------------------------------------------------------------
 
 
@@ -192,6 +234,42 @@ def test_cli_remember_through_daemon_and_stdin(keyword_daemon: DaemonProcess, ho
         timeout=60,
     )  # fmt: skip
     assert bad.returncode == 2 and "'..'" in bad.stderr
+
+
+@pytest.mark.timeout(180)
+def test_refusals_are_the_same_with_and_without_the_daemon(home: Path) -> None:
+    """A write into a forgotten folder and an entry too long for one request: the same message
+    and exit code in-process and through the daemon (the CLI, the client library too)."""
+    (home / "config.toml").write_text(KEYWORD_ONLY)
+    env = env_for(home)
+    cli = [sys.executable, "-m", "recalld.surfaces.cli"]
+
+    def run(*args: str, stdin: str | None = None) -> tuple[int, str]:
+        out = subprocess.run(
+            [*cli, *args], input=stdin, env=env, capture_output=True, text=True, timeout=120
+        )
+        return out.returncode, out.stderr
+
+    assert run("remember", "monday minutes", "--note", "Réunions/a.md")[0] == 0
+    assert run("forget", "Réunions")[0] == 0
+    into = ("remember", "The ibis deadline is Monday", "--note", "Réunions/new.md", "--json")
+    huge = "bigword " * 700_000
+    alone = [run(*into), run("remember", "-", stdin=huge)]
+    assert alone[0][0] == 2 and "is forgotten" in alone[0][1] and "--undo" in alone[0][1]
+    assert alone[1][0] == 2 and "memory.max_entry_chars (20,000)" in alone[1][1]
+    daemon = DaemonProcess(home).start()
+    try:
+        daemon.wait_idle()
+        assert [run(*into), run("remember", "-", stdin=huge)] == alone
+        with daemon.client() as c:
+            with pytest.raises(ClientBadRequest, match="is forgotten"):
+                c.remember("The ibis deadline is Monday", note="Réunions/new.md")
+            with pytest.raises(ClientBadRequest, match="too long for one request"):
+                c.remember("x" * 2_000_000)  # over the daemon's cap of requests
+            assert not c.remember("a short one zqxshort")["duplicate"]
+        assert not (home / "memory" / "Réunions" / "new.md").exists()
+    finally:
+        daemon.stop()
 
 
 def _entries(path: Path) -> list[tuple[str, str]]:

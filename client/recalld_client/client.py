@@ -10,10 +10,12 @@ from pathlib import Path
 
 from recalld_client import locations
 from recalld_client.errors import (
+    BadRequest,
     ConnectionLost,
     ProtocolError,
     RecalldClientError,
     Timeout,
+    TooLarge,
     TooManyConnections,
     error_from_wire,
 )
@@ -278,7 +280,15 @@ class Client:
             params["tags"] = [tags] if isinstance(tags, str) else list(tags)
         if replace is not None:
             params["replace"] = replace
-        return self.call("write", params)
+        try:
+            return self.call("write", params)
+        except TooLarge as exc:
+            # The daemon's length check never saw it: said as what it is, a too long entry.
+            raise BadRequest(
+                f"the entry is {len(text):,} characters long, too long for one request to the "
+                f"daemon ({exc}): write a shorter summary (memory.max_entry_chars caps an "
+                "entry, 20,000 characters by default)"
+            ) from None
 
     def forget(
         self,

@@ -25,14 +25,23 @@ from typing import Any, TypeVar
 from recalld.errors import BadRequest, Forbidden, NotFound
 from recalld.index import erase, tombstones
 from recalld.index.tombstones import Tombstone
-from recalld.ingest import memory_write, note_names
+from recalld.ingest import memory_write, note_names, session_ids
 from recalld.ingest.filters import make_filter
-from recalld.ingest.forgotten import Forgotten
+from recalld.ingest.forgotten import (
+    Forgotten,
+    forgotten_stone,
+    nothing_matches,
+    on_disk,
+    undo_command,
+)
 from recalld.ingest.indexer import content_hash
 from recalld.paths import glob_base
 from recalld.retrieval import access
 
 T = TypeVar("T")
+# Why a forgotten note is not written to, and what to do instead (_refuse_forgotten).
+_UNFINDABLE = "an entry there is never indexed: search and get would never find it"
+_ELSEWHERE = "write to another note"
 OnWriter = Callable[[Callable[[], T]], T]
 
 
@@ -74,6 +83,7 @@ class MemoryEdits:
         replace = params.get("replace")
         if replace is not None:
             path, first, last = self._cited_note(replace)
+            self._refuse_forgotten(path)
             self._check_room(path, entry)
             with memory_write.note_lock(path, self._lock_file):
                 placed = memory_write.replace_lines(
@@ -111,8 +121,21 @@ class MemoryEdits:
             config.memory_roots(),
             make_filter(config.list("memory.extensions")),
             create_root=not config.list("memory.paths"),  # the default folder: made on use
+            refuse=self._refuse_forgotten,
         )
         return path, title
+
+    def _refuse_forgotten(
+        self, path: Path, why: str = _UNFINDABLE, instead: str = _ELSEWHERE
+    ) -> None:
+        """Refuse to edit a note a tombstone covers (BadRequest naming it and its undo)."""
+        with self.engine.reader() as store:
+            stone = forgotten_stone(store, self.engine.config, path)
+        if stone is not None:
+            raise BadRequest(
+                f"{path} is forgotten ({stone.kind} {stone.value}): nothing was touched, as "
+                f"{why}. Either {instead}, or bring it back first with `{undo_command(stone)}`"
+            )
 
     def _check_room(self, path: Path, entry: memory_write.Entry) -> None:
         """Refuse an entry that would take the note over ``memory.max_file_bytes`` (the indexer
@@ -170,11 +193,25 @@ class MemoryEdits:
             if cited is not None:
                 if undo:
                     raise BadRequest("removed lines cannot be brought back by recalld")
+                self._refuse_forgotten(
+                    cited[0],
+                    "its lines cannot be checked against an index that no longer holds them",
+                    "leave it forgotten (its text is out of the index already)",
+                )
                 return self._forget_lines(*cited)
             stone = self._path_stone(value, must_exist=not undo)
+        elif kind == "session":
+            stone = Tombstone(kind, self._session_id(value, undo=undo))
         else:
             stone = Tombstone(kind, value)
         return self._undo(stone) if undo else self._bury(stone)
+
+    def _session_id(self, value: str, *, undo: bool) -> str:
+        """The session a forget names, also by the start of its id (``5f1c9e0a``): among the
+        indexed and the forgotten sessions, or for an undo the forgotten ones only."""
+        with self.engine.reader() as store:
+            forgotten = [s.value for s in tombstones.all_of(store.conn) if s.kind == "session"]
+            return session_ids.resolve(None if undo else store.conn, value, forgotten)
 
     def _stones(self) -> list[Tombstone]:
         with self.engine.reader() as store:
@@ -332,20 +369,23 @@ class MemoryEdits:
             engine = self.engine
             store = engine.writer
             assert store is not None
+            roots = engine.config.memory_roots()
+            covers = Forgotten([stone], roots)
+            paths = [path for path in store.files() if covers.covers(path) is not None]
+            known = {(s.kind, s.value) for s in tombstones.all_of(store.conn)}
+            if not paths and not on_disk(stone, roots) and (stone.kind, stone.value) not in known:
+                # A typo'd glob or project would be kept as a tombstone for nothing, silently.
+                raise NotFound(nothing_matches(stone))
             with store.conn:
                 added = tombstones.add(store.conn, Tombstone(stone.kind, stone.value, time.time()))
-            covers = Forgotten([stone], engine.config.memory_roots())
             hashes: set[str] = set()
-            files = chunks = 0
-            for path in list(store.files()):
-                if covers.covers(path) is None:
-                    continue
+            chunks = 0
+            for path in paths:
                 hashes |= erase.chunk_hashes(store.conn, path)
                 change = store.remove_file(path)
                 engine.apply_change(change)
-                files += 1
                 chunks += len(change.removed)
-            return {"new": added, "files_removed": files, "chunks_removed": chunks,
+            return {"new": added, "files_removed": len(paths), "chunks_removed": chunks,
                     **erase.scrub(store.conn, hashes)}  # fmt: skip
 
         result = self.on_writer(run)

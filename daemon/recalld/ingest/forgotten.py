@@ -20,6 +20,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import shlex
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -27,11 +28,13 @@ from typing import Any
 
 from recalld.index import tombstones
 from recalld.index.tombstones import Tombstone
+from recalld.paths import glob_base
 
 _CWD = re.compile(rb'"cwd"\s*:\s*"((?:[^"\\]|\\.){1,4096})"')
 _HEAD_BYTES = 64 * 1024  # transcripts record their cwd in their first records
 _cwd_cache: dict[str, str] = {}
 _cwd_lock = threading.Lock()
+_WALK_LIMIT = 200_000  # files a glob's folder is searched through for a match on disk
 
 
 class Forgotten:
@@ -62,6 +65,47 @@ def forgotten_stone(store: Any, config: Any, *paths: str | Path) -> Tombstone | 
         if (stone := forgotten.covers(path)) is not None:
             return stone
     return None
+
+
+def undo_command(stone: Tombstone) -> str:
+    """The command that lifts ``stone`` (``recalld forget ... --undo``), quoted for a shell."""
+    if stone.kind in ("session", "project"):
+        return f"recalld forget --{stone.kind} {shlex.quote(stone.value)} --undo"
+    return f"recalld forget {shlex.quote(stone.value)} --undo"
+
+
+def on_disk(stone: Tombstone, memory_roots: Sequence[Path]) -> bool:
+    """Whether ``stone`` names something on disk that is not indexed (yet): a file or folder,
+    a file a glob matches, a note folder of a project. A session is known by its index only."""
+    if stone.kind == "path":
+        return os.path.lexists(stone.value)
+    if stone.kind == "project":
+        name = stone.value.strip().rstrip("/")
+        return "/" not in name and any((Path(r) / name).is_dir() for r in memory_roots)
+    if stone.kind != "glob":
+        return False
+    seen = 0
+    for folder, _, names in os.walk(glob_base(stone.value)):
+        for name in names:
+            if fnmatch.fnmatchcase(os.path.join(folder, name), stone.value):
+                return True
+        seen += len(names)
+        if seen > _WALK_LIMIT:
+            return True  # too many to look through for a forget: taken as a match
+    return False
+
+
+def nothing_matches(stone: Tombstone) -> str:
+    """Why a forget that covers nothing is refused, and what to check."""
+    what = {
+        "path": f"{stone.value} is not indexed and does not exist",
+        "glob": f"no file indexed or on disk matches {stone.value} (`*` also spans folders)",
+        "session": f"no indexed transcript has the session id {stone.value!r} or one starting "
+        "with it (a transcript's id is its file name without .jsonl, as search cites it)",
+        "project": f"nothing indexed is of project {stone.value!r} (a transcript's working "
+        "folder, by name or path, or a top folder of a memory folder)",
+    }.get(stone.kind, f"nothing matches {stone.kind} {stone.value!r}")
+    return f"{what}: nothing to forget, nothing recorded"
 
 
 def _matches(stone: Tombstone, path: str, roots: Sequence[str]) -> bool:

@@ -82,6 +82,14 @@ def redact_entry(text: str) -> tuple[str, int]:
 
 def make_entry(text: object, tags: object, max_chars: int) -> Entry:
     """Validate and redact what ``remember`` was given."""
+    body, redacted = redact_entry(entry_text(text, max_chars))
+    return Entry(body, clean_tags(tags), redacted)
+
+
+def entry_text(text: object, max_chars: int) -> str:
+    """The text an entry holds (line ends and outer blanks trimmed), or BadRequest: empty, a
+    NUL byte, or over ``max_chars``. The CLI checks a long text with it before sending it to
+    the daemon (too long for one request, it would get another error there)."""
     if not isinstance(text, str) or not text.strip():
         raise BadRequest("remember needs some text to write")
     body = "\n".join(line.rstrip() for line in text.strip("\n").replace("\r\n", "\n").split("\n"))
@@ -93,8 +101,7 @@ def make_entry(text: object, tags: object, max_chars: int) -> Entry:
             f"the entry is {len(body):,} characters long, over memory.max_entry_chars "
             f"({max_chars:,}): write a shorter summary, or raise the limit in config.toml"
         )
-    body, redacted = redact_entry(body)
-    return Entry(body, clean_tags(tags), redacted)
+    return body
 
 
 def clean_tags(tags: object) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from recalld.errors import BadRequest, Forbidden
@@ -61,9 +61,13 @@ def note_path(
     memory_filter: PathFilter,
     *,
     create_root: bool = False,
+    refuse: Callable[[Path], None] | None = None,
 ) -> Path:
     """The file to write for note ``name`` (relative to the first memory folder, or an absolute
-    path inside one); parent folders are created, never through a link."""
+    path inside one); parent folders are created, never through a link.
+
+    ``refuse`` sees the file's path before any folder is made, and raises to stop the write
+    (a forgotten note: nothing may be left on disk)."""
     if not roots:
         raise BadRequest("no memory folder is configured (memory.paths)")
     given = Path(os.path.expanduser(name.strip())) if isinstance(name, str) else Path()
@@ -78,6 +82,8 @@ def note_path(
             )
         root, rel_name = match, str(given.relative_to(match))
     parts = clean_name(rel_name, memory_filter.extensions)
+    if refuse is not None:
+        refuse(root.joinpath(*parts))
     _check_root(root, create_root)
     folder = root
     for part in parts[:-1]:

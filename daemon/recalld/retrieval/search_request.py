@@ -19,6 +19,7 @@ from recalld.errors import BadRequest
 from recalld.index.chunk_facts import FactFilter
 from recalld.index.store import Store
 from recalld.index.vector_index import VectorIndex
+from recalld.ingest import session_ids
 from recalld.retrieval.answer_budget import MIN_BUDGET_TOKENS
 from recalld.retrieval.filters import parse_filters
 from recalld.retrieval.keyword_postings import PostingsCache
@@ -187,3 +188,15 @@ def absolute_prefix(request: SearchRequest, roots: list[Path]) -> SearchRequest:
     elif prefix:
         prefix = os.path.expanduser(prefix)
     return replace(request, path_prefix=prefix)
+
+
+def full_session(request: SearchRequest, conn: Any) -> SearchRequest:
+    """A ``session`` filter given as the start of an id is taken as the one session it begins
+    (:mod:`recalld.ingest.session_ids`; BadRequest when it begins several)."""
+    facts = request.facts
+    if facts is None or not facts.session:
+        return request
+    session = session_ids.resolve(conn, facts.session)
+    if session == facts.session:
+        return request
+    return replace(request, facts=replace(facts, session=session))

@@ -24,7 +24,12 @@ from recalld.retrieval.answer_budget import refit
 from recalld.retrieval.channel_overlap import InFlight
 from recalld.retrieval.keyword_postings import PostingsCache
 from recalld.retrieval.search import run_search
-from recalld.retrieval.search_request import SearchContext, absolute_prefix, parse_request
+from recalld.retrieval.search_request import (
+    SearchContext,
+    absolute_prefix,
+    full_session,
+    parse_request,
+)
 from recalld.retrieval.term_stats import TermStats
 
 
@@ -63,6 +68,7 @@ class Searcher:
         with ix.in_flight.search() as alone, ix.readers.reader() as store:
             if request.path_prefix:
                 request = absolute_prefix(request, ix.config.memory_roots())
+            request = full_session(request, store.conn)
             wants_vectors = request.mode != "keyword"
             # A provider that is down is skipped at once (keyword-only, `degraded` says why);
             # when its cooldown is over this search probes it (a failure degrades it then).

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     import argparse
 
 _JSON_HELP = "print the answer as one JSON object"
+#: Texts longer than this are checked here before they go to the daemon: a shorter one fits in
+#: a request (at most 4 UTF-8 bytes a character, well under the daemon's 1 MiB cap).
+PRECHECK_CHARS = 64_000
 
 
 def add_parsers(sub: Any) -> None:
@@ -90,6 +93,8 @@ def params_of(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 def run(args: argparse.Namespace, client: Any | None) -> int:
     """Answer through ``client`` (a running daemon) or in-process."""
     method, params = params_of(args)
+    if client is not None and method == "write":
+        _check_length(args, params["text"])
 
     def call(target: str | None) -> dict[str, Any]:
         sent = params if target is None else {**params, "target": target}
@@ -104,6 +109,18 @@ def run(args: argparse.Namespace, client: Any | None) -> int:
     result = call(None) if target is None else with_cwd_fallback(call, target)
     print_result(method, params, result, args.json)
     return 0
+
+
+def _check_length(args: argparse.Namespace, text: str) -> None:
+    """Refuse a long text as the daemon would (``memory.max_entry_chars``), before it is sent:
+    over the daemon's 1 MiB cap of requests it would be turned away unread, with another error
+    and exit code than ``remember`` without a daemon gives."""
+    if len(text) <= PRECHECK_CHARS:
+        return  # the daemon checks it (the config is not read for every remember)
+    from recalld.config import Config
+    from recalld.ingest.memory_write import entry_text
+
+    entry_text(text, Config.load(args.config).int("memory.max_entry_chars"))
 
 
 def _in_process(args: argparse.Namespace, method: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from recalld.surfaces.cli_output import pending_note
 from recalld.surfaces.filter_options import STALE_NOTE
 from recalld.surfaces.mcp_arguments import ToolError
+from recalld.surfaces.mcp_memory_tools import FORGET_TOOL, WRITE_TOOL
 from recalld.surfaces.mcp_schemas import GET_TOOL, SEARCH_TOOL
 
 
@@ -125,18 +126,29 @@ def get_payload(res: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def describe_error(exc: BaseException) -> str:
-    """A message the agent can act on, for any failure of a tool call."""
+#: What each tool may touch, said after a "forbidden" error of that tool.
+_FORBIDDEN_HINTS = {
+    GET_TOOL: f"{GET_TOOL} only reads files inside recalld's memory and session folders: use "
+    f"a path from a {SEARCH_TOOL} citation",
+    WRITE_TOOL: f"{WRITE_TOOL} writes notes only inside recalld's memory folders: give a note "
+    "name such as MEMORY.md or projects/billing.md (no '..', no symbolic links), or leave "
+    "note out for today's daily note",
+    FORGET_TOOL: f"{FORGET_TOOL} removes lines only from recalld's memory notes: use a "
+    f"citation from a {SEARCH_TOOL} or {WRITE_TOOL} answer",
+    SEARCH_TOOL: f"{SEARCH_TOOL} only searches recalld's memory and session folders",
+}
+
+
+def describe_error(exc: BaseException, tool: str | None = None) -> str:
+    """A message the agent can act on, for any failure of a tool call (of ``tool``)."""
     from recalld_client import errors
 
     text = str(exc) or type(exc).__name__
     if isinstance(exc, ToolError):
         return text
     if isinstance(exc, errors.Forbidden):
-        return (
-            f"forbidden: {text}. {GET_TOOL} only reads files inside recalld's memory and "
-            f"session folders: use a path from a {SEARCH_TOOL} citation"
-        )
+        hint = _FORBIDDEN_HINTS.get(tool or GET_TOOL)
+        return f"forbidden: {text}. {hint}" if hint else f"forbidden: {text}"
     if isinstance(exc, errors.NotFound):
         return f"not found: {text}"
     if isinstance(exc, errors.BadRequest):

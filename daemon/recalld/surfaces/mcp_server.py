@@ -209,7 +209,7 @@ def build_server(link: DaemonLink) -> Any:
             if not isinstance(exc, ToolError):
                 log.warning("%s failed: %s", params.name, exc, exc_info=log.isEnabledFor(10))
             return types.CallToolResult(
-                content=[types.TextContent(text=describe_error(exc))], is_error=True
+                content=[types.TextContent(text=describe_error(exc, params.name))], is_error=True
             )
         # The text for models, the same answer typed for clients that read structured output.
         return types.CallToolResult(
