@@ -20,6 +20,10 @@ Decision (orchid): the orchid ingest queue keeps 3 retries with jittered backoff
 Redis streams over Kafka because the orchid team runs one node.
 """
 OTHER = "# Gardening\n\nWater the tomatoes every morning in July.\n"
+OPS = (
+    "---\ntitle: Orchid ops\ntags: [orchid, ops]\naliases: [orchid runbook]\n---\n\n"
+    "# Orchid ops\n\nThe orchid pager rota rotates weekly on Mondays.\n"
+)
 
 
 @pytest.fixture
@@ -29,6 +33,7 @@ def env_home() -> Iterator[tuple[dict[str, str], Path]]:
     rh = Path(env["RECALLD_HOME"])
     write(rh / "memory" / "orchid.md", NOTE)
     write(rh / "memory" / "garden.md", OTHER)
+    write(rh / "memory" / "orchid-ops.md", OPS)
     write(rh / "config.toml", '[sessions]\npaths = ["~/.claude/projects/**/*.jsonl"]\n')
     yield env, path
     import shutil
@@ -78,6 +83,7 @@ def test_session_start_brings_the_project_note_and_sync_indexes_the_transcript(
         assert "Redis streams over Kafka" in text
         assert f"[{home / 'rh' / 'memory' / 'orchid.md'}#L1-L" in text  # with its citation
         assert "tomatoes" not in text
+        assert "pager rota" in text and "aliases:" not in text  # the body, not its front matter
         # Nothing relevant: nothing printed.
         other = recalld(env, "hook", "session-start", stdin=json.dumps({**start, "cwd": "/w/zz9"}))
         assert other.returncode == 0 and other.stdout == "", other.stdout

@@ -174,11 +174,12 @@ def project_memory(cwd: str, deadline: float, session_id: str = "") -> list[Item
         return []
     notes = _ask(deadline, "search", name, sources=["memory"], max_results=NOTES * 2)
     needle = name.lower()
-    items = [
-        Item(hit["citation"], hit["snippet"], "note")
+    hits = [
+        hit
         for hit in notes.get("results", [])
         if needle in (hit["path"] + " " + hit["snippet"]).lower() or cwd in hit["snippet"]
     ][:NOTES]
+    items = [item for hit in hits if (item := _note_item(hit, deadline)) is not None]
     folder = claude_transcript_folder(cwd)
     if folder.is_dir():
         sessions = _ask(
@@ -197,6 +198,19 @@ def project_memory(cwd: str, deadline: float, session_id: str = "") -> list[Item
             if own is None or Path(h["path"]).name != own
         ]
     return items
+
+
+def _note_item(hit: dict[str, Any], deadline: float) -> Item | None:
+    """A note hit as an item: its snippet, or, for a note's front matter chunk (``---`` title,
+    tags ``---``: it names the project but says nothing a session can use), the lines of the
+    note's next matching place (one slot per short note puts them in ``also``), else nothing."""
+    if not (int(hit.get("start_line") or 0) == 1 and hit["snippet"].lstrip().startswith("---")):
+        return Item(hit["citation"], hit["snippet"], "note")
+    also = hit.get("also") or []
+    if not also:
+        return None
+    got = _ask(deadline, "get", also[0]["citation"])
+    return Item(also[0]["citation"], got.get("text", ""), "note")
 
 
 def render(cwd: str, items: list[Item], budget_tokens: int) -> str:
