@@ -45,7 +45,7 @@ def _store(base: Path) -> tuple[str, str]:
     admin = embedded.Embedded(base).admin_url()
     with psycopg.connect(admin, autocommit=True) as conn:
         for name, pw in PASSWORDS.items():
-            add_member(conn, name, pw, ["bench"])
+            add_member(conn, name, pw, ["bench"], reset_password=True)  # maybe found
     return str(info["url"]), admin
 
 

@@ -134,12 +134,12 @@ def test_a_closed_remote_keeps_no_connection_and_still_answers(store: dict[str, 
     bob = Remote(_settings(store, "bob", "bob@kw", **{"shared.read": ["alice@*"]}))
     query = np.asarray([1.0, 0.07, 0.0], dtype=np.float32)
     first = bob.search("walrus ledger", query, 5, 3000)
-    kept = list(bob._idle)
+    kept = list(bob.connections.idle)
     assert kept  # the two channels' connections, kept for the next search
     bob.close()
     assert all(conn.closed for conn in kept)
     assert bob.search("walrus ledger", query, 5, 3000) == first  # still answers, in turn
-    assert bob._idle == []  # and keeps nothing
+    assert bob.connections.idle == []  # and keeps nothing
 
 
 def test_a_store_not_migrated_says_what_to_run(store: dict[str, Any]) -> None:

@@ -108,14 +108,20 @@ class SharedLink:
         from recalld.shared.settings import redact_url
 
         s = self.settings
+        push = self.pusher.state.as_dict()
+        down = self.channel.probe()  # what the last push or search found may be old news
+        if down is None and push["reachable"] is False:
+            self.pusher.poke()  # back: push what waits now, not after the backoff
         return {
             "on": True,
             "url": redact_url(s.url),
             "member": s.member,
             "collection": s.collection,
             "team": s.team,
-            "push": self.pusher.state.as_dict(),
-            "search_error": self.channel.last_error,
+            "reachable": down is None,
+            "unreachable": down,
+            "push": push,
+            "search_error": self.channel.search_error(self.pusher.answered_at(), down is not None),
         }
 
     def _embed(self, query: str) -> Any:

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from recalld.config import Config
-from recalld.errors import BadRequest, NotFound
+from recalld.errors import BadRequest, NotFound, Unavailable
 from recalld.retrieval import served
 from recalld.retrieval.search_results import snippet
+from recalld.shared.connections import UNREACHABLE, first_line
 from recalld.shared.remote import Remote, SharedHit
 from recalld.shared.terms import query_terms
 
@@ -35,7 +36,11 @@ class SharedChannel:
         self.remote = remote
         self.config = config
         self._pool = cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="recalld-shared")
-        self.last_error: str | None = None
+        self.last_error: str | None = None  # why the last search got no shared hits
+        self._failed_at = 0.0  # monotonic time of that failure
+        self._unreachable = False  # the failure was the store not answering (not the query)
+        self.answered_at = 0.0  # monotonic time the store last answered a search or probe
+        self._probe: cf.Future[None] | None = None  # one at a time (a store that hangs)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -60,13 +65,16 @@ class SharedChannel:
             hits = future.result(timeout=max(left, 0.001))
         except cf.TimeoutError:
             future.cancel()
-            return _degraded(
-                answer, f"shared store did not answer within {timeout_s * 1000:.0f} ms"
-            )
+            why = f"shared store did not answer within {timeout_s * 1000:.0f} ms"
+            self._failed(why, unreachable=True)
+            return _degraded(answer, why)
         except Exception as exc:  # noqa: BLE001 - the local answer stands; say why
-            self.last_error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            return _degraded(answer, f"shared store unavailable: {self.last_error}")
+            why = first_line(exc)
+            self._failed(why, unreachable=not_answering(exc))
+            said = why if why.startswith(UNREACHABLE) else f"shared store unavailable: {why}"
+            return _degraded(answer, said)
         self.last_error = None
+        self.answered_at = time.monotonic()
         floor = params.get("min_score")
         floor = self.config.float("search.min_score") if floor is None else float(floor)
         shared = self._results(hits, query, floor, max_results)
@@ -77,6 +85,40 @@ class SharedChannel:
             "collections": sorted({h.collection for h in hits}),
         }
         return answer
+
+    def _failed(self, why: str, unreachable: bool) -> None:
+        self.last_error = why
+        self._failed_at = time.monotonic()
+        self._unreachable = unreachable
+
+    def search_error(self, store_answered_at: float, down: bool) -> str | None:
+        """Why the last search got no shared hits, but not that the store did not answer when
+        it is ``down`` now (said already) or answered since (a push at ``store_answered_at``, a
+        search, a probe): that failure is stale."""
+        if self._unreachable and (
+            down or max(store_answered_at, self.answered_at) > self._failed_at
+        ):
+            return None
+        return self.last_error
+
+    def probe(self) -> str | None:
+        """Whether the store answers now (one round trip, waited for at most ``timeout_ms``;
+        one still running is waited for, not doubled): None, or why not. For ``status``, which
+        would otherwise say what the last push or search found, maybe 30 s ago."""
+        if self._probe is None or self._probe.done():
+            self._probe = self._pool.submit(self._ping)
+        ms = self.remote.settings.timeout_ms
+        try:
+            self._probe.result(timeout=ms / 1000)
+        except cf.TimeoutError:
+            return f"shared store did not answer within {ms} ms"
+        except Exception as exc:  # noqa: BLE001 - the answer is why
+            return first_line(exc)
+        return None
+
+    def _ping(self) -> None:
+        self.remote.ping(self.remote.settings.timeout_ms)
+        self.answered_at = time.monotonic()
 
     def _hits(
         self, query: str, wants_vectors: bool, embed: Callable[[str], Any], k: int
@@ -126,6 +168,16 @@ class SharedChannel:
                 }
             )
         return out
+
+
+def not_answering(exc: BaseException) -> bool:
+    """Whether a failure was the store not answering (down, restarting, too slow), which a later
+    answer makes stale, rather than something the query or the store's schema must change."""
+    if isinstance(exc, Unavailable):
+        return True
+    import psycopg
+
+    return isinstance(exc, psycopg.OperationalError)
 
 
 def _degraded(answer: dict[str, Any], why: str) -> dict[str, Any]:

@@ -204,6 +204,10 @@ class Pusher:
     def _look(self) -> None:
         self.state.unmerged, self.state.graph_outdated = self.remote.graph_state()
 
+    def answered_at(self) -> float:
+        """Monotonic time the store last answered a push round (0: never)."""
+        return self._contact
+
     def _answered(self) -> None:
         self._contact = time.monotonic()
         self.state.reachable = True

@@ -1,26 +1,25 @@
 """What recalld asks of PostgreSQL: push a file's chunks, leave a tombstone, search, read lines.
 
-One :class:`Remote` per daemon. Connections are opened on demand, kept open between calls (in
-autocommit: a search is one round trip, no BEGIN/COMMIT) and dropped on any error (the next call
-opens a new one), so a database that goes away and comes back needs nothing from the user. Every
-statement runs as the member's own role: row-level security decides what it sees.
+One :class:`Remote` per daemon, its connections kept between calls (:mod:`.connections`): a
+database that goes away and comes back needs nothing from the user, and every call is tried once
+more on a new connection when a kept one turned out closed by a restart (:func:`.once_more`).
+Every statement runs as the member's own role: row-level security decides what it sees.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import threading
 import time
-import weakref
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from recalld.errors import ConfigError, Unavailable
+from recalld.errors import ConfigError
 from recalld.shared import fresh_vectors, graph
+from recalld.shared.connections import Connections, first_line, once_more
 from recalld.shared.settings import SharedSettings
 from recalld.shared.terms import query_terms, terms_text
 
@@ -97,63 +96,30 @@ class Remote:
 
     def __init__(self, settings: SharedSettings, connect_timeout_s: float = 5.0) -> None:
         self.settings = settings
-        self.connect_timeout_s = connect_timeout_s
-        self._idle: list[Any] = []
-        self._lock = threading.Lock()
-        # statement_timeout last set on each open connection (set again only when it changes)
-        self._timeouts: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self.connections = Connections(settings, connect_timeout_s, _prepare)
         self._readable: tuple[float, list[str]] | None = None
         self._has_vectors = False
-        self._closed = False  # by close(): connections are closed when done, not kept
         # the vector channel's statement, run while the keyword one runs on the caller's thread
         self._pool = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="recalld-shared-vec")
 
-    @contextmanager
-    def connection(self, timeout_ms: int | None = None) -> Iterator[Any]:
-        """A connection of this member (from the idle list or new); dropped if anything fails."""
-        import psycopg
-
-        with self._lock:
-            conn = self._idle.pop() if self._idle else None
-        if conn is None or conn.closed:
-            try:
-                conn = psycopg.connect(
-                    self.settings.dsn(),
-                    connect_timeout=max(1, round(self.connect_timeout_s)),
-                    autocommit=True,
-                )
-            except psycopg.OperationalError as exc:
-                raise Unavailable(f"shared store unreachable: {_first_line(exc)}") from exc
-            _register_vector(conn)
-            # The graph's search width (pgvector's default 40 misses neighbours at 1M), and an
-            # iterative scan, so that a collection filter still yields k rows.
-            conn.execute(f"SET hnsw.ef_search = {EF_SEARCH}")
-            conn.execute("SET hnsw.iterative_scan = relaxed_order")
-        try:
-            if timeout_ms is not None and self._timeouts.get(conn) != int(timeout_ms):
-                conn.execute(f"SET statement_timeout = {int(timeout_ms)}")
-                self._timeouts[conn] = int(timeout_ms)
-            yield conn
-        except BaseException:
-            conn.close()
-            raise
-        with self._lock:
-            if not self._closed:
-                self._idle.append(conn)
-                return
-        conn.close()  # a statement that ended after close(): nothing keeps its connection
+    def connection(self, timeout_ms: int | None = None) -> AbstractContextManager[Any]:
+        """A connection of this member (:meth:`.Connections.connection`)."""
+        return self.connections.connection(timeout_ms)
 
     def close(self) -> None:
         """Close the idle connections, and each busy one when its statement ends."""
         self._pool.shutdown(wait=False, cancel_futures=True)
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+        self.connections.close()
+
+    @once_more
+    def ping(self, timeout_ms: int) -> None:
+        """One round trip: raises when the store does not answer."""
+        with self.connection(timeout_ms) as conn:
+            conn.execute("SELECT 1")
 
     # identity and collection ------------------------------------------------------------------
 
+    @once_more
     def claim(self, provider_key: str, label: str, model: str, dims: int) -> str:
         """Fix or check the store's vector space; ConfigError when it is another one."""
         import psycopg
@@ -171,10 +137,11 @@ class Remote:
             ) from exc
         except psycopg.Error as exc:
             if getattr(exc, "sqlstate", None) == "RC001":
-                raise ConfigError(_first_line(exc).removeprefix("ERROR:  ")) from exc
+                raise ConfigError(first_line(exc).removeprefix("ERROR:  ")) from exc
             raise
         return str(row[0])
 
+    @once_more
     def ensure_collection(self) -> None:
         """Create this machine's collection (owned by this member) if it is not there."""
         s = self.settings
@@ -193,6 +160,7 @@ class Remote:
 
     # push ---------------------------------------------------------------------------------------
 
+    @once_more
     def pushed(self) -> dict[str, str]:
         """What the store holds of this collection: path -> content hash ('' for a tombstone)."""
         with self.connection() as conn:
@@ -207,6 +175,7 @@ class Remote:
         """Replace one file (its redacted text, chunks and vectors) in one transaction."""
         self.push_files([PushFile(path, file_hash, text, tuple(chunks))])
 
+    @once_more
     def push_files(self, files: Sequence[PushFile]) -> None:
         """Replace these files (redacted text, chunks, vectors) in one transaction, each kind of
         row sent as one batch (a statement per chunk cost a round trip per chunk)."""
@@ -256,18 +225,21 @@ class Remote:
             if vectors:  # executemany: one pipeline, no round trip per row
                 _insert_fresh(cur, vectors)
 
+    @once_more
     def merge_fresh(self, limit: int) -> int:
         """Move up to ``limit`` fresh vectors (any collection's) into the HNSW graph."""
         with self.connection() as conn:
             row = conn.execute("SELECT recalld.merge_fresh(%s)", (limit,)).fetchone()
         return int(row[0]) if row else 0
 
+    @once_more
     def fresh_rows(self) -> int:
         """Vectors of every collection not yet in the graph (read exactly by each search)."""
         with self.connection() as conn:
             row = conn.execute("SELECT recalld.fresh_rows()").fetchone()
         return int(row[0]) if row else 0
 
+    @once_more
     def graph_state(self) -> tuple[int, bool]:
         """The fresh rows (as :meth:`fresh_rows`) and whether the store's graph predates
         migration 6 (an administrator's ``recalld shared init`` rebuilds it), in one round trip."""
@@ -275,6 +247,7 @@ class Remote:
             row = conn.execute(f"SELECT recalld.fresh_rows(), ({graph.OUTDATED})").fetchone()
         return (int(row[0]), bool(row[1])) if row else (0, False)
 
+    @once_more
     def tombstone(self, path: str) -> None:
         """The file left this collection (deleted, forgotten, no longer shared)."""
         coll = self.settings.collection
@@ -290,6 +263,7 @@ class Remote:
 
     # search and get -----------------------------------------------------------------------------
 
+    @once_more
     def search(
         self,
         query: str,
@@ -353,6 +327,7 @@ class Remote:
             self._has_vectors = _has_vectors(conn)
         return self._has_vectors
 
+    @once_more
     def file_text(self, collection: str, path: str) -> str | None:
         """A shared file's (redacted) text, or None when it is not there or not readable."""
         with self.connection(max(self.settings.timeout_ms, 2000)) as conn:
@@ -447,14 +422,15 @@ def _has_vectors(conn: Any) -> bool:
     return row is not None and row[0] is not None
 
 
-def _register_vector(conn: Any) -> None:
+def _prepare(conn: Any) -> None:
+    """A new connection: pgvector's types, the graph's search width (pgvector's default 40
+    misses neighbours at 1M), and an iterative scan, so that a collection filter still yields
+    k rows."""
     from pgvector.psycopg import register_vector
 
     try:
         register_vector(conn)
     except Exception:  # noqa: BLE001 - no extension yet (a store not initialised): plain types
         conn.rollback()
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    conn.execute(f"SET hnsw.ef_search = {EF_SEARCH}")
+    conn.execute("SET hnsw.iterative_scan = relaxed_order")

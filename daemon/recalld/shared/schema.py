@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from recalld.errors import ConfigError
+from recalld.errors import BadRequest, ConfigError
 from recalld.shared import fresh_vectors, graph, postings
 
 #: Members are granted this role; it carries every privilege a member needs.
@@ -244,8 +244,19 @@ def migrate(conn: Any, say: Callable[[str], None] = lambda _: None) -> int:
     return len(MIGRATIONS)
 
 
-def add_member(conn: Any, name: str, password: str, teams: list[str]) -> str:
-    """Create (or update) a member's login role and its teams, as an administrator."""
+class MemberExists(BadRequest):
+    """``add-member`` for a name that already has a login: its password is kept."""
+
+
+def add_member(
+    conn: Any, name: str, password: str, teams: list[str] | None, *, reset_password: bool = False
+) -> tuple[str, list[str]]:
+    """Create a member's login role and its teams, as an administrator; (role, teams).
+
+    A member who is already there is refused (:class:`MemberExists`): a new password would lock
+    the member's other machines out. ``reset_password`` sets the new one, and its teams when
+    ``teams`` is given (None keeps them).
+    """
     from psycopg import sql
 
     from recalld.shared.settings import role_of
@@ -253,6 +264,13 @@ def add_member(conn: Any, name: str, password: str, teams: list[str]) -> str:
     role = role_of(name)
     with conn.transaction():
         exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+        if exists and not reset_password:
+            raise MemberExists(
+                f"{name} is already a member (login {role}); its password is unchanged. A new "
+                f"one would lock {name}'s other machines out: to set one anyway, run `recalld "
+                f"shared add-member {name} --reset-password` and give it to every machine of "
+                f"{name}'s"
+            )
         verb = sql.SQL("ALTER ROLE" if exists else "CREATE ROLE")
         conn.execute(
             sql.SQL("{} {} LOGIN PASSWORD {}").format(
@@ -262,9 +280,10 @@ def add_member(conn: Any, name: str, password: str, teams: list[str]) -> str:
         conn.execute(
             sql.SQL("GRANT {} TO {}").format(sql.Identifier(MEMBERS_ROLE), sql.Identifier(role))
         )
-        conn.execute(
+        row = conn.execute(
             "INSERT INTO recalld.members(name, role, teams) VALUES (%s, %s, %s) "
-            "ON CONFLICT (name) DO UPDATE SET teams = excluded.teams",
-            (name, role, teams),
-        )
-    return role
+            "ON CONFLICT (name) DO UPDATE SET teams = COALESCE(%s, recalld.members.teams) "
+            "RETURNING teams",
+            (name, role, teams or [], teams),
+        ).fetchone()
+    return role, list(row[0])

@@ -145,6 +145,16 @@ def print_get(res: dict[str, Any], as_json: bool) -> None:
     sys.stdout.write(res["text"] + ("\n" if res["text"] else ""))
 
 
+def degraded_line(res: dict[str, Any]) -> str:
+    """Why vector search is off, and whether the shared store is out of searches."""
+    local = res.get("degraded")
+    shared = res.get("shared") or {}
+    if not (shared.get("on") and shared.get("reachable") is False):
+        return str(local or "no")
+    out = "shared store unreachable: searches answer from this machine only (see shared: below)"
+    return f"{local}; {out}" if local else out
+
+
 def print_status(res: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(_json(res, default=str))
@@ -157,7 +167,7 @@ def print_status(res: dict[str, Any], as_json: bool) -> None:
         *status_head(res),  # where notes live and what is watched, first
         f"state:     {res.get('state')} ({daemon_line(res.get('daemon'))})",
         f"provider:  {res.get('provider')} — {res.get('provider_reason')}",
-        f"degraded:  {res.get('degraded') or 'no'}",
+        f"degraded:  {degraded_line(res)}",
         f"files:     {counts.get('files', 0)} ({counts.get('memory_files', 0)} memory, "
         f"{counts.get('session_files', 0)} sessions)",
         f"chunks:    {counts.get('chunks', 0)} ({counts.get('vectors', 0)} with vectors, "
@@ -233,11 +243,19 @@ def shared_lines(shared: dict[str, Any]) -> list[str]:
     if push.get("unmerged_vectors"):
         waits.append(f"{push['unmerged_vectors']:,} vectors still to merge into the store's graph")
     lines.append("           " + ", ".join(waits))
-    if push.get("reachable") is False:
+    reachable = shared.get("reachable")  # asked at the status (absent from older daemons)
+    if reachable is False or (reachable is None and push.get("reachable") is False):
+        why = shared.get("unreachable") or push.get("last_error") or "no answer"
         retry = push.get("retry_in_s") or 0
+        when = f"retrying in {retry:g} s; " if retry else ""
         lines.append(
-            f"           unreachable: {push.get('last_error')} (retrying in {retry:g} s; "
-            "nothing is lost, the difference is pushed when it is back)"
+            f"           {unreachable_line(why)} ({when}searches answer from this machine "
+            "meanwhile; nothing is lost, the difference is pushed when it is back)"
+        )
+    elif push.get("reachable") is False:
+        lines.append(
+            f"           the store answers again; the last push failed ({push.get('last_error')})"
+            " and is retried now"
         )
     if push.get("graph_outdated"):
         lines.append(
@@ -247,6 +265,11 @@ def shared_lines(shared: dict[str, Any]) -> list[str]:
     if shared.get("search_error"):
         lines.append(f"           last search of the store failed: {shared['search_error']}")
     return lines
+
+
+def unreachable_line(why: str) -> str:
+    """Why the shared store did not answer, "shared store unreachable" said once."""
+    return why if why.startswith("shared store") else f"shared store unreachable: {why}"
 
 
 def started_line(daemon: Any) -> str | None:

@@ -3,7 +3,8 @@
 Checks: the daemon answers; the service is installed and enabled; the index and the embedding
 provider are healthy; each agent that is installed or wired has recalld registered, and the
 registered command answers an MCP handshake (done here, with the MCP SDK's client); its
-transcript folder is found and indexed; no work is stuck. ``--json`` prints
+transcript folder is found and indexed; no work is stuck; the shared store (when configured)
+answers. ``--json`` prints
 ``{"ok", "checks": [{"name", "ok", "detail", "fix"}]}``; the exit status is 0 only when all hold.
 """
 
@@ -62,6 +63,7 @@ def run_checks() -> list[Check]:
     daemon, status = check_daemon()
     checks = [daemon, check_service()]
     checks += check_index(status)
+    checks += check_shared(status)
     from recalld.surfaces.integrate.registry import agents
 
     for agent in agents().values():
@@ -141,6 +143,50 @@ def check_index(status: dict[str, Any] | None) -> list[Check]:
         f"{skipped} files skipped (`recalld status` lists them)",
     )
     return [index, provider, pending]
+
+
+def check_shared(status: dict[str, Any] | None) -> list[Check]:
+    """The shared store, when ``[shared]`` is set: on, answering, its last search fine."""
+    shared = (status or {}).get("shared")
+    if not isinstance(shared, dict):
+        return []  # not configured (or no daemon: its check says so)
+    name = "shared store"
+    if not shared.get("on"):
+        return [Check(name, False, f"off: {shared.get('why')}", "fix [shared] in config.toml")]
+    where = f"{shared.get('collection')} at {shared.get('url')}"
+    if shared.get("reachable") is False:
+        why = str(shared.get("unreachable"))
+        return [Check(name, False, f"{where}: {why}", _shared_fix(why, str(shared.get("url"))))]
+    if shared.get("search_error"):
+        detail = f"{where}: the last search of it failed: {shared['search_error']}"
+        return [Check(name, False, detail, "`recalld status` says what waits and why")]
+    push = shared.get("push") or {}
+    return [
+        Check(
+            name,
+            True,
+            f"{where} answers; {push.get('pushed', 0)} files pushed, "
+            f"{push.get('waiting', 0)} waiting",
+        )
+    ]
+
+
+def _shared_fix(why: str, url: str) -> str:
+    """What to do about a store that does not answer: start it, or the login."""
+    if "password authentication failed" in why:
+        return (
+            "check the member's password (RECALLD_SHARED_PASSWORD or shared.password_file); "
+            "an administrator's `recalld shared add-member NAME --reset-password` sets a new one"
+        )
+    from recalld.shared.embedded import Embedded
+
+    state = Embedded(paths.data_dir()).state() or {}
+    if state.get("url") == url:  # the embedded store of this home
+        return "start it: `recalld shared up`"
+    return (
+        "start the store's PostgreSQL (or ask its administrator), or check shared.url and the "
+        "network; searches answer from this machine meanwhile"
+    )
 
 
 def check_agent(agent: Any, status: dict[str, Any] | None) -> list[Check]:

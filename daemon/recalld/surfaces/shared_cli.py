@@ -33,6 +33,12 @@ def add_parser(sub: Any) -> None:
         "default: the embedded server's",
     )
     sh.add_argument("--password-file", default=None, help="add-member: write the password here")
+    sh.add_argument(
+        "--reset-password",
+        action="store_true",
+        help="add-member for an existing member: give it a new password (its other machines "
+        "need it too) and, with --team, new teams",
+    )
     sh.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -97,25 +103,32 @@ def _add_member(args: argparse.Namespace, admin_url: str) -> int:
     if not args.name:
         raise BadRequest("add-member needs the member's NAME")
     password = secrets.token_urlsafe(18)
+    teams = list(args.team) if args.team or not args.reset_password else None
     with psycopg.connect(admin_url, connect_timeout=10, autocommit=True) as conn:
-        role = add_member(conn, args.name, password, list(args.team))
+        role, teams = add_member(
+            conn, args.name, password, teams, reset_password=args.reset_password
+        )
     if args.password_file:
         fd = os.open(args.password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(password + "\n")
     elif not args.json:
         print(f"password of {role} (shown once; give it to {args.name}): {password}")
-    info = {"member": args.name, "role": role, "teams": list(args.team)}
+    info: dict[str, Any] = {"member": args.name, "role": role, "teams": teams}
+    info["password_reset"] = bool(args.reset_password)
     if args.json and not args.password_file:
         info["password"] = password
-    _print(
-        args,
-        info,
-        [
-            f'{args.name} can now set [shared] member = "{args.name}" and keep the password in '
-            "RECALLD_SHARED_PASSWORD or a chmod-600 file named by shared.password_file"
-        ],
-    )
+    lines = [
+        f'{args.name} can now set [shared] member = "{args.name}" and keep the password in '
+        "RECALLD_SHARED_PASSWORD or a chmod-600 file named by shared.password_file"
+    ]
+    if args.reset_password:
+        lines = [
+            f"{args.name}'s password was reset (teams: {', '.join(teams) or 'none'}): the old "
+            f"one no longer works; give the new one to every machine of {args.name}'s "
+            "(RECALLD_SHARED_PASSWORD or the file named by shared.password_file)"
+        ]
+    _print(args, info, lines)
     return exit_codes.OK
 
 

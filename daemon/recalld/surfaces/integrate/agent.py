@@ -25,7 +25,9 @@ class FileEdit:
     """One file an integration changes, and how.
 
     ``cli_add`` / ``cli_remove``: the agent's own command that makes the same change, used when
-    the agent's CLI is installed (the agent then writes its file its own way).
+    the agent's CLI is installed (the agent then writes its file its own way). ``shared``: a file
+    several agents change (recalld's config.toml): ``--remove`` takes an agent's entries out
+    only when that agent put them there, never another's or the user's.
     """
 
     path: Path
@@ -33,6 +35,7 @@ class FileEdit:
     edit: Edit
     cli_add: Sequence[str] = ()
     cli_remove: Sequence[str] = ()
+    shared: bool = False
 
 
 @dataclass(frozen=True)

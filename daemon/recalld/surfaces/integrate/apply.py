@@ -3,7 +3,8 @@
 Per file: nothing is written when the edit changes no byte (a second run is a no-op); the old
 bytes are backed up before the first change (:class:`.config_edit.Ledger`); the agent's own CLI
 makes the change when it is installed (and the file edit when the CLI fails); ``--remove`` puts
-the old bytes back when nothing else changed the file, else takes out only recalld's entries.
+the old bytes back when nothing else changed the file (no other agent's integration either),
+else takes out only this agent's recalld entries.
 """
 
 from __future__ import annotations
@@ -58,7 +59,11 @@ def carry_out(
     """Make (or show) the changes; raises Unparsable, having changed nothing, for a bad file."""
     outcomes = []
     for fe, old, new in plan(edits, remove):
+        if remove and fe.shared and not ledger.changed_by(fe.path, agent.name):
+            new = old  # what is there is another agent's or the user's, not this agent's
         if new == old:
+            if remove and not dry_run:
+                ledger.released(fe.path, agent.name, old)
             outcomes.append(Outcome(fe.path, fe.what, "unchanged"))
             continue
         if dry_run:
@@ -68,14 +73,16 @@ def carry_out(
             note = f"through `{' '.join(argv)}`" if cli else ""
             outcomes.append(Outcome(fe.path, fe.what, "would change", note))
             continue
-        if remove and ledger.restore(fe.path):
+        if remove and ledger.restore(fe.path, agent.name):
             outcomes.append(Outcome(fe.path, fe.what, "restored", "as it was before recalld"))
             continue
-        if not remove:
-            ledger.before_change(fe.path, old)
+        if remove:
+            outcomes.append(_change(agent, fe, new, remove))
+            ledger.released(fe.path, agent.name, old)
+            continue
+        kept = ledger.before_change(fe.path, old, agent.name)
         outcomes.append(_change(agent, fe, new, remove))
-        if not remove:
-            ledger.after_change(fe.path)
+        ledger.after_change(fe.path, kept)
     return outcomes
 
 

@@ -93,7 +93,7 @@ def all_edits(agent: Agent, scope: str) -> list[FileEdit]:
     glob_edit = transcripts.glob_edit(agent.transcripts)
     return [
         *agent.edits(scope, mcp_command()),
-        FileEdit(paths.config_path(), "transcript folder", glob_edit),
+        FileEdit(paths.config_path(), "transcript folder", glob_edit, shared=True),
     ]
 
 

@@ -98,6 +98,10 @@ def dump_json(value: Mapping[str, Any], like: bytes | None) -> bytes:
 # --- the ledger of changed files ----------------------------------------------------------------
 
 
+#: The ledger's "wrote" once someone else changed the file too: it matches no file's hash.
+EDITED = "edited by others"
+
+
 class Ledger:
     """What ``recalld integrate`` changed: per file, the backup and the hash of what it wrote."""
 
@@ -123,11 +127,27 @@ class Ledger:
         value = self._load().get(str(path))
         return value if isinstance(value, dict) else None
 
-    def before_change(self, path: Path, original: bytes | None) -> None:
-        """Back ``original`` up, the first time recalld changes ``path``."""
+    def changed_by(self, path: Path, agent: str) -> bool:
+        """Whether ``agent``'s integration changed ``path`` (a record from before agents were
+        named counts for every agent)."""
+        entry = self.entry(path)
+        if entry is None:
+            return False
+        agents = entry.get("agents")
+        return not isinstance(agents, list) or agent in agents
+
+    def before_change(self, path: Path, original: bytes | None, agent: str) -> bool:
+        """Back ``original`` up the first time recalld changes ``path``, and note that ``agent``
+        changed it. True when recalld's last write is still what the file holds (so a later
+        restore keeps no one else's edit), for :meth:`after_change`."""
         entries = self._load()
-        if str(path) in entries:
-            return
+        entry = entries.get(str(path))
+        if isinstance(entry, dict):
+            agents = entry.get("agents")
+            if isinstance(agents, list) and agent not in agents:
+                agents.append(agent)
+                self._save(entries)
+            return bool(entry.get("wrote") == digest(original))
         backup = ""
         if original is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -135,23 +155,37 @@ class Ledger:
             name = f"{path.name.lstrip('.')}.{digest(str(path).encode())[:8]}.{stamp}.bak"
             backup = str(self.folder / name)
             atomic_write(Path(backup), original, mode=0o600)
-        entries[str(path)] = {"existed": original is not None, "backup": backup, "wrote": ""}
+        entries[str(path)] = {
+            "existed": original is not None,
+            "backup": backup,
+            "wrote": "",
+            "agents": [agent],
+        }
         self._save(entries)
+        return True
 
-    def after_change(self, path: Path) -> None:
-        """Remember what ``path`` holds now that recalld wrote it."""
+    def after_change(self, path: Path, kept: bool) -> None:
+        """Remember what ``path`` holds now that recalld wrote it; when someone else had changed
+        it before (``kept`` False), never restore it byte for byte: their edit would go."""
         entries = self._load()
         if str(path) in entries:
-            entries[str(path)]["wrote"] = digest(read_bytes(path))
+            entries[str(path)]["wrote"] = digest(read_bytes(path)) if kept else EDITED
             self._save(entries)
 
-    def restore(self, path: Path) -> bool:
-        """Put the bytes from before recalld's first change back, when nothing else changed the
-        file since recalld wrote it. True when restored; the record is dropped either way."""
+    def restore(self, path: Path, agent: str) -> bool:
+        """Put the bytes from before recalld's first change back, when no other agent's change
+        is in the file and nothing else changed it since recalld wrote it. True when restored;
+        the record is dropped either way, unless another agent's change is still in the file."""
         entries = self._load()
-        entry = entries.pop(str(path), None)
+        entry = entries.get(str(path))
+        if not isinstance(entry, dict):
+            return False
+        agents = entry.get("agents")
+        if isinstance(agents, list) and any(a != agent for a in agents):
+            return False
+        del entries[str(path)]
         restored = False
-        if isinstance(entry, dict) and entry.get("wrote") == digest(read_bytes(path)):
+        if entry.get("wrote") == digest(read_bytes(path)):
             if not entry.get("existed"):
                 path.unlink(missing_ok=True)
                 restored = True
@@ -160,3 +194,20 @@ class Ledger:
                 restored = True
         self._save(entries)
         return restored
+
+    def released(self, path: Path, agent: str, before: bytes | None) -> None:
+        """``agent``'s change is out of ``path`` (``before``: the bytes it had): the others'
+        record stays, with the new bytes as recalld's own write when it held recalld's last."""
+        entries = self._load()
+        entry = entries.get(str(path))
+        if not isinstance(entry, dict):
+            return
+        agents = entry.get("agents")
+        left = [a for a in agents if a != agent] if isinstance(agents, list) else []
+        if not left:
+            del entries[str(path)]
+        else:
+            kept = entry.get("wrote") == digest(before)
+            entry["agents"] = left
+            entry["wrote"] = digest(read_bytes(path)) if kept else EDITED
+        self._save(entries)
