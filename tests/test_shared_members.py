@@ -84,3 +84,18 @@ def test_adding_a_member_twice_keeps_the_password_unless_reset_is_asked(
     info = json.loads(moved.stdout)
     assert info["teams"] == ["ops"] and info["password_reset"] is True
     assert _teams(admin, "alice", info["password"]) == ["ops"]
+
+
+def test_status_reads_as_text_and_nothing_warns_without_a_runtime_dir(
+    admin: dict[str, str],
+) -> None:
+    """`shared status` is a sentence unless --json; pgserver's platformdirs lookup warned on
+    stderr at every `shared` command where XDG_RUNTIME_DIR is unset (ssh, cron, containers)."""
+    env = {k: v for k, v in admin.items() if k not in ("XDG_RUNTIME_DIR", "URL")}
+    text = recalld(env, "shared", "status")
+    assert text.returncode == 0 and text.stderr == "", text.stderr
+    assert text.stdout.startswith("the embedded shared store runs: postgresql://")
+    as_json = json.loads(recalld(env, "shared", "status", "--json").stdout)
+    assert as_json["running"] is True and as_json["url"] == admin["URL"]
+    again = recalld(env, "shared", "up")
+    assert again.returncode == 0 and again.stderr == "", again.stderr

