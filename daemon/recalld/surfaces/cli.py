@@ -234,15 +234,12 @@ def _load_config(args: argparse.Namespace) -> Config:
     return Config.load(args.config)
 
 
-def _daemon_client() -> Any:
-    """A connected client if a daemon runs for this home, else None."""
-    try:
-        from recalld_client import Client, is_running
-    except ImportError:
-        return None
-    if not is_running():
-        return None
-    return Client()
+def _daemon_client(args: argparse.Namespace) -> Any:
+    """A connected client if a daemon runs for this home, else None (another home's daemon at
+    this socket: :class:`recalld_client.WrongDaemon`)."""
+    from recalld.surfaces.daemon_connect import connect
+
+    return connect(args.config)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -318,7 +315,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _edit_memory(args: argparse.Namespace) -> int:
     """``remember`` and ``forget``: through the daemon when one runs, else in-process."""
-    client = None if args.daemon_absent else _daemon_client()
+    client = None if args.daemon_absent else _daemon_client(args)
     if client is None:
         return cli_memory.run(args, None)
     with client:
@@ -326,7 +323,7 @@ def _edit_memory(args: argparse.Namespace) -> int:
 
 
 def _client_or_local(args: argparse.Namespace) -> int:
-    client = None if args.daemon_absent else _daemon_client()
+    client = None if args.daemon_absent else _daemon_client(args)
     if client is not None:
         with client:
             return _via_client(args, client)
