@@ -28,6 +28,7 @@ from recalld.surfaces.cli_output import (
 )
 from recalld.surfaces.cli_paths import with_cwd_fallback
 from recalld.surfaces.filter_options import add_filter_options, cli_filter_params
+from recalld.surfaces.terminal_text import visible
 
 if TYPE_CHECKING:
     import argparse
@@ -202,14 +203,14 @@ def full_main(argv: Sequence[str], *, daemon_absent: bool = False) -> int:
     except BrokenPipeError:
         return EXIT_OK
     except RecalldError as exc:
-        print(f"recalld: {exc}", file=sys.stderr)
+        print(f"recalld: {visible(str(exc))}", file=sys.stderr)
         return exit_codes.for_code(exc.code)
     except Exception as exc:  # the client's exceptions, translated at this boundary
         if _damaged_index(exc):
             return EXIT_INDEX
         code = getattr(exc, "code", None)
         if code is not None or type(exc).__module__.startswith("recalld_client"):
-            print(f"recalld: {exc}", file=sys.stderr)
+            print(f"recalld: {visible(str(exc))}", file=sys.stderr)
             return exit_codes.for_code(code)
         raise
 
@@ -448,7 +449,7 @@ def _warn_if_stale(engine: Any, config: Config) -> None:
     with engine.reader() as store:
         line = freshness.note(freshness.check(store, config))
     if line:
-        print(line, file=sys.stderr)
+        print(visible(line), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -163,7 +163,9 @@ def run(argv: Sequence[str]) -> int | str | None:
                 file=sys.stderr,
             )
             return exit_codes.INDEX
-        print(f"recalld: {exc}", file=sys.stderr)
+        from recalld.surfaces.terminal_text import visible  # errors quote paths and queries
+
+        print(f"recalld: {visible(str(exc))}", file=sys.stderr)
         return exit_codes.for_code(code)
     finally:
         if client is not None:
