@@ -137,6 +137,7 @@ def test_public_api_is_pinned() -> None:
             "TooManyConnections",
             "Unavailable",
             "VersionMismatch",
+            "WrongDaemon",
             "is_running",
         ]
     )

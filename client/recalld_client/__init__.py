@@ -30,6 +30,7 @@ from recalld_client.errors import (
     TooManyConnections,
     Unavailable,
     VersionMismatch,
+    WrongDaemon,
 )
 from recalld_client.protocol import PROTOCOL_VERSION
 
@@ -101,5 +102,6 @@ __all__ = [
     "TooManyConnections",
     "Unavailable",
     "VersionMismatch",
+    "WrongDaemon",
     "is_running",
 ]

@@ -17,6 +17,7 @@ from recalld_client.errors import (
     Timeout,
     TooLarge,
     TooManyConnections,
+    WrongDaemon,
     error_from_wire,
 )
 from recalld_client.protocol import (
@@ -60,6 +61,7 @@ class _Connection:
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
         self.decoder = FrameDecoder()
+        self.checked = False  # whether the daemon's hello named this process's home
 
     def next_frame(self, deadline: float | None) -> dict[str, Any] | None:
         """The next frame, or None if the daemon closed the connection cleanly between frames."""
@@ -108,6 +110,12 @@ class Client:
 
     ``timeout`` bounds each request (None: wait forever); ``transport_factory`` builds the
     transport (default: the platform's, for ``socket_path``).
+
+    ``check_home`` (default: when ``socket_path`` is this home's, i.e. not given, or ``config``
+    is): each new connection first makes sure the daemon serves ``config`` (default:
+    ``RECALLD_CONFIG``, ``$RECALLD_HOME/config.toml`` or the platform's) and this data folder,
+    else raises :class:`WrongDaemon`. It reads the answer of the connection's first request
+    when that is ``hello``, and sends a ``hello`` first otherwise.
     """
 
     def __init__(
@@ -118,8 +126,14 @@ class Client:
         timeout: float | None = 30.0,
         reconnect: bool = True,
         transport_factory: Callable[[], Transport] | None = None,
+        config: str | Path | None = None,
+        check_home: bool | None = None,
     ) -> None:
         self.socket_path = Path(socket_path) if socket_path is not None else locations.socket_path()
+        self.config = Path(config).expanduser() if config is not None else None
+        self.check_home = (
+            check_home if check_home is not None else socket_path is None or config is not None
+        )
         self.connect_timeout = connect_timeout
         self.timeout = timeout
         self.reconnect = reconnect
@@ -164,7 +178,15 @@ class Client:
             while True:
                 conn = self._connected()
                 try:
-                    return self._roundtrip(conn, req_id, frame, limit)
+                    if self.check_home and not conn.checked and method != "hello":
+                        self._check(conn, self._roundtrip(conn, *self._hello_frame(), limit))
+                    result = self._roundtrip(conn, req_id, frame, limit)
+                    if self.check_home and not conn.checked:  # a hello: checked on its answer
+                        self._check(conn, result)
+                    return result
+                except WrongDaemon:
+                    self._drop()
+                    raise
                 except ConnectionLost:
                     self._drop()
                     if not retry:
@@ -335,6 +357,10 @@ class Client:
         """
         conn = self._open()
         try:
+            if self.check_home:
+                hello_id = 0  # not the watch's id: its answer is read before the watch starts
+                frame = encode_frame(request(hello_id, "hello", {"protocol": PROTOCOL_VERSION}))
+                self._check(conn, self._roundtrip(conn, hello_id, frame, self.timeout))
             conn.transport.send(encode_frame(request(1, "watch")))
             while True:
                 msg = conn.next_frame(None)
@@ -352,6 +378,17 @@ class Client:
                     return
         finally:
             conn.close()
+
+    def _hello_frame(self) -> tuple[int, bytes]:
+        req_id = next(self._ids)
+        return req_id, encode_frame(request(req_id, "hello", {"protocol": PROTOCOL_VERSION}))
+
+    def _check(self, conn: _Connection, hello: dict[str, Any]) -> None:
+        """Mark ``conn`` checked, or raise :class:`WrongDaemon` (see :mod:`.identity`)."""
+        from recalld_client import identity
+
+        identity.check(hello, self.config, self.socket_path)
+        conn.checked = True
 
     def _open(self) -> _Connection:
         transport = self._factory()
@@ -410,9 +447,12 @@ def _refusal_waiting(conn: _Connection, deadline: float | None) -> dict[str, Any
 
 
 def is_running(socket_path: str | Path | None = None, *, timeout: float = 1.0) -> bool:
-    """Whether a daemon answers ``hello`` at ``socket_path`` (default: this home's socket)."""
+    """Whether a daemon answers ``hello`` at ``socket_path`` (default: this home's socket),
+    whichever home it serves (a :class:`Client` refuses one that serves another)."""
     try:
-        with Client(socket_path, connect_timeout=timeout, timeout=timeout, reconnect=False) as c:
+        with Client(
+            socket_path, connect_timeout=timeout, timeout=timeout, reconnect=False, check_home=False
+        ) as c:
             c.hello()
     except TooManyConnections:
         return True  # it runs, and said so: it is only full

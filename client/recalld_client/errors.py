@@ -2,6 +2,7 @@
 
     RecalldClientError
     ├── DaemonNotRunning      nothing listens at the socket / pipe (connect failed)
+    ├── WrongDaemon           "config"       the daemon at the socket serves another config
     ├── ConnectionLost        the connection broke before the answer arrived
     ├── Timeout               "timeout"      no answer in time (client side or daemon side)
     ├── ProtocolError         "protocol"     a frame could not be decoded or has the wrong shape
@@ -35,6 +36,13 @@ class DaemonNotRunning(RecalldClientError):
     """Connecting failed: no daemon listens at the socket (start it with ``recalld serve``)."""
 
     code = "unavailable"
+
+
+class WrongDaemon(RecalldClientError):
+    """The daemon at this home's socket serves another config or data folder (another HOME
+    sharing the uid's fallback socket): its notes are not this home's, so nothing is asked."""
+
+    code = "config"
 
 
 class ConnectionLost(RecalldClientError):

@@ -138,3 +138,5 @@ class Hello(TypedDict):
     pid: int
     capabilities: list[str]  # the methods it serves
     max_request: NotRequired[int]  # largest request frame the daemon accepts, in bytes
+    config: NotRequired[str]  # the config file the daemon serves (resolved; may not exist)
+    data_dir: NotRequired[str]  # its data folder: index, logs, the default memory folder

@@ -186,9 +186,14 @@ class JobQueue(queue.Queue[Any]):
         with self.mutex:
             return list(self.queue), list(self.taken)
 
-    def batch_done(self) -> None:
-        """The writer finished what it took."""
+    def batch_done(self, report: dict[str, Any]) -> None:
+        """The writer finished what it took, with ``report``: given to every job a client waits
+        for, taken or still queued (see writer_jobs.Job.reports)."""
         with self.mutex:
+            for job in (*self.queue, *self.taken):
+                reports = getattr(job, "reports", None)  # None: the stop marker, unwaited jobs
+                if reports is not None:
+                    reports.append(report)
             self.taken = []
 
 

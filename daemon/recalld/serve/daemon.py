@@ -330,7 +330,7 @@ class Daemon:
             # idle: the common words' postings, read ahead (before the batch counts as
             # done, so that a status saying "idle" already says "preloading")
             self.engine.preloader.start()
-        self.jobs.batch_done()
+        self.jobs.batch_done(report)
         note_activity()  # the batch's freed memory goes back to the system once quiet
         self.backlog.after_batch(self.jobs.empty() and not self._dirty_count())
         for job in batch:

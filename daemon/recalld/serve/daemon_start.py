@@ -95,6 +95,12 @@ async def _run(daemon: Daemon, socket_path: Path, servers: list[Server], lock_fd
         quick={"status", "get"},
         keep_lock=True,
         lock_fd=lock_fd,
+        # Named in hello: a client of another home that shares this socket (no XDG_RUNTIME_DIR:
+        # the uid's fallback) refuses this daemon rather than read and write its notes.
+        identity={
+            "config": str(live.path.expanduser().resolve()),
+            "data_dir": str(daemon.engine.config.base_dir.expanduser().resolve()),
+        },
     )
     servers.append(server)
     daemon.connections = lambda: server.admission.stats()

@@ -105,6 +105,7 @@ class Server:
         quick: Collection[str] = (),
         keep_lock: bool = False,
         lock_fd: int | None = None,
+        identity: Mapping[str, str] | None = None,
     ) -> None:
         bad = (set(handlers) & set(streams)) | ({"hello"} & {*handlers, *streams})
         if bad:
@@ -112,6 +113,7 @@ class Server:
         self.handlers: dict[str, Handler] = {"shutdown": self._shutdown_handler, **handlers}
         self.streams = dict(streams)
         self.socket_path = Path(socket_path)
+        self.identity = dict(identity or {})  # what hello says it serves: config, data_dir
         self.max_frame = max_frame
         self.max_request = min(max_request, max_frame)
         self.frame_timeout = frame_timeout
@@ -121,9 +123,7 @@ class Server:
         self.workers = workers or min(32, usable_cores() + 4)
         self.shutdown_grace = shutdown_grace
         self.unread_grace = min(unread_grace, shutdown_grace)
-        self._uid: int | None = None
-        if sys.platform != "win32":
-            self._uid = os.getuid()
+        self._uid: int | None = os.getuid() if sys.platform != "win32" else None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._listeners: list[listener.Listener] = []
@@ -482,6 +482,7 @@ class Server:
             "pid": os.getpid(),
             "capabilities": self.capabilities,
             "max_request": self.max_request,
+            **self.identity,
         }
 
     def _shutdown_handler(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -38,6 +38,9 @@ class Job:
     done: threading.Event = field(default_factory=threading.Event)
     result: dict[str, Any] | None = None
     error: str | None = None
+    # A client waits for it: the reports of the batches that ended meanwhile (JobQueue), its own
+    # last. A `sync --wait` sent during the start's sync waits for that one too, and answers both.
+    reports: list[dict[str, Any]] | None = None
 
 
 def take_batch(jobs: JobQueue) -> list[Job] | None:
@@ -77,6 +80,8 @@ def run_job(
         or not 0 < timeout <= 86_400
     ):
         raise BadRequest(f"timeout_s must be seconds, above 0 and at most 86400: {timeout!r:.80}")
+    if wait:
+        job.reports = []
     submit(job)
     if not wait:
         return {"queued": True, "job": job.kind}
@@ -85,7 +90,7 @@ def run_job(
         raise Unavailable(f"the {job.kind} is still running after {timeout} s")
     if job.error:
         raise Unavailable(f"{job.kind} failed: {job.error}")
-    report = dict(job.result or {})
+    report = merged_reports(job.reports or [job.result or {}])
     # Keyword first: the files are searchable now; waiting means their vectors too.
     vectors = engine.vector_backlog
     while vectors.more and time.monotonic() < deadline and not stopping():
@@ -93,3 +98,51 @@ def run_job(
     if "vectors_pending" in report:
         report["vectors_pending"] = bool(vectors.pending)
     return {"queued": False, "job": job.kind, "report": report}
+
+
+# Counts a waiter's syncs add up; files_seen is the most any one listed (each full sync lists them
+# all), and the files not changed are what is left of it.
+_ADDED = (
+    "files_changed",
+    "files_removed",
+    "files_skipped",
+    "files_kept",
+    "files_deferred",
+    "files_to_retry",
+    "chunks_written",
+    "chunks_embedded",
+)
+
+
+def merged_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The reports of the syncs a client waited through, as one: the running sync it arrived
+    during (the start's, which did the work) and its own (which found that work done)."""
+    done = [r for r in reports if r]  # a batch of calls (remember, forget) reports nothing
+    if len(done) <= 1:
+        return dict(done[0] if done else reports[-1] if reports else {})
+    out = dict(done[-1])  # its own sync's: vectors_pending, sessions, embed_error
+    for key in _ADDED:
+        out[key] = sum(int(r.get(key) or 0) for r in done)
+    out["files_seen"] = max(int(r.get("files_seen") or 0) for r in done)
+    out["files_unchanged"] = max(out["files_seen"] - out["files_changed"] - out["files_skipped"], 0)
+    out["seconds"] = round(sum(float(r.get("seconds") or 0) for r in done), 3)
+    out["skipped"] = [s for r in done for s in r.get("skipped") or []][:100]
+    out["embed_error"] = next(
+        (r["embed_error"] for r in reversed(done) if r.get("embed_error")), None
+    )
+    sessions = [r["sessions"] for r in done if isinstance(r.get("sessions"), dict)]
+    if sessions:
+        out["sessions"] = _merged_sessions(sessions)
+    out["syncs"] = len(done)
+    return out
+
+
+def _merged_sessions(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Transcript figures of several syncs: files checked the most any one did, the rest added."""
+    out = dict(parts[-1])
+    for key in {
+        k for p in parts for k, v in p.items() if isinstance(v, int) and not isinstance(v, bool)
+    }:
+        values = [int(p.get(key) or 0) for p in parts]
+        out[key] = max(values) if key == "files" else sum(values)
+    return out

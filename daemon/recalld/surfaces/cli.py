@@ -28,6 +28,7 @@ from recalld.surfaces.cli_output import (
 )
 from recalld.surfaces.cli_paths import with_cwd_fallback
 from recalld.surfaces.filter_options import add_filter_options, cli_filter_params
+from recalld.surfaces.terminal_text import visible
 
 if TYPE_CHECKING:
     import argparse
@@ -219,14 +220,14 @@ def full_main(argv: Sequence[str], *, daemon_absent: bool = False) -> int:
     except BrokenPipeError:
         return EXIT_OK
     except RecalldError as exc:
-        print(f"recalld: {exc}", file=sys.stderr)
+        print(f"recalld: {visible(str(exc))}", file=sys.stderr)
         return exit_codes.for_code(exc.code)
     except Exception as exc:  # the client's exceptions, translated at this boundary
         if _damaged_index(exc):
             return EXIT_INDEX
         code = getattr(exc, "code", None)
         if code is not None or type(exc).__module__.startswith("recalld_client"):
-            print(f"recalld: {exc}", file=sys.stderr)
+            print(f"recalld: {visible(str(exc))}", file=sys.stderr)
             return exit_codes.for_code(code)
         raise
 
@@ -251,15 +252,12 @@ def _load_config(args: argparse.Namespace) -> Config:
     return Config.load(args.config)
 
 
-def _daemon_client() -> Any:
-    """A connected client if a daemon runs for this home, else None."""
-    try:
-        from recalld_client import Client, is_running
-    except ImportError:
-        return None
-    if not is_running():
-        return None
-    return Client()
+def _daemon_client(args: argparse.Namespace) -> Any:
+    """A connected client if a daemon runs for this home, else None (another home's daemon at
+    this socket: :class:`recalld_client.WrongDaemon`)."""
+    from recalld.surfaces.daemon_connect import connect
+
+    return connect(args.config)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -335,7 +333,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _edit_memory(args: argparse.Namespace) -> int:
     """``remember`` and ``forget``: through the daemon when one runs, else in-process."""
-    client = None if args.daemon_absent else _daemon_client()
+    client = None if args.daemon_absent else _daemon_client(args)
     if client is None:
         return cli_memory.run(args, None)
     with client:
@@ -343,7 +341,7 @@ def _edit_memory(args: argparse.Namespace) -> int:
 
 
 def _client_or_local(args: argparse.Namespace) -> int:
-    client = None if args.daemon_absent else _daemon_client()
+    client = None if args.daemon_absent else _daemon_client(args)
     if client is not None:
         with client:
             return _via_client(args, client)
@@ -468,7 +466,7 @@ def _warn_if_stale(engine: Any, config: Config) -> None:
     with engine.reader() as store:
         line = freshness.note(freshness.check(store, config))
     if line:
-        print(line, file=sys.stderr)
+        print(visible(line), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 COMMANDS = ("search", "get", "status")
-HELLO_TIMEOUT_S = 1.0  # what recalld_client.is_running allows a daemon to answer hello
 NO_DAEMON = "no daemon"  # what run() says when no daemon answered hello
 
 # option -> (parameter, kind); kind: "flag", "int", "count" (1-1000: --max), "float", "str", or
@@ -144,20 +143,13 @@ def run(argv: Sequence[str]) -> int | str | None:
     opts = parse(argv)
     if opts is None:
         return None
+    client = None
     try:
-        from recalld_client import Client, RecalldClientError, TooManyConnections
-    except ImportError:
-        return None
-    client = Client(connect_timeout=HELLO_TIMEOUT_S, timeout=HELLO_TIMEOUT_S, reconnect=False)
-    try:
-        # The same test as recalld_client.is_running, on the connection the command then uses.
-        try:
-            client.hello()
-        except TooManyConnections:
-            pass  # it runs and is only full: the command's own error says so, as before
-        except RecalldClientError:
+        from recalld.surfaces.daemon_connect import connect
+
+        client = connect()
+        if client is None:
             return NO_DAEMON  # none (or none that answers): the in-process path
-        client.timeout, client.connect_timeout, client.reconnect = 30.0, 2.0, True
         return _answer(client, opts)
     except KeyboardInterrupt:
         return exit_codes.INTERRUPTED
@@ -174,10 +166,13 @@ def run(argv: Sequence[str]) -> int | str | None:
                 file=sys.stderr,
             )
             return exit_codes.INDEX
-        print(f"recalld: {exc}", file=sys.stderr)
+        from recalld.surfaces.terminal_text import visible  # errors quote paths and queries
+
+        print(f"recalld: {visible(str(exc))}", file=sys.stderr)
         return exit_codes.for_code(code)
     finally:
-        client.close()
+        if client is not None:
+            client.close()
 
 
 def _answer(client: Any, opts: dict[str, Any]) -> int:

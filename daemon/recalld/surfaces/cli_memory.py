@@ -151,23 +151,30 @@ def print_result(method: str, params: dict[str, Any], res: dict[str, Any], as_js
         return
     if method == "write":
         note = " (already there: not written again)" if res.get("duplicate") else ""
-        print(f"{res['citation']}{note}")
+        _say(f"{res['citation']}{note}")
         if res.get("redacted"):
-            print(f"{res['redacted']} secret(s) redacted before writing", file=sys.stderr)
+            _say(f"{res['redacted']} secret(s) redacted before writing", file=sys.stderr)
         return
     if "forgotten" in res and isinstance(res["forgotten"], list):
         if not res["forgotten"]:
-            print("nothing is forgotten")
+            _say("nothing is forgotten")
         for stone in res["forgotten"]:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(stone["created_at"]))
-            print(f"{stone['kind']:8} {stone['value']}  (since {when})")
+            _say(f"{stone['kind']:8} {stone['value']}  (since {when})")
         return
     if res.get("undone"):
-        print(f"{res['forgotten']} {res['value']} is no longer forgotten: it is indexed again")
+        _say(f"{res['forgotten']} {res['value']} is no longer forgotten: it is indexed again")
     elif res.get("forgotten") == "lines":
-        print(f"removed {res['lines_removed']} line(s): {res['value']}")
+        _say(f"removed {res['lines_removed']} line(s): {res['value']}")
     else:
-        print(
+        _say(
             f"forgot {res['forgotten']} {res['value']}: {res['files_removed']} file(s), "
             f"{res['chunks_removed']} chunk(s) out of the index (files untouched)"
         )
+
+
+def _say(text: str, **kw: Any) -> None:
+    """Print a line for people: a citation or path's control characters shown, not obeyed."""
+    from recalld.surfaces.terminal_text import visible
+
+    print(visible(text), **kw)

@@ -10,6 +10,7 @@ import sys
 import time
 
 from recalld.surfaces.filter_options import STALE_NOTE
+from recalld.surfaces.terminal_text import visible
 
 TYPE_CHECKING = False  # mypy takes it as true; the fast CLI path does not import typing
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def print_search(res: dict[str, Any], as_json: bool, max_tokens: int | None = No
 
 
 def search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
-    """What ``search`` prints: (stdout, stderr)."""
+    """What ``search`` prints: (stdout, stderr); the text's control characters shown escaped."""
     if as_json:
         return _json(res) + "\n", ""
     out: list[str] = []
@@ -101,7 +102,11 @@ def search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
         )
     else:
         err.append(f"-- {res.get('mode')} · {res.get('provider')} · {res.get('took_ms')} ms")
-    return "".join(f"{line}\n" for line in out), "".join(f"{line}\n" for line in err)
+    # Snippets, citations and tool names quote notes, transcripts and file names: a control
+    # character in them (ESC, BEL) is shown, not obeyed by the terminal.
+    return visible("".join(f"{line}\n" for line in out)), visible(
+        "".join(f"{line}\n" for line in err)
+    )
 
 
 def _over_budget(res: Mapping[str, Any], b: Mapping[str, Any]) -> str:
@@ -142,7 +147,7 @@ def print_get(res: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(_json(res))
         return
-    sys.stdout.write(res["text"] + ("\n" if res["text"] else ""))
+    sys.stdout.write(visible(res["text"]) + ("\n" if res["text"] else ""))
 
 
 def degraded_line(res: dict[str, Any]) -> str:
@@ -206,7 +211,7 @@ def print_status(res: dict[str, Any], as_json: bool) -> None:
     if res.get("last_error"):
         lines.append(f"error:     {res['last_error']}")
     lines.extend(f"warning:   {w}" for w in res.get("warnings") or [])
-    print("\n".join(lines))
+    print(visible("\n".join(lines)))  # paths and errors may quote a file name's control chars
 
 
 SKIPPED_SHOWN = 5  # skipped files named in the text status (--json lists up to 100)
@@ -319,10 +324,10 @@ def print_json_or(res: dict[str, Any], as_json: bool, what: str) -> None:
     if as_json:
         print(_json(res, default=str))
         return
-    print(describe_sync_report(res, what))
+    print(visible(describe_sync_report(res, what)))
     report = report_of(res)
     if report.get("embed_error"):
-        print(f"warning: embedding failed: {report['embed_error']}", file=sys.stderr)
+        print(visible(f"warning: embedding failed: {report['embed_error']}"), file=sys.stderr)
 
 
 def report_of(res: dict[str, Any]) -> dict[str, Any]:

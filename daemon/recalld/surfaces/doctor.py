@@ -73,12 +73,14 @@ def run_checks() -> list[Check]:
 
 def check_daemon() -> tuple[Check, dict[str, Any] | None]:
     from recalld_client import Client
-    from recalld_client.errors import RecalldClientError
+    from recalld_client.errors import RecalldClientError, WrongDaemon
 
     try:
         with Client(connect_timeout=2.0, timeout=10.0, reconnect=False) as client:
             hello = client.hello()
             status: dict[str, Any] = dict(client.status())
+    except WrongDaemon as exc:  # it answers, for another home: what to do is in the message
+        return Check("daemon", False, str(exc), ""), None
     except (RecalldClientError, OSError) as exc:
         return Check(
             "daemon", False, f"no answer at {paths.socket_path()} ({exc})", START_DAEMON

@@ -144,13 +144,15 @@ def _let_go_within(seconds: float) -> int | None:
 
 
 def _running_pid() -> int | None:
-    from recalld_client import Client, RecalldClientError, TooManyConnections
+    from recalld_client import Client, RecalldClientError, TooManyConnections, WrongDaemon
 
     try:
         with Client(connect_timeout=1.0, timeout=2.0, reconnect=False) as client:
             pid = client.hello().get("pid")
     except TooManyConnections:
         return -1  # it runs and is full
+    except WrongDaemon:
+        raise  # another home's daemon holds this socket: neither start nor stop it, say so
     except RecalldClientError:
         return None
     return int(pid) if pid is not None else -1

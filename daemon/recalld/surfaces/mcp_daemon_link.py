@@ -34,7 +34,8 @@ class DaemonLink:
         from recalld_client import Client
 
         self.socket = paths.socket_path()
-        self.client = Client(self.socket, timeout=60.0)
+        # check_home: another home's daemon at this socket is refused (WrongDaemon), not written to.
+        self.client = Client(self.socket, timeout=60.0, check_home=True)
         self.start_timeout = start_timeout
         self.log_path = paths.log_dir() / "daemon.log"
         self._spawn = spawn or spawn_daemon

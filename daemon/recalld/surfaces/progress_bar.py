@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from recalld.ingest.progress_text import describe as describe
 from recalld.ingest.progress_text import duration, vectors_text
+from recalld.surfaces.terminal_text import visible
 
 BAR_WIDTH = 24
 TTY_EVERY_S = 0.2  # redraws on a terminal
@@ -65,6 +66,7 @@ class ProgressBar:
 
     def show(self, text: str, *, throttle: bool = False) -> None:
         """Show a line (redrawn in place on a terminal; elsewhere only when it changed)."""
+        text = visible(text)  # it may name a file: its control characters are shown, not obeyed
         now = time.monotonic()
         with self._lock:
             every = TTY_EVERY_S if self.tty else LINE_EVERY_S

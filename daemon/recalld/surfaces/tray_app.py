@@ -113,7 +113,7 @@ class TrayApp:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         # Requests (menu actions) use their own connection; watch holds another one open.
-        self.client = Client(self.socket_path, connect_timeout=2.0, timeout=30.0)
+        self.client = Client(self.socket_path, connect_timeout=2.0, timeout=30.0, check_home=True)
 
     # state --------------------------------------------------------------------------------------
 
@@ -191,7 +191,9 @@ class TrayApp:
         while not self._stop.is_set():
             reason = "the daemon closed the connection"
             try:
-                watcher = Client(self.socket_path, connect_timeout=2.0, reconnect=False)
+                watcher = Client(
+                    self.socket_path, connect_timeout=2.0, reconnect=False, check_home=True
+                )
                 for event in watcher.watch():
                     delay = self.backoff[0]  # connected: the next outage starts from the minimum
                     self.apply(event)
