@@ -238,3 +238,19 @@ def test_a_service_install_the_manager_refuses_never_leaves_no_daemon(user_home:
         for pid in pids:  # a failed check must not leave a daemon behind
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_init_reads_gemini_clis_jsonl_chats(tmp_path: Path) -> None:
+    """Gemini CLI saves its chats as session-*.jsonl, which recalld reads: init proposes them
+    (an older CLI's .json chats beside them change nothing)."""
+    home = tmp_path / "home"
+    write(home / "notes/n.md", "# Note\n\nThe deploy runs on Kubernetes.\n")
+    write(home / ".gemini/tmp/abc123/chats/session-1.jsonl", '{"sessionId": "s"}\n')
+    write(home / ".gemini/tmp/abc123/chats/old.json", "{}")
+    (home / "run").mkdir(mode=0o700)
+    asked = recalld(home, "init")
+    assert "Gemini CLI chats, 1 file" in asked.stdout and "not indexed" not in asked.stdout
+    assert asked.stdout.count("Gemini CLI chats") == 1
+    assert recalld(home, "init", "--yes").returncode == 0
+    settings = tomllib.loads((home / ".config/recalld/config.toml").read_text())
+    assert "~/.gemini/tmp/*/chats/session-*.jsonl" in settings["sessions"]["paths"]

@@ -7,8 +7,9 @@ answers in a second):
 - memory folders: Obsidian vaults (a folder holding ``.obsidian/``), ``~/notes`` and the like,
   ``~/Documents/*`` folders with at least :data:`MIN_NOTES` Markdown files, OpenClaw's
   ``~/.openclaw/workspace/memory``, and recalld's own default memory folder when it has notes;
-- transcript folders: Claude Code, Codex, OpenClaw (read by default) and Gemini CLI (found, but
-  its chats are JSON files that recalld's transcript reader does not read: said, not proposed).
+- transcript folders: Claude Code, Codex, OpenClaw (read by default) and Gemini CLI (its
+  ``session-*.jsonl`` chats proposed; an older Gemini CLI's ``.json`` chats, which the
+  transcript reader does not read, are said, not proposed).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ TRANSCRIPTS = (
     (".claude/projects", "Claude Code sessions", "~/.claude/projects/**/*.jsonl", True),
     (".codex/sessions", "Codex sessions", "~/.codex/sessions/**/rollout-*.jsonl", True),
     (".openclaw/agents", "OpenClaw sessions", "~/.openclaw/agents/*/sessions/*.jsonl", True),
-    (".gemini/tmp", "Gemini CLI chats", "~/.gemini/tmp/*/chats/*.json", False),
+    (".gemini/tmp", "Gemini CLI chats", "~/.gemini/tmp/*/chats/session-*.jsonl", True),
+    (".gemini/tmp", "Gemini CLI chats", "~/.gemini/tmp/*/chats/*.json", False),  # older CLIs
 )
 
 
@@ -78,11 +80,11 @@ def memory_folders(home: Path, own_memory: Path | None = None) -> list[Found]:
 
 def transcript_folders(home: Path) -> list[Found]:
     """Agent transcript folders under ``home`` that hold at least one transcript."""
-    out = []
+    out: list[Found] = []
     for rel, what, glob, readable in TRANSCRIPTS:
         folder = home / rel
-        if not folder.is_dir():
-            continue
+        if not folder.is_dir() or (not readable and any(f.path == folder for f in out)):
+            continue  # absent, or read already in a format recalld reads
         pattern = glob.removeprefix(f"~/{rel}/")  # the part under ``folder``
         files = sum(1 for _ in _limited(folder.glob(pattern), 10_000))
         if files:
