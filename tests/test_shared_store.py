@@ -323,6 +323,8 @@ def test_status_says_when_sharing_is_off_and_what_the_store_still_has_to_merge()
         "shared:    a@b at postgresql://h/db, team eng",
         "           3 files pushed, 1 waiting, 1,200 vectors still to merge into the store's graph",
     ]
+    one = {**on, "push": {"pushed": 1, "waiting": 0, "reachable": True}}
+    assert shared_lines(one)[1] == "           1 file pushed, 0 waiting"
 
 
 def _fresh_rows(store: dict[str, Any]) -> int:

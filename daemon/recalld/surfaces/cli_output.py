@@ -232,6 +232,10 @@ def skipped_lines(res: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _files(n: int) -> str:
+    return f"{n:,} file{'s' if n != 1 else ''}"
+
+
 def shared_lines(shared: dict[str, Any]) -> list[str]:
     """The shared store in ``status``: on or off and why, what waits, the last failure."""
     if not shared.get("on"):
@@ -240,7 +244,7 @@ def shared_lines(shared: dict[str, Any]) -> list[str]:
     team = f", team {shared['team']}" if shared.get("team") else ""
     lines = [f"shared:    {shared.get('collection')} at {shared.get('url')}{team}"]
     waits = [
-        f"{push.get('pushed', 0)} files pushed",
+        f"{_files(push.get('pushed', 0))} pushed",
         f"{push.get('waiting', 0)} waiting",
     ]
     if push.get("waiting_for_vectors"):

@@ -167,7 +167,7 @@ def check_shared(status: dict[str, Any] | None) -> list[Check]:
         Check(
             name,
             True,
-            f"{where} answers; {push.get('pushed', 0)} files pushed, "
+            f"{where} answers; {push.get('pushed', 0)} file(s) pushed, "
             f"{push.get('waiting', 0)} waiting",
         )
     ]
