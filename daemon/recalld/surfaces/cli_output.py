@@ -222,7 +222,7 @@ def skipped_lines(res: dict[str, Any]) -> list[str]:
     total = int(res.get("skipped_total") or 0)
     if not total:
         return []
-    lines = [f"skipped:   {total} file{'s' if total != 1 else ''} not indexed"]
+    lines = [f"skipped:   {_files(total)} not indexed"]
     lines.extend(
         f"           {item['path']}: {item['reason']}"
         for item in (res.get("skipped_files") or [])[:SKIPPED_SHOWN]
