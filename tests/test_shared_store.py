@@ -402,8 +402,14 @@ def test_a_store_that_hangs_costs_a_search_at_most_its_timeout(tmp_path: Path) -
                 took.append(time.monotonic() - started)
                 assert res["results"][0]["path"].endswith("note.md")
                 assert "did not answer within 300 ms" in res["degraded"]
-            st = cl.status()["shared"]
+            polls = []
+            for _ in range(5):  # the tray polls status: one wait per hanging probe, not each
+                started = time.monotonic()
+                st = cl.status()["shared"]
+                polls.append(time.monotonic() - started)
+                assert st["unreachable"] == "shared store did not answer within 300 ms", st
         assert sorted(took)[2] < 1.2 * 0.3 + 0.15, took  # the median, on a loaded machine
+        assert sorted(polls)[2] < 0.15, polls  # each would wait 0.3 s
         assert st["on"] and st["push"]["reachable"] is not True
     finally:
         d.stop()

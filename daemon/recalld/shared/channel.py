@@ -41,6 +41,7 @@ class SharedChannel:
         self._unreachable = False  # the failure was the store not answering (not the query)
         self.answered_at = 0.0  # monotonic time the store last answered a search or probe
         self._probe: cf.Future[None] | None = None  # one at a time (a store that hangs)
+        self._probe_waited = False  # a status waited its timeout for that probe already
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -102,15 +103,22 @@ class SharedChannel:
         return self.last_error
 
     def probe(self) -> str | None:
-        """Whether the store answers now (one round trip, waited for at most ``timeout_ms``;
-        one still running is waited for, not doubled): None, or why not. For ``status``, which
-        would otherwise say what the last push or search found, maybe 30 s ago."""
-        if self._probe is None or self._probe.done():
-            self._probe = self._pool.submit(self._ping)
+        """Whether the store answers now (one round trip, waited for at most ``timeout_ms``):
+        None, or why not. For ``status``, which would otherwise say what the last push or search
+        found, maybe 30 s ago. A probe still running from an earlier call has already outlasted
+        its wait: that is the answer at once, so a store that hangs costs a status (and the
+        tray's polls) one wait per probe, not one each."""
         ms = self.remote.settings.timeout_ms
+        if self._probe is not None and not self._probe.done():
+            if self._probe_waited:
+                return f"shared store did not answer within {ms} ms"
+        else:
+            self._probe = self._pool.submit(self._ping)
+            self._probe_waited = False
         try:
             self._probe.result(timeout=ms / 1000)
         except cf.TimeoutError:
+            self._probe_waited = True
             return f"shared store did not answer within {ms} ms"
         except Exception as exc:  # noqa: BLE001 - the answer is why
             return first_line(exc)
