@@ -45,6 +45,7 @@ OFF: dict[str, Value] = {
     "search.recency_half_life_days": 0.0,
     "search.note_units": 0.0,
     "search.unnamed_question_vector_weight": 0.0,
+    "search.gap_confidence": 0.0,
 }
 VARIANTS: dict[str, dict[str, Value]] = {
     # OpenClaw's fusion: raw scores, 0.7 vector / 0.3 keyword, no title weighting.
@@ -72,7 +73,8 @@ FUSION: dict[str, dict[str, Value]] = {
     "wrrf k20": {"search.fusion": "wrrf", "search.rrf_k": 20},
     "+blend 0.3": {"search.rrf_blend": 0.3},
     "+blend 0.5": {"search.rrf_blend": 0.5},
-    "+gap 1": {"search.gap_confidence": 1.0},
+    # On since session 34 (1.0): the fold table chose it in two full runs running.
+    "-gap": {"search.gap_confidence": 0.0},
     "+gap 3": {"search.gap_confidence": 3.0},
     "+guard 1": {"search.channel_guard": 1},
     "+guard 2": {"search.channel_guard": 2},
@@ -148,7 +150,7 @@ DECISIONS: dict[str, tuple[str, ...]] = {
         "wrrf k60",
     ),
     "weighted and RRF blended (`search.rrf_blend` off)": ("all (defaults)", "+blend 0.3"),
-    "score-gap confidence (`search.gap_confidence` off)": ("all (defaults)", "+gap 1"),
+    "score-gap confidence (`search.gap_confidence` 1)": ("all (defaults)", "-gap"),
     "channel guard (`search.channel_guard` off)": ("all (defaults)", "+guard 2"),
     "vector weight for long prose queries (`search.long_query_vector_weight` 0.5, 9 words)": (
         "all (defaults)",

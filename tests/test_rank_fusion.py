@@ -150,6 +150,7 @@ def test_channel_guard_shows_the_vector_channels_best_within_the_slots(
         ({"search__fusion": "wrrf"}, "wrrf"),
         ({"search__rrf_blend": 0.5}, "weighted+rrf"),
         ({"search__gap_confidence": 2.0}, "weighted"),
+        ({"search__gap_confidence": 1.0}, "weighted"),
     ],
 )
 def test_each_fusion_lever_runs_through_the_engine_and_says_so(
@@ -162,8 +163,9 @@ def test_each_fusion_lever_runs_through_the_engine_and_says_so(
         assert res["explain"]["fusion"] == method
         assert res["results"] and all(0 <= r["score"] <= 1 for r in res["results"])
         weights = res["explain"]["weights"]
-        if "search__gap_confidence" in values:  # the weights of this query, not the config's
-            assert (weights["vector"], weights["keyword"]) != (0.2, 0.8)
+        if "search__gap_confidence" in values:  # the weights of this query, not the shape's
+            shape = res["explain"]["shape_weights"]
+            assert (weights["vector"], weights["keyword"]) != (shape["vector"], shape["keyword"])
     finally:
         engine.close()
 
@@ -176,10 +178,12 @@ def test_long_query_levers_apply_to_long_prose_queries_only(
 ) -> None:
     # QUERY is a question of four prose words: long from 4 words, not from 5 (then it keeps a
     # question's 0.2 vector weight and plain weighted fusion; it names nothing, so the weight of
-    # questions that name nothing is turned off to leave the question's own).
+    # questions that name nothing is turned off to leave the question's own, and the gap
+    # confidence too, which would raise this query's weights past the shape's).
     engine = make_engine(
         notes_home,
         local_embedder,
+        search__gap_confidence=0.0,
         search__unnamed_question_vector_weight=0.0,
         search__long_query_blend=1.0,
         search__long_query_vector_weight=0.7,

@@ -295,7 +295,8 @@ def test_a_name_typed_in_lower_case_still_names(home: Path, local_embedder: Any)
             ("what are the discontinuity stresses at junctions", 0.5),  # names nothing
         ]:
             res = eng.searcher.search({"query": query, "explain": True, "min_score": 0})
-            assert res["explain"]["weights"]["vector"] == pytest.approx(vector_weight), query
+            weights = res["explain"]["shape_weights"]
+            assert weights["vector"] == pytest.approx(vector_weight), query
     finally:
         eng.close()
 
@@ -333,7 +334,9 @@ def test_a_file_named_like_the_query_comes_first(home: Path, local_embedder: Any
 def test_identifier_queries_lean_on_keywords(code_engine: Engine) -> None:
     res = code_engine.searcher.search({"query": "ERR_CONN_RESET", "explain": True, "min_score": 0})
     assert res["explain"]["shape"] == "identifier"
-    assert res["explain"]["weights"]["vector"] == pytest.approx(0.1)
+    assert res["explain"]["shape_weights"]["vector"] == pytest.approx(0.1)
+    applied = res["explain"]["weights"]  # raised for the channel whose best hit stands clear
+    assert applied["keyword"] >= 0.9 and applied["vector"] < applied["keyword"] / 3
     top = res["results"][0]
     assert top["path"].endswith("net/errors.md")
     assert top["explain"]["boosts"]["literal"] == 1.0

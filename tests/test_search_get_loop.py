@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -216,17 +217,20 @@ def test_an_answer_over_its_budget_says_why(homes: dict[str, Path]) -> None:
 
 
 def test_explain_says_why_a_result_under_the_floor_is_kept(homes: dict[str, Path]) -> None:
-    args = ("search", "vegetables", "and", "Marek", "--min-score", "0.25", "--explain")
+    # garden.md fuses to ~0.25 (its cosine 0.34 alone, the keyword channel misses it).
+    args = ("search", "vegetables", "and", "Marek", "--min-score", "0.3", "--explain")
     for name, done in both(homes, *args, "--json").items():
         res = json.loads(done.stdout)
-        under = [r for r in res["results"] if r["score"] < 0.25]
+        under = [r for r in res["results"] if r["score"] < 0.3]
         assert under, (name, res["results"])
         for r in under:
             floor = r["explain"]["floor"]
             assert floor["kept_by"] in ("cosine", "best_keyword"), floor
-            assert r["scores"]["vector"] >= 0.25 or floor["kept_by"] == "best_keyword"
+            assert r["scores"]["vector"] >= 0.3 or floor["kept_by"] == "best_keyword"
     text = run(homes["served"], *args).stdout
-    assert "kept: cosine 0.3" in text and "reaches the floor 0.25 although the score" in text
+    assert "kept: cosine 0.3" in text and "reaches the floor 0.3 although the score" in text
+    # The weights this query got, raised from its shape's (search.gap_confidence), and those.
+    assert re.search(r"weights vector [\d.]+ / keyword [\d.]+ \(the shape's 0.2 / 0.8\)", text)
 
 
 def test_sync_and_reindex_through_the_daemon_print_a_sentence(homes: dict[str, Path]) -> None:

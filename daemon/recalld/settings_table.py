@@ -242,7 +242,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "search.gap_confidence",
-        0.0,
+        1.0,
         "Weight raise of a channel whose best hit stands clear of the next (0 = off).",
         0,
         10,

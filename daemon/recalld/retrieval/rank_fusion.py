@@ -1,4 +1,6 @@
-"""Rank-aware fusion levers of issue 39 (each off by default; docs/DECISIONS.md has their tables).
+"""Rank-aware fusion levers of issue 39 (docs/DECISIONS.md has their tables).
+
+Gap confidence is on (1.0 since session 34); the other levers are off by default.
 
 Weighted fusion adds min-max rescaled channel scores, so a chunk that one channel alone ranks
 first can fall below chunks both channels hold in the middle. Each lever here is a way to keep

@@ -70,7 +70,9 @@ def _explain(shape: QueryShape | None, ranking: Ranking, match: str | None) -> d
         "literals": list(shape.literals) if shape else [],
         "prose_words": shape.prose if shape else 0,  # from search.long_query_words: long prose
         "fusion": ranking.method,
-        "weights": {"vector": round(vw, 4), "keyword": round(tw, 4)},
+        "weights": {"vector": round(vw, 4), "keyword": round(tw, 4)},  # as applied
+        # The shape's weights, before a channel whose best hit stands clear is raised.
+        "shape_weights": {"vector": ranking.shape_weights[0], "keyword": ranking.shape_weights[1]},
         "match": match,
         "candidates": {"vector": ranking.candidates[0], "keyword": ranking.candidates[1]},
         "keyword_only": len(ranking.no_vector),  # candidates without a vector by policy

@@ -39,6 +39,7 @@ class Ranking:
     no_vector: set[int]  # keyword-only chunks by policy (no vector to miss)
     notes: dict[int, dict[str, Any]] | None  # per chunk, for --explain
     candidates: tuple[int, int]  # how many hits each channel gave: vector, keyword
+    shape_weights: tuple[float, float]  # the query shape's, before the score-gap raise
 
 
 def rank(
@@ -56,10 +57,9 @@ def rank(
     # Keyword-only chunks (no vector by policy) are not chunks the vector channel rejected.
     no_vector = {cid for cid in kw if cid in rows and not rows[cid].embed}
     shape = _named_by_index(shape, hits, rows, cfg)
-    # A channel whose best hit stands clear gets more say for this query (off by default).
-    weights = rank_fusion.gap_weights(
-        vs, kw, channel_weights(shape, cfg), cfg.float("search.gap_confidence")
-    )
+    # A channel whose best hit stands clear gets more say for this query.
+    by_shape = channel_weights(shape, cfg)
+    weights = rank_fusion.gap_weights(vs, kw, by_shape, cfg.float("search.gap_confidence"))
     share = blend_share(shape, cfg)
     fused, method = _fuse(hits, vs, kw, no_vector, weights, cfg, share)
     if cfg.float("search.note_units") > 0 and method == "weighted":
@@ -84,7 +84,7 @@ def rank(
     fused = _boost(fused, rows, shape, cfg, notes)
     mode = _answer_mode(hits, requested_mode)
     counts = (len(hits.vector), len(hits.keyword))
-    return Ranking(fused, rows, mode, method, weights, no_vector, notes, counts)
+    return Ranking(fused, rows, mode, method, weights, no_vector, notes, counts, by_shape)
 
 
 def _named_by_index(

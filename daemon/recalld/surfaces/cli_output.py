@@ -86,14 +86,7 @@ def search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
         # first four lines of 160 characters hid the line that matched, or most of a paragraph.
         out.extend(f"   {line}" for line in r["snippet"].splitlines())
     if "explain" in res:
-        e = res["explain"]
-        w = e.get("weights", {})
-        out.append(
-            f"-- query shape {e.get('shape')} ({e.get('prose_words', 0)} prose words), fusion "
-            f"{e.get('fusion')}, weights vector "
-            f"{w.get('vector')} / keyword {w.get('keyword')}, literals {e.get('literals')}, "
-            f"candidates {e.get('candidates')}\n-- match: {e.get('match')}"
-        )
+        out.append(_answer_explain(res["explain"]))
     if "budget" in res:  # one short line: it counts against the budget too
         b = res["budget"]
         err.append(
@@ -106,6 +99,18 @@ def search_text(res: dict[str, Any], as_json: bool) -> tuple[str, str]:
     # character in them (ESC, BEL) is shown, not obeyed by the terminal.
     return visible("".join(f"{line}\n" for line in out)), visible(
         "".join(f"{line}\n" for line in err)
+    )
+
+
+def _answer_explain(e: Mapping[str, Any]) -> str:
+    """The answer-wide --explain lines: shape, fusion, the weights it got (and its shape's)."""
+    w, by_shape = e.get("weights", {}), e.get("shape_weights")
+    raised = f" (the shape's {by_shape['vector']} / {by_shape['keyword']})" if by_shape else ""
+    return (
+        f"-- query shape {e.get('shape')} ({e.get('prose_words', 0)} prose words), fusion "
+        f"{e.get('fusion')}, weights vector {w.get('vector')} / keyword {w.get('keyword')}"
+        f"{raised if by_shape != w else ''}, literals {e.get('literals')}, "
+        f"candidates {e.get('candidates')}\n-- match: {e.get('match')}"
     )
 
 
