@@ -867,4 +867,10 @@ def _fusion_note() -> str:
             if d["search.unnamed_question_vector_weight"]
             else ""
         )
+        + (
+            f"; a channel whose best hit stands clear has its weight raised up to "
+            f"{1 + d['search.gap_confidence']:g}x (score-gap confidence)"
+            if d["search.gap_confidence"]
+            else ""
+        )
     )
