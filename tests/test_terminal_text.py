@@ -21,13 +21,18 @@ from recalld.surfaces.terminal_text import visible
 pytestmark = pytest.mark.timeout(120)
 
 FAST = "import sys\nfrom recalld.surfaces.cli_fast import main\nsys.exit(main(sys.argv[1:]))\n"
-HOSTILE = "The okapi \x1b[31mred\x1b[0m rings\x07 \x1b]0;pwned\x07 back\rover \x9b2J done.\tok"
+HOSTILE = (
+    "The okapi \x1b[31mred\x1b[0m rings\x07 \x1b]0;pwned\x07 back\rover \x9b2J done.\tok"
+    " report\u202egpj.exe"
+)
 
 
 def test_visible_escapes_control_characters_but_newline_and_tab() -> None:
     assert visible("a\x1b[31mb\x07c\x00\x7f\x9b") == "a\\x1b[31mb\\x07c\\x00\\x7f\\x9b"
     assert visible("line\tone\nline two\r\nthree\rfour") == "line\tone\nline two\r\nthree\\x0dfour"
     assert visible("naïve — ünïcode ✓") == "naïve — ünïcode ✓"
+    assert visible("a\u202eb\u2067c\u2069") == "a\\u202eb\\u2067c\\u2069"  # bidi overrides
+    assert visible("שלום\u200f!") == "שלום\u200f!"  # a right-to-left mark stays
 
 
 def _recalld(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -45,7 +50,8 @@ def _check_text_and_json(home: Path, note: Path) -> None:
         text = _recalld(home, *args)
         assert text.returncode == 0, text.stderr
         shown = text.stdout + text.stderr
-        assert not any(c in shown for c in "\x1b\x07\x9b\r"), repr(shown)
+        assert not any(c in shown for c in "\x1b\x07\x9b\r\u202e"), repr(shown)
+        assert "\\u202egpj.exe" in shown, shown
         assert "\\x1b[31mred" in shown and "\\x07" in shown and "\\x9b2J" in shown, shown
         assert "\tok" in text.stdout  # tabs (and newlines) are text
         raw = _recalld(home, *args, "--json")
