@@ -65,6 +65,7 @@ def run_search(req: SearchRequest, ctx: SearchContext) -> dict[str, Any]:
 def _explain(shape: QueryShape | None, ranking: Ranking, match: str | None) -> dict[str, Any]:
     """The answer-wide part of --explain: the query's shape, the fusion and its inputs."""
     vw, tw = ranking.weights
+    sv, sk = ranking.shape_weights
     return {
         "shape": shape.kind if shape else "off",
         "literals": list(shape.literals) if shape else [],
@@ -72,7 +73,7 @@ def _explain(shape: QueryShape | None, ranking: Ranking, match: str | None) -> d
         "fusion": ranking.method,
         "weights": {"vector": round(vw, 4), "keyword": round(tw, 4)},  # as applied
         # The shape's weights, before a channel whose best hit stands clear is raised.
-        "shape_weights": {"vector": ranking.shape_weights[0], "keyword": ranking.shape_weights[1]},
+        "shape_weights": {"vector": round(sv, 4), "keyword": round(sk, 4)},
         "match": match,
         "candidates": {"vector": ranking.candidates[0], "keyword": ranking.candidates[1]},
         "keyword_only": len(ranking.no_vector),  # candidates without a vector by policy

@@ -109,9 +109,10 @@ class SharedChannel:
         its wait: that is the answer at once, so a store that hangs costs a status (and the
         tray's polls) one wait per probe, not one each."""
         ms = self.remote.settings.timeout_ms
+        hung = f"shared store did not answer within {ms} ms"
         if self._probe is not None and not self._probe.done():
             if self._probe_waited:
-                return f"shared store did not answer within {ms} ms"
+                return hung
         else:
             self._probe = self._pool.submit(self._ping)
             self._probe_waited = False
@@ -119,7 +120,7 @@ class SharedChannel:
             self._probe.result(timeout=ms / 1000)
         except cf.TimeoutError:
             self._probe_waited = True
-            return f"shared store did not answer within {ms} ms"
+            return hung
         except Exception as exc:  # noqa: BLE001 - the answer is why
             return first_line(exc)
         return None
