@@ -8,6 +8,8 @@ duplicates nothing, and a search with the store down answers locally within the 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import tempfile
@@ -32,7 +34,9 @@ from recalld.shared import embedded  # noqa: E402
 from recalld.shared.remote import PushChunk, Remote  # noqa: E402
 from recalld.shared.schema import add_member  # noqa: E402
 from recalld.shared.settings import load, with_login  # noqa: E402
+from recalld.surfaces.cli_memory import print_result  # noqa: E402
 from recalld.surfaces.cli_output import print_status, shared_lines  # noqa: E402
+from recalld.surfaces.mcp_memory_tools import forget_text  # noqa: E402
 
 PASSWORDS = {"alice": "pw-alice-1", "bob": "pw-bob-2", "carol": "pw-carol-3"}
 
@@ -465,13 +469,25 @@ def test_written_and_forgotten_notes_reach_the_store(store: dict[str, Any]) -> N
                 lambda: _store_rows(store, "alice@forget", "egret vault") >= 1,
                 what="the written entries reach the store",
             )
-            cl.forget(gone["citation"])  # the lines leave the note, then the store
+            private = cl.remember("the ibis ledger is mine alone", note="private/ibis.md")
+            lines = cl.forget(gone["citation"])  # the lines leave the note, then the store
+            # The answer says the store keeps the old text in its files until compacted.
+            assert lines["shared_files"] == 1, lines
+            assert "recalld shared compact" in forget_text(lines)
+            assert "shared_files" not in cl.forget(private["citation"])  # not shared
             _wait(
                 lambda: _store_rows(store, "alice@forget", "egret vault") == 0,
                 what="the forgotten lines leave the store",
             )
             assert _store_rows(store, "alice@forget", "heron gate") >= 1
-            cl.forget(kept["path"])  # the whole note: a tombstone here, one there
+            whole = cl.forget(kept["path"])  # the whole note: a tombstone here, one there
+            assert whole["shared_files"] == 1 and whole["files_removed"] == 1, whole
+            shown = io.StringIO()
+            with contextlib.redirect_stdout(shown):
+                print_result("forget", {}, whole, as_json=False)
+            assert "1 of them shared: the shared store drops them at the next push" in (
+                shown.getvalue()
+            )
             _wait(
                 lambda: _store_rows(store, "alice@forget", "heron gate") == 0,
                 what="the forgotten note leaves the store",

@@ -55,11 +55,15 @@ class MemoryEdits:
         *,
         after_index: Callable[[], None] | None = None,
         resync: Callable[[], None] | None = None,
+        shared: Callable[[str, str], bool] | None = None,
     ) -> None:
         self.engine = engine
         self.on_writer = on_writer
         self.after_index = after_index or (lambda: None)
         self.resync = resync or (lambda: None)
+        # Whether an indexed file (path, source) is pushed to a shared store: a forget says so,
+        # since the store's files keep the text until its administrator compacts them.
+        self.shared = shared or (lambda _path, _source: False)
         # Edits per note, counted once on disk, and how many of them the index holds: a write
         # queued behind another's index pass finds its entry indexed already (group commit).
         self._edits: dict[str, int] = {}
@@ -320,6 +324,7 @@ class MemoryEdits:
             "forgotten": "lines",
             "value": f"{path}#L{first}-L{last}",
             "lines_removed": removed,
+            **({"shared_files": 1} if self.shared(str(path), "memory") else {}),
             **scrubbed,
             "seconds": round(time.monotonic() - started, 3),
         }
@@ -371,7 +376,9 @@ class MemoryEdits:
             assert store is not None
             roots = engine.config.memory_roots()
             covers = Forgotten([stone], roots)
-            paths = [path for path in store.files() if covers.covers(path) is not None]
+            rows = store.files()
+            paths = [path for path in rows if covers.covers(path) is not None]
+            shared = sum(self.shared(path, rows[path].source) for path in paths)
             known = {(s.kind, s.value) for s in tombstones.all_of(store.conn)}
             if not paths and not on_disk(stone, roots) and (stone.kind, stone.value) not in known:
                 # A typo'd glob or project would be kept as a tombstone for nothing, silently.
@@ -386,6 +393,7 @@ class MemoryEdits:
                 engine.apply_change(change)
                 chunks += len(change.removed)
             return {"new": added, "files_removed": len(paths), "chunks_removed": chunks,
+                    **({"shared_files": shared} if shared else {}),
                     **erase.scrub(store.conn, hashes)}  # fmt: skip
 
         result = self.on_writer(run)

@@ -456,7 +456,8 @@ class Daemon:
         def submit(kind: str, run: Callable[[], None] | None) -> None:
             self.submit(Job(kind, run=run))
 
-        return WriteHandlers(self.engine, submit).table()
+        # The link of the moment: a config edit may replace it (restart_shared).
+        return WriteHandlers(self.engine, submit, lambda p, s: self.shared.shares(p, s)).table()
 
     def h_search(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """A search of the local index (and of the shared store when one is configured)."""

@@ -72,6 +72,10 @@ class SharedLink:
         if self.channel is not None:
             self.channel.close()
 
+    def shares(self, path: str, source: str) -> bool:
+        """Whether this daemon pushes the indexed file ``path`` to the store."""
+        return self.pusher is not None and self.pusher.scope.key(path, source) is not None
+
     def poke(self) -> None:
         """The index changed: the pusher looks for work now."""
         if self.pusher is not None:

@@ -27,13 +27,16 @@ WRITER_WAIT_S = 120.0  # a write waits this long for the writer (a first sync ma
 class WriteHandlers:
     """``write`` and ``forget`` for one daemon's engine and writer queue."""
 
-    def __init__(self, engine: Any, submit: Submit) -> None:
+    def __init__(
+        self, engine: Any, submit: Submit, shared: Callable[[str, str], bool] | None = None
+    ) -> None:
         self.submit = submit
         self.edits = MemoryEdits(
             engine,
             self.on_writer,
             after_index=self._vectors_next,
             resync=self._resync,
+            shared=shared,
         )
 
     def table(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:

@@ -171,6 +171,20 @@ def print_result(method: str, params: dict[str, Any], res: dict[str, Any], as_js
             f"forgot {res['forgotten']} {res['value']}: {res['files_removed']} file(s), "
             f"{res['chunks_removed']} chunk(s) out of the index (files untouched)"
         )
+    if res.get("shared_files"):
+        _say(shared_note(res))
+
+
+def shared_note(res: dict[str, Any]) -> str:
+    """What a forget of shared notes leaves behind in the shared store, and how it goes."""
+    if res.get("forgotten") == "lines":
+        head = "the note is shared: the shared store gets it without those lines at the next push"
+    else:
+        head = f"{res['shared_files']} of them shared: the shared store drops them at the next push"
+    return (
+        f"{head}; the old text stays in PostgreSQL's files until its administrator runs "
+        "`recalld shared compact`"
+    )
 
 
 def _say(text: str, **kw: Any) -> None:

@@ -194,8 +194,15 @@ def forget_text(res: Mapping[str, Any]) -> str:
     if res.get("undone"):
         return f"{res['forgotten']} {res['value']} is remembered again"
     if res.get("forgotten") == "lines":
-        return f"removed {res['lines_removed']} line(s): {res['value']}"
-    return f"forgotten {res['forgotten']} {res['value']} ({res.get('files_removed', 0)} file(s))"
+        text = f"removed {res['lines_removed']} line(s): {res['value']}"
+    else:
+        files = res.get("files_removed", 0)
+        text = f"forgotten {res['forgotten']} {res['value']} ({files} file(s))"
+    if res.get("shared_files"):
+        from recalld.surfaces.cli_memory import shared_note
+
+        text += f"; {shared_note(dict(res))}"
+    return text
 
 
 def _known(args: Mapping[str, Any] | None, schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""``recalld shared up|down|status|init|add-member``: try, set up and look at a shared store."""
+"""``recalld shared up|down|status|init|add-member|compact``: try, set up, look at and compact a
+shared store."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import secrets
 from typing import Any
 
 from recalld.config import Config
-from recalld.errors import BadRequest
+from recalld.errors import BadRequest, ConfigError, Forbidden, RecalldError
 from recalld.surfaces import exit_codes
 
 
@@ -18,9 +19,11 @@ def add_parser(sub: Any) -> None:
     sh = sub.add_parser("shared", help="a shared store on PostgreSQL + pgvector (machines, teams)")
     sh.add_argument(
         "action",
-        choices=["up", "down", "status", "init", "add-member"],
+        choices=["up", "down", "status", "init", "add-member", "compact"],
         help="up/down/status: an embedded PostgreSQL under the data dir; init: create the schema "
-        "in a database you run (--admin-url); add-member NAME: a login for a person",
+        "in a database you run (--admin-url); add-member NAME: a login for a person; compact: "
+        "rewrite the store's tables so deleted and forgotten text leaves its files (locks each "
+        "table while it runs)",
     )
     sh.add_argument("name", nargs="?", help="the member's name (add-member)")
     sh.add_argument("--team", action="append", default=[], help="a team of the member")
@@ -72,11 +75,50 @@ def main(args: argparse.Namespace, config: Config) -> int:
         _print(args, info, [line])
         return exit_codes.OK
     admin = _admin_url(args, base)
+    try:
+        return _administer(args, admin)
+    except ImportError as exc:
+        raise ConfigError(
+            f"psycopg is not installed ({exc.name}): pip install 'recalld[shared]'"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - PostgreSQL's errors said as recalld's own
+        raise _store_error(admin, exc) from None
+
+
+def _administer(args: argparse.Namespace, admin: str) -> int:
+    """``init``, ``add-member`` or ``compact`` with the administrator's URL."""
     if args.action == "init":
         _init(admin)
         print("the recalld schema is ready")
         return exit_codes.OK
+    if args.action == "compact":
+        return _compact(args, admin)
     return _add_member(args, admin)
+
+
+def _store_error(admin: str, exc: Exception) -> Exception:
+    """A store's error as recalld's own: unreachable, not allowed, or what PostgreSQL said."""
+    import psycopg
+
+    from recalld.shared.compact import unreachable
+
+    if isinstance(exc, RecalldError) or not isinstance(exc, psycopg.Error):
+        return exc
+    if isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
+        return unreachable(admin, exc)
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return Forbidden(f"the shared store refused: {str(exc).strip().splitlines()[0]}")
+    return RecalldError(f"the shared store failed: {str(exc).strip().splitlines()[0]}")
+
+
+def _compact(args: argparse.Namespace, admin: str) -> int:
+    import sys
+
+    from recalld.shared.compact import compact, summary
+
+    info = compact(admin, say=lambda line: print(line, file=sys.stderr, flush=True))
+    _print(args, info, summary(info))
+    return exit_codes.UNAVAILABLE if info["busy"] else exit_codes.OK
 
 
 def _admin_url(args: argparse.Namespace, base: Any) -> str:
