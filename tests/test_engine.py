@@ -271,7 +271,9 @@ def test_a_write_that_fails_mid_batch_loses_only_its_own_file(
         report = eng.sync()
         assert [s["reason"] for s in report.skipped] == ["indexing failed: disk hiccup"]
         assert savepoints == [False, True]  # the batch undone, then written file by file
-        assert report.files_changed == 3 and report.chunks_written == 2
+        # The failed file counts as skipped only (it is not in the index), not also changed.
+        assert report.files_changed == 2 and report.files_skipped == 1
+        assert report.chunks_written == 2
         assert len(changes) == 2  # told of the two files that landed, after their commit
         rows = eng.writer.conn.execute("SELECT path FROM chunks ORDER BY path").fetchall()
         assert [Path(r[0]).name for r in rows] == ["a.md", "c.md"]

@@ -46,3 +46,37 @@ def test_a_wait_during_the_first_sync_reports_that_sync(home: Path) -> None:
     line = describe_sync_report(res)
     assert f"{NOTES} changed, 0 unchanged" in line, line
     assert not line.startswith("sync done in 0.0"), line
+
+
+def test_the_counts_add_up_to_the_files_checked(home: Path) -> None:
+    """Each file the sync looked at is counted once: a link refused at listing is checked and
+    skipped, a note now over the size limit is skipped (its old rows dropped, not also counted
+    as removed), a deleted one removed. Before: "4 note files checked, 1 changed, 1 unchanged,
+    2 removed, 2 skipped" (six outcomes of four files)."""
+    from conftest import make_engine
+
+    memory = home / "memory"
+    kept, grown, deleted = (write(memory / f"{n}.md", f"# {n}\n\nthe {n} note\n") for n in "abc")
+    outside = write(home / "elsewhere" / "secret.md", "# out\n\nnot a memory note\n")
+    engine = make_engine(home, None, memory__max_file_bytes=200)
+    try:
+        engine.sync()
+        grown.write_text("# b\n\n" + "too long now " * 40 + "\n")
+        deleted.unlink()
+        (memory / "link.md").symlink_to(outside)
+        write(memory / "d.md", "# d\n\nthe new note\n")
+        report = engine.sync().as_dict()
+    finally:
+        engine.close()
+    outcomes = ("files_changed", "files_unchanged", "files_removed", "files_skipped")
+    assert [report[k] for k in outcomes] == [1, 1, 1, 2], report
+    assert report["files_checked"] == 5 == sum(report[k] for k in outcomes), report
+    assert kept.exists()
+    line = describe_sync_report(report)
+    assert "5 note files checked, 1 changed, 1 unchanged, 1 removed, 2 skipped" in line, line
+    # The report a waiter gets of two syncs (the running one's work, then its own) adds up too.
+    from recalld.serve.writer_jobs import merged_reports
+
+    again = {**report, "files_changed": 0, "files_removed": 0, "files_unchanged": 2}
+    merged = merged_reports([report, again])
+    assert [merged[k] for k in outcomes] == [1, 1, 1, 2] and merged["files_checked"] == 5, merged

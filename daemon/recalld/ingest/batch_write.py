@@ -75,6 +75,7 @@ def _write(
                 if not savepoint:
                     raise _FileFailed from exc  # undoes the batch's transaction
                 log.exception("writing %s to the index failed", shown(prepared.row.path))
+                report.files_changed -= 1  # counted when prepared; skipped, it is not in the index
                 skip_file(report, prepared.row.path, f"indexing failed: {exc}")
                 continue
             written.append((prepared, change))

@@ -202,6 +202,9 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         self._begin()
         files, gone, forgotten = self._work(paths, report)
         report.files_seen = len(files)
+        # Each file once: those listed, those refused at listing (skipped already), and the
+        # indexed rows whose file is no longer listed (or forgotten).
+        report.files_checked = len(files) + report.files_skipped + len(gone)
         self.progress.phase = "indexing"
         self.progress.add(gone)
         self.progress.add(str(f) for f in files)
@@ -372,9 +375,7 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
             if verdict.reason == "gone":
                 self._drop_stale(key, known, report)
             elif not verdict.transient:
-                self._drop_stale(key, known, report)
-                if verdict.reported:
-                    skip_file(report, path, verdict.reason)
+                self._drop_stale(key, known, report, verdict.reason if verdict.reported else None)
             else:
                 skip_file(report, path, verdict.reason)
             return None
@@ -389,8 +390,9 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
             report.files_unchanged += 1
             return None
         if st.st_size > self.max_bytes:
-            self._drop_stale(key, known, report)
-            skip_file(report, path, f"{st.st_size} bytes is over memory.max_file_bytes")
+            self._drop_stale(
+                key, known, report, f"{st.st_size} bytes is over memory.max_file_bytes"
+            )
             return None
         try:
             data = read_checked(verdict, self.rule.real_roots, self.max_bytes)
@@ -405,8 +407,9 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
             skip_file(report, path, f"cannot read: {exc.strerror or exc}")
             return None
         if len(data) > self.max_bytes:  # grew between the stat and the read
-            self._drop_stale(key, known, report)
-            skip_file(report, path, f"over memory.max_file_bytes ({self.max_bytes} bytes)")
+            self._drop_stale(
+                key, known, report, f"over memory.max_file_bytes ({self.max_bytes} bytes)"
+            )
             return None
         digest = content_hash(data)
         if known and known.hash == digest:
@@ -414,8 +417,7 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
             report.files_unchanged += 1
             return None
         if b"\x00" in data[:8192]:
-            self._drop_stale(key, known, report)
-            skip_file(report, path, "looks binary (NUL bytes)")
+            self._drop_stale(key, known, report, "looks binary (NUL bytes)")
             return None
         return Raw(path, data, st, digest)
 

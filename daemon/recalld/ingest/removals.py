@@ -54,7 +54,7 @@ class Removals:
             return False
         return True
 
-    def _remove(self, key: str, report: SyncReport) -> None:
+    def _remove(self, key: str, report: SyncReport, counted: bool = True) -> None:
         try:
             self._apply(self.store.remove_file(key))
         except Exception as exc:  # one bad row never stops the others
@@ -62,14 +62,20 @@ class Removals:
                 raise
             log.exception("removing %s from the index failed", key)
             return
-        report.files_removed += 1
-        self.progress.files_removed += 1
+        if counted:
+            report.files_removed += 1
+            self.progress.files_removed += 1
 
-    def _drop_stale(self, key: str, known: FileRow | None, report: SyncReport) -> None:
+    def _drop_stale(
+        self, key: str, known: FileRow | None, report: SyncReport, skipped: str | None = None
+    ) -> None:
         """A file that can no longer be indexed loses its old rows: its old text must not stay
-        searchable while ``get`` shows what the file is now."""
+        searchable while ``get`` shows what the file is now. A file ``skipped`` (the reason) is
+        counted once, as skipped: the sync's counts add up to the files it checked."""
         if known is not None:
-            self._remove(key, report)
+            self._remove(key, report, counted=skipped is None)
+        if skipped is not None:
+            skip_file(report, key, skipped)
 
     def _apply(self, change: FileChange) -> None:
         if self.on_change is not None:

@@ -118,7 +118,8 @@ class Prepared:
 class SyncReport:
     """What a sync did."""
 
-    files_seen: int = 0
+    files_seen: int = 0  # listed and admitted
+    files_checked: int = 0  # each once: the outcomes below (changed .. deferred) add up to it
     files_changed: int = 0
     files_unchanged: int = 0
     files_removed: int = 0

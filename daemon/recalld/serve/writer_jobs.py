@@ -100,18 +100,18 @@ def run_job(
     return {"queued": False, "job": job.kind, "report": report}
 
 
-# Counts a waiter's syncs add up; files_seen is the most any one listed (each full sync lists them
-# all), and the files not changed are what is left of it.
+# Counts a waiter's syncs add up; files checked are the most any one checked (each full sync
+# checks them all) and so are the files skipped (each skips the same ones); the files not changed
+# are what is left of those checked.
 _ADDED = (
     "files_changed",
     "files_removed",
-    "files_skipped",
     "files_kept",
     "files_deferred",
-    "files_to_retry",
     "chunks_written",
     "chunks_embedded",
 )
+_MOST = ("files_seen", "files_checked", "files_skipped", "files_to_retry")
 
 
 def merged_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -123,8 +123,10 @@ def merged_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     out = dict(done[-1])  # its own sync's: vectors_pending, sessions, embed_error
     for key in _ADDED:
         out[key] = sum(int(r.get(key) or 0) for r in done)
-    out["files_seen"] = max(int(r.get("files_seen") or 0) for r in done)
-    out["files_unchanged"] = max(out["files_seen"] - out["files_changed"] - out["files_skipped"], 0)
+    for key in _MOST:
+        out[key] = max(int(r.get(key) or 0) for r in done)
+    settled = sum(out[k] for k in ("files_changed", "files_removed", "files_skipped"))
+    out["files_unchanged"] = max(out["files_checked"] - settled - out["files_deferred"], 0)
     out["seconds"] = round(sum(float(r.get("seconds") or 0) for r in done), 3)
     out["skipped"] = [s for r in done for s in r.get("skipped") or []][:100]
     out["embed_error"] = next(

@@ -357,7 +357,8 @@ def describe_sync_report(res: dict[str, Any], what: str = "sync") -> str:
     if "files_changed" not in report:
         return f"{what} done"
     n = {k: int(v) for k, v in report.items() if isinstance(v, int) and not isinstance(v, bool)}
-    files = n.get("files_seen", 0) + n.get("files_removed", 0)
+    # An older daemon's report has no files_checked: what it listed plus what it removed.
+    files = n.get("files_checked", n.get("files_seen", 0) + n.get("files_removed", 0))
     text = (
         f"{what} done in {report.get('seconds', 0)} s: {files:,} note files checked, "
         f"{n.get('files_changed', 0):,} changed, {n.get('files_unchanged', 0):,} unchanged, "
