@@ -76,6 +76,8 @@ FUSION: dict[str, dict[str, Value]] = {
     # On since session 34 (1.0): the fold table chose it in two full runs running.
     "-gap": {"search.gap_confidence": 0.0},
     "+gap 3": {"search.gap_confidence": 3.0},
+    "+cov 0.5": {"search.coverage_confidence": 0.5},
+    "+cov 1": {"search.coverage_confidence": 1.0},
     "+guard 1": {"search.channel_guard": 1},
     "+guard 2": {"search.channel_guard": 2},
     # Issue 39's fusion by query shape (query_shape.is_long_prose): long prose queries of 9 prose
@@ -152,6 +154,11 @@ DECISIONS: dict[str, tuple[str, ...]] = {
     "weighted and RRF blended (`search.rrf_blend` off)": ("all (defaults)", "+blend 0.3"),
     "score-gap confidence (`search.gap_confidence` 1)": ("all (defaults)", "-gap"),
     "channel guard (`search.channel_guard` off)": ("all (defaults)", "+guard 2"),
+    "keyword coverage confidence (`search.coverage_confidence` off)": (
+        "all (defaults)",
+        "+cov 0.5",
+        "+cov 1",
+    ),
     "vector weight for long prose queries (`search.long_query_vector_weight` 0.5, 9 words)": (
         "all (defaults)",
         "-long vw",

@@ -75,6 +75,16 @@ def test_gap_confidence_raises_the_channel_whose_best_hit_stands_out() -> None:
     assert rank_fusion.gap_weights(clear, tied, (0.2, 0.8), 0.0) == (0.2, 0.8)
 
 
+def test_coverage_confidence_lowers_the_keyword_channel_when_no_hit_holds_the_query() -> None:
+    partial = {1: 0.25, 2: 0.25, 3: 0.5}  # the best keyword hit holds half the rare terms
+    whole = {1: 1.0, 2: 0.25}
+    assert rank_fusion.coverage_weights((0.2, 0.8), partial, 1.0) == pytest.approx((0.2, 0.4))
+    assert rank_fusion.coverage_weights((0.2, 0.8), partial, 0.5) == pytest.approx((0.2, 0.6))
+    assert rank_fusion.coverage_weights((0.2, 0.8), whole, 1.0) == (0.2, 0.8)
+    assert rank_fusion.coverage_weights((0.2, 0.8), {}, 1.0) == (0.2, 0.8)  # not measured
+    assert rank_fusion.coverage_weights((0.2, 0.8), partial, 0.0) == (0.2, 0.8)
+
+
 def test_guard_lifts_a_channels_best_into_the_slots_in_place_of_the_weakest() -> None:
     # Fused order 1..12; chunk 12 is the vector channel's best, chunk 1 the keyword's.
     fused = [Fused(i, 1.0 - i / 20, 0.3, 1.0 if i == 1 else 0.5 - i / 40) for i in range(1, 12)]
@@ -151,6 +161,7 @@ def test_channel_guard_shows_the_vector_channels_best_within_the_slots(
         ({"search__rrf_blend": 0.5}, "weighted+rrf"),
         ({"search__gap_confidence": 2.0}, "weighted"),
         ({"search__gap_confidence": 1.0}, "weighted"),
+        ({"search__coverage_confidence": 1.0, "search__gap_confidence": 0.0}, "weighted"),
     ],
 )
 def test_each_fusion_lever_runs_through_the_engine_and_says_so(
@@ -163,7 +174,7 @@ def test_each_fusion_lever_runs_through_the_engine_and_says_so(
         assert res["explain"]["fusion"] == method
         assert res["results"] and all(0 <= r["score"] <= 1 for r in res["results"])
         weights = res["explain"]["weights"]
-        if "search__gap_confidence" in values:  # the weights of this query, not the shape's
+        if values.get("search__gap_confidence"):  # the weights of this query, not the shape's
             shape = res["explain"]["shape_weights"]
             assert (weights["vector"], weights["keyword"]) != (shape["vector"], shape["keyword"])
     finally:

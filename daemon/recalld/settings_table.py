@@ -248,6 +248,13 @@ SETTINGS: tuple[Setting, ...] = (
         10,
     ),
     Setting(
+        "search.coverage_confidence",
+        0.0,
+        "Keyword weight lowered when no keyword hit holds the query's rare terms (0 = off).",
+        0,
+        1,
+    ),
+    Setting(
         "search.channel_guard",
         0,
         "Each channel's top N kept inside the results shown (0 = off; rank_fusion).",

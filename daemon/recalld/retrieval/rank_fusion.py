@@ -14,7 +14,9 @@ what one channel knows:
 - :func:`gap_weights` (``search.gap_confidence``): a channel whose best hit stands clear of its
   runner-up gets more weight for this query;
 - :func:`guard` (``search.channel_guard``): each channel's top few are kept inside the slots
-  shown, in place of the weakest fused ones.
+  shown, in place of the weakest fused ones;
+- :func:`coverage_weights` (``search.coverage_confidence``): the keyword channel weighs less for
+  a query none of whose keyword hits holds its rare terms (each holds a word or two of them).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Collection, Mapping, Sequence
 from recalld.retrieval import fusion
 from recalld.retrieval.fusion import Fused, min_max
 
-__all__ = ["blend", "gap_weights", "guard", "ranked_ids", "weighted_rrf"]
+__all__ = ["blend", "coverage_weights", "gap_weights", "guard", "ranked_ids", "weighted_rrf"]
 
 
 def ranked_ids(scores: Mapping[int, float]) -> list[int]:
@@ -96,6 +98,20 @@ def gap_weights(
     vw = weights[0] * (1.0 + strength * standout(vector))
     kw = weights[1] * (1.0 + strength * standout(keyword))
     return vw, kw
+
+
+def coverage_weights(
+    weights: tuple[float, float], coverage: Mapping[int, float], strength: float
+) -> tuple[float, float]:
+    """(vector, keyword) weights, the keyword one times ``1 - strength * (1 - best)``, where best
+    is the largest share of the query's rare terms any keyword hit holds (coordination's
+    coverage). Keyword hits that each hold one word of a four-word question are weak evidence,
+    however BM25 ranks them among themselves (their best maps to 1); unchanged when coverage was
+    not measured (one term, a long query, coordination off)."""
+    if strength <= 0 or not coverage:
+        return weights
+    best = max(coverage.values())
+    return weights[0], weights[1] * max(0.0, 1.0 - strength * (1.0 - best))
 
 
 def guard(

@@ -60,6 +60,10 @@ def rank(
     # A channel whose best hit stands clear gets more say for this query.
     by_shape = channel_weights(shape, cfg)
     weights = rank_fusion.gap_weights(vs, kw, by_shape, cfg.float("search.gap_confidence"))
+    # ... and the keyword channel less when none of its hits holds what the query asks.
+    weights = rank_fusion.coverage_weights(
+        weights, coverage, cfg.float("search.coverage_confidence")
+    )
     share = blend_share(shape, cfg)
     fused, method = _fuse(hits, vs, kw, no_vector, weights, cfg, share)
     if cfg.float("search.note_units") > 0 and method == "weighted":
