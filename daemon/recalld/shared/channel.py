@@ -66,7 +66,7 @@ class SharedChannel:
             hits = future.result(timeout=max(left, 0.001))
         except cf.TimeoutError:
             future.cancel()
-            why = f"shared store did not answer within {timeout_s * 1000:.0f} ms"
+            why = self._no_answer()
             self._failed(why, unreachable=True)
             return _degraded(answer, why)
         except Exception as exc:  # noqa: BLE001 - the local answer stands; say why
@@ -109,7 +109,7 @@ class SharedChannel:
         its wait: that is the answer at once, so a store that hangs costs a status (and the
         tray's polls) one wait per probe, not one each."""
         ms = self.remote.settings.timeout_ms
-        hung = f"shared store did not answer within {ms} ms"
+        hung = self._no_answer()
         if self._probe is not None and not self._probe.done():
             if self._probe_waited:
                 return hung
@@ -124,6 +124,10 @@ class SharedChannel:
         except Exception as exc:  # noqa: BLE001 - the answer is why
             return first_line(exc)
         return None
+
+    def _no_answer(self) -> str:
+        """What a search or a probe says of a store that did not answer in time."""
+        return f"shared store did not answer within {self.remote.settings.timeout_ms} ms"
 
     def _ping(self) -> None:
         self.remote.ping(self.remote.settings.timeout_ms)
