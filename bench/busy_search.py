@@ -37,7 +37,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import corpora
+from bench import corpora, homes
 from bench.common import OUT, log, percentile
 
 NOTES = int(os.environ.get("BUSY_NOTES", "3000"))
@@ -129,16 +129,16 @@ def round_(home: Path, docs: list[corpora.Doc], lines: list[bytes], gate: bool) 
     """One daemon through the three phases; the figures of each."""
     from bench.daemonproc import Daemon
 
-    corpora.wipe(home)
+    homes.wipe(home)
     sessions = home / "agent"
     sessions.mkdir(parents=True)
     transcript = sessions / "session.jsonl"
     head = 40  # the transcript so far: indexed by the first sync
     transcript.write_bytes(b"".join(lines[:head]))
-    corpora.home_config(
+    homes.home_config(
         home, sessions=[str(sessions / "*.jsonl")], extra=None if gate else dict(GATE_OFF)
     )
-    corpora.write_docs(home / "memory", docs)
+    homes.write_docs(home / "memory", docs)
     queries = corpora.real_queries(400, seed="busy")
     out: dict[str, Any] = {"gate": gate, "notes": len(docs)}
     t0 = time.perf_counter()
@@ -223,7 +223,7 @@ def _median(values: list[float]) -> float:
 
 def busy(ctx: Any) -> None:
     """The ``busy`` part: 3,000 notes (300 with --quick), one round each way."""
-    from bench.speed import SPEED
+    from bench.speed_ctx import SPEED
 
     notes = NOTES if ctx.sizes.name == "full" else QUICK_NOTES
     got = run(list(ctx.pool), notes, 1, SPEED / "busy")

@@ -3,7 +3,7 @@
 Agent memory is mostly conversation: the same few names in every turn, "what", "did", "said".
 On such an index FTS5 reads and scores long doclists, and the keyword channel, not the vector
 scan, sets the hybrid latency (issue 16). The index is built like the large one
-(:func:`bench.corpora.large_home`: real files once, then varied copies, vectors from the
+(:func:`bench.homes.large_home`: real files once, then varied copies, vectors from the
 embedding cache) from a pool in which the locomo conversations are cycled until their chunks
 are :data:`CHAT_SHARE` of the whole; queries are locomo's questions.
 
@@ -32,7 +32,7 @@ if __package__ in (None, ""):
 
 import numpy as np
 
-from bench import corpora
+from bench import corpora, homes, replicas
 from bench.common import OUT, SHARED_BENCH, log, percentile
 
 CHAT_SHARE = 0.56  # chunks that are chat turns (locomo conversations)
@@ -68,12 +68,12 @@ def chat_index(ctx: Any) -> None:
     """The conversation-heavy 100k index: hybrid and keyword p50 via the socket, with numpy
     brute force and the query embedding timed on the same query in the same round."""
     from bench.daemonproc import Daemon
-    from bench.speed import SPEED, _ms
+    from bench.speed_ctx import SPEED, ms
     from recalld.index.store import Store
 
     home = SPEED / "idx-chat"
     pool = chat_pool(ctx.pool)
-    info = corpora.large_home(
+    info = homes.large_home(
         home, pool, ctx.real, ctx.sizes.large_chunks, ctx.embedder, ctx.cache, ctx.rebuild
     )
     s = ctx.sheet
@@ -93,17 +93,17 @@ def chat_index(ctx: Any) -> None:
             for i, q in enumerate(queries):
                 t = time.perf_counter()
                 c.search(q)
-                rounds["search"].append(_ms(t))
+                rounds["search"].append(ms(t))
                 t = time.perf_counter()
                 c.search(q, mode="keyword")
-                rounds["keyword"].append(_ms(t))
+                rounds["keyword"].append(ms(t))
                 t = time.perf_counter()
                 scores = matrix @ qvecs[i]
                 np.argpartition(-scores, 23)[:24]
-                rounds["numpy"].append(_ms(t))
+                rounds["numpy"].append(ms(t))
                 t = time.perf_counter()
                 ctx.embedder.embed([q], query=True)
-                rounds["embed"].append(_ms(t))
+                rounds["embed"].append(ms(t))
         parts = d.rss_parts()
         s.put("rss_idle_anon_mb_100k_chat", parts.get("RssAnon"), 1)
         s.put("rss_idle_file_mb_100k_chat", parts.get("RssFile"), 1)
@@ -138,10 +138,10 @@ def keyword_home(home: Path, chunks: int) -> int:
     marker = home / f"built-{chunks}"
     if marker.exists():
         return int(marker.read_text())
-    corpora.wipe(home)
+    homes.wipe(home)
     home.mkdir(parents=True, exist_ok=True)
     pool = chat_pool(corpora.load_pool({"tldr": 3000, "scifact-train": 2000, "locomo": None}))
-    bundles = corpora.make_bundles(pool, chunks)
+    bundles = replicas.make_bundles(pool, chunks)
     written = 0
     with Store(index) as store:
         store.set_identity(identity_for(Config({}, base_dir=home), None))

@@ -94,15 +94,15 @@ def build_home(home: Path, target: int) -> dict[str, Any]:
     embeds the pool at ~4 chunks/s); each copy's files are dated by mtime across 400 days."""
     import numpy as np
 
-    from bench import corpora
+    from bench import corpora, homes
     from bench.common import FULL
     from recalld.embedding.local import LocalEmbedder
     from recalld.index.store import FileRow, NewChunk, Store
     from recalld.ingest.indexer import content_hash, identity_for
     from recalld.ingest.note_facts import date_of_note
 
-    corpora.wipe(home)
-    config = corpora.home_config(home)
+    homes.wipe(home)
+    config = homes.home_config(home)
     memory = Path(config.memory_roots()[0])
     pool = corpora.load_pool(FULL.pool_limits)
     per_copy = sum(len(d.chunks) for d in pool)

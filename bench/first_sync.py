@@ -22,7 +22,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import corpora
+from bench import corpora, homes
 from bench.common import OUT, log
 
 FILES = 10_000
@@ -69,9 +69,9 @@ def run(embedder: Any, pool: list[corpora.Doc], files: int, home: Path) -> dict[
     from recalld.index.store import Store
 
     docs = corpora.interleave([d for d in pool if d.chunks], "first-sync")[:files]
-    corpora.wipe(home)
-    corpora.home_config(home)
-    corpora.write_docs(home / "memory", docs)
+    homes.wipe(home)
+    homes.home_config(home)
+    homes.write_docs(home / "memory", docs)
     probe = _last_word(docs[-1])
     out: dict[str, float] = {"files": len(docs)}
     # The raw reference embeds the same chunk texts (the pool is chunked by recalld's chunker),
@@ -111,7 +111,7 @@ def run(embedder: Any, pool: list[corpora.Doc], files: int, home: Path) -> dict[
 
 def first_sync(ctx: Any) -> None:
     """The ``first_sync`` part: 10k fresh files (fewer with --quick)."""
-    from bench.speed import SPEED
+    from bench.speed_ctx import SPEED
 
     files = FILES if ctx.sizes.name == "full" else 500
     got = run(ctx.embedder, list(ctx.pool), files, SPEED / "first-sync")

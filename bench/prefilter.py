@@ -10,8 +10,8 @@ saturates (``recalld.index.int8_scan.PAIR_BOUND``). ``measure`` reports, for the
   exact rescoring can find at best;
 * ``prefilter_cpu``: the CPU class and the scan's engine, read on this host.
 
-The final top 10's recall after the rescoring stays ``vector_recall_vs_exact_<tag>`` (speed.py,
-scale.py), measured on the same index.
+The final top 10's recall after the rescoring stays ``vector_recall_vs_exact_<tag>``
+(large_index.py, scale.py), measured on the same index.
 """
 
 from __future__ import annotations

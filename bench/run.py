@@ -83,6 +83,7 @@ from bench import (  # noqa: E402
     scale,
     sheet_restore,
     speed,
+    speed_ctx,
     transcript_needles,
     write_forget,
 )
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             real = corpora.pool_vectors(pool, cache, "pool")
             sheet.put("pool_files", len(pool))
             sheet.put("pool_chunks", sum(len(d.chunks) for d in pool))
-        ctx = speed.Ctx(sizes, sheet, embedder, cache, pool, real, args.rebuild)
+        ctx = speed_ctx.Ctx(sizes, sheet, embedder, cache, pool, real, args.rebuild)
         speed.run_all(ctx, only, timings)
         if only is None or "cli_start" in only:
             with stage("cli_start", timings):

@@ -1,6 +1,6 @@
 """Scale: a one-million-chunk index (derived vectors), cold start, peak RSS and concurrency.
 
-The 1M home follows the 100k one's recipe (``corpora.large_home``: every real file of a small
+The 1M home follows the 100k one's recipe (``homes.large_home``: every real file of a small
 real pool, then varied copies whose vectors are the real vectors plus calibrated noise), but is
 written through ``Store.replace_file`` with the pool's chunks varied in place: chunking a million
 chunks afresh would take most of an hour on two shared cores. It is reused while the chunker,
@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 import recalld.index.store
-from bench import corpora, prefilter, restart
+from bench import corpora, homes, prefilter, replicas, restart
 from bench.cache import VectorCache
 from bench.common import OUT, QUICK, Sampler, Sheet, log, percentile
 from bench.daemonproc import Daemon
@@ -56,12 +56,12 @@ def million_home(
     pool = [d for d in corpora.load_pool(POOL_LIMITS) if d.chunks]
     real = corpora.pool_vectors(pool, cache, "scale pool")
     key = _chunk_key(target, real, pool)
-    manifest = corpora.reusable(home, key)
+    manifest = homes.reusable(home, key)
     if manifest is not None:
         return {**manifest.info, "reused": True}
     started = time.perf_counter()
-    corpora.wipe(home)
-    config = corpora.home_config(home)
+    homes.wipe(home)
+    config = homes.home_config(home)
     memory = Path(config.memory_roots()[0])
     mixed = corpora.interleave(pool, "replicas")
     rng = np.random.default_rng(20240611)
@@ -72,8 +72,8 @@ def million_home(
         while chunks < target:
             with store.transaction():  # one commit per GROUP files: FTS5 flushes big segments
                 for _ in range(GROUP):
-                    first = files * corpora.PER_FILE
-                    docs = [mixed[(first + j) % len(mixed)] for j in range(corpora.PER_FILE)]
+                    first = files * replicas.PER_FILE
+                    docs = [mixed[(first + j) % len(mixed)] for j in range(replicas.PER_FILE)]
                     # The first pass over the pool: the real files unchanged; then varied copies.
                     k = None if first < len(mixed) else files + 1
                     path = memory / f"r{files // 200:03d}" / f"bundle-{files:05d}.md"
@@ -90,7 +90,7 @@ def million_home(
         "pool_chunks": sum(len(d.chunks) for d in pool),
         "build_s": round(time.perf_counter() - started, 1),
     }
-    corpora.Manifest(key, info).write(home)
+    homes.Manifest(key, info).write(home)
     log(f"1m: built in {info['build_s']} s ({chunks} chunks, {files} files)")
     return {**info, "reused": False}
 
@@ -117,7 +117,7 @@ def _write_bundle(
     bases: list[F32] = []
     line = 1
     for j, doc in enumerate(docs):
-        vary = (lambda t: t) if k is None else (lambda t, kk=k + j: corpora.vary(t, kk))
+        vary = (lambda t: t) if k is None else (lambda t, kk=k + j: replicas.vary(t, kk))
         text = vary(doc.text).rstrip("\n")
         for c in doc.chunks:
             body = vary(c.text)
@@ -188,9 +188,9 @@ def _chunk_key(target: int, real: dict[str, F32], pool: list[corpora.Doc]) -> st
     raw = json.dumps(
         [
             corpora.BUILD_VERSION,
-            corpora._code_signature(),
+            corpora.code_signature(),
             target,
-            corpora.PER_FILE,
+            replicas.PER_FILE,
             sorted(real),
             [(d.set, d.rel) for d in pool],
         ]
@@ -426,7 +426,7 @@ def _rate(d: Daemon, queries: list[str], clients: int, seconds: float) -> float:
 
 def _profile_1m(sheet: Any, home: Path, queries: list[str], embedder: LocalEmbedder) -> None:
     """Hybrid searches in-process on the 1M index under the sampler: where the time goes."""
-    config = corpora.home_config(home)
+    config = homes.home_config(home)
     engine = Engine(config, writable=False, choice=ProviderChoice(embedder, "bench"))
     # The daemon's engine (the writer's) holds keyword postings; this read-only one would not,
     # and the profile is of the daemon's path. Nothing writes the index while it runs.

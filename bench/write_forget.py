@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import corpora
+from bench import homes
 from bench.common import Sheet, log, percentile
 from bench.daemonproc import Daemon
 from recalld.index import tombstones
@@ -65,7 +65,7 @@ def measure(sheet: Sheet, home: Path, embedder: Any) -> None:
     glob = str(sessions / "projects" / "**" / "*.jsonl")
     _derived_vectors(home, glob, embedder)
     (home / "memory" / "bench-writes.md").unlink(missing_ok=True)  # a rerun writes anew
-    corpora.home_config(home, sessions=[glob])
+    homes.home_config(home, sessions=[glob])
     d = Daemon(home).start(timeout=900)
     try:
         d.wait_idle()
@@ -81,7 +81,7 @@ def measure(sheet: Sheet, home: Path, embedder: Any) -> None:
             sheet.put("forget_session_searchable_after", len(left))
     finally:
         d.stop()
-        corpora.home_config(home)  # as the scale part wrote it
+        homes.home_config(home)  # as the scale part wrote it
     sheet.put("forget_session_tokens_left", _tokens_left(home))
 
 
@@ -144,7 +144,7 @@ def _derived_vectors(home: Path, glob: str, embedder: Any) -> None:
     from recalld.engine import Engine
 
     scratch = home.parent / "write-forget-scratch"
-    corpora.wipe(scratch)
+    homes.wipe(scratch)
     (scratch / "memory").mkdir(parents=True)
     values: dict[str, Any] = {"memory.paths": [str(scratch / "memory")], "sessions.paths": [glob]}
     config = Config(values, base_dir=scratch)
@@ -157,7 +157,7 @@ def _derived_vectors(home: Path, glob: str, embedder: Any) -> None:
         store.copy_cache_from(scratch / "index.sqlite")
         with store.conn:  # a rerun: the last run's forget would keep the session out
             tombstones.remove(store.conn, "session", SESSION_ID)
-    corpora.wipe(scratch)
+    homes.wipe(scratch)
 
 
 def _found(answer: Any, res: dict[str, Any]) -> bool:
