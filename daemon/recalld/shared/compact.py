@@ -86,7 +86,7 @@ def _rewrite(conn: Any, name: str, size: int, say: Callable[[str], None]) -> Rew
         conn.execute(sql.SQL("VACUUM (FULL, ANALYZE) {}").format(sql.Identifier("recalld", name)))
     except errors.LockNotAvailable:
         say(f"recalld.{name} stayed busy for {LOCK_TIMEOUT_S:g} s: left as it was")
-        return Rewritten(name, size, size, time.monotonic() - started, busy=True)
+        return Rewritten(name, size, size, round(time.monotonic() - started, 3), busy=True)
     row = conn.execute(
         "SELECT pg_total_relation_size(%s::regclass)", (f"recalld.{name}",)
     ).fetchone()
