@@ -278,3 +278,21 @@ def test_a_session_by_the_start_of_its_id_and_forgets_that_match_nothing(home: P
         out = cli(home, "forget", *args)
         assert out.returncode == 3 and "nothing recorded" in out.stderr, (args, out.stderr)
     assert "nothing is forgotten" in cli(home, "forget", "--list").stdout
+
+
+def test_a_forget_without_a_daemon_says_which_files_were_shared(home: Path) -> None:
+    """The CLI forgets in process when no daemon runs; it still says that a shared note's text
+    stays in the store's files until `recalld shared compact` (the daemon's answer says it)."""
+    (home / "config.toml").write_text(
+        '[sessions]\npaths = []\n[embedding]\nprovider = "none"\n'
+        '[shared]\nurl = "postgresql://127.0.0.1:1/postgres"\nmember = "alice"\n'
+        'share = ["team/**"]\n'
+    )
+    shared = write(home / "memory" / "team" / "gate.md", "# Gate\n\nthe heron gate code\n")
+    mine = write(home / "memory" / "mine.md", "# Mine\n\nthe ibis ledger\n")
+    assert cli(home, "sync").returncode == 0
+    said = cli(home, "forget", str(shared))
+    assert said.returncode == 0, said.stderr
+    assert "1 of them shared" in said.stdout and "recalld shared compact" in said.stdout
+    other = cli(home, "forget", str(mine))
+    assert other.returncode == 0 and "shared" not in other.stdout, other.stdout

@@ -137,11 +137,29 @@ def _in_process(args: argparse.Namespace, method: str, params: dict[str, Any]) -
         def resync() -> None:  # an undo: what the tombstone kept out is indexed again now
             engine.sync()
 
-        edits = MemoryEdits(engine, lambda fn: fn(), resync=resync)
+        edits = MemoryEdits(engine, lambda fn: fn(), resync=resync, shared=_shared_scope(config))
         return edits.write(params) if method == "write" else edits.forget(params)
     finally:
         engine.close()
         tighten(index_files(engine.index_path))
+
+
+def _shared_scope(config: Any) -> Any:
+    """Whether an indexed file is shared, as the daemon's pusher decides it (None: sharing off
+    or unreadable, which the daemon reports): a forget without a daemon says so too."""
+    from recalld.errors import RecalldError
+
+    try:
+        from recalld.shared.push import Scope
+        from recalld.shared.settings import load
+
+        settings = load(config)
+    except (ImportError, RecalldError):
+        return None
+    if settings is None:
+        return None
+    scope = Scope(settings.share, config.memory_roots())
+    return lambda path, source: scope.key(path, source) is not None
 
 
 def print_result(method: str, params: dict[str, Any], res: dict[str, Any], as_json: bool) -> None:
