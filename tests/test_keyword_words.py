@@ -39,21 +39,40 @@ def _snapshot(rng: np.random.Generator, sizes: dict[str, int], equal_lengths: bo
 
 def _full(snap: Snapshot, parts: list[WordPart], phrases: Any, limit: int, allowed: Any) -> Any:
     """Every part over every row, then FTS5's order: best first, ties by id."""
-    scores = np.zeros(ROWS, dtype=np.float64)
-    matched = np.zeros(ROWS, dtype=bool)
+    size = max([ROWS] + [int(ids.max()) + 1 for ids, _ in phrases or ()])
+    scores = np.zeros(size, dtype=np.float64)
+    matched = np.zeros(size, dtype=bool)
     for p in parts:
         scores[p.ids] += p.scores(snap)
         matched[p.ids] = True
-    if phrases is not None:
-        scores[phrases[0]] += phrases[1]
-        matched[phrases[0]] = True
+    for ids, values in phrases or ():
+        scores[ids] += values
+        matched[ids] = True
     if allowed is not None:
-        keep = np.zeros(ROWS, dtype=bool)
-        keep[allowed] = True
+        keep = np.zeros(size, dtype=bool)
+        keep[allowed[allowed < size]] = True
         matched &= keep
     cand = np.flatnonzero(matched)
     order = np.lexsort((cand, -scores[cand]))[:limit]
     return [(int(cand[i]), -float(scores[cand[i]])) for i in order]
+
+
+class _Late:
+    """FTS5's parts handed over when asked (as a read on another thread would be)."""
+
+    def __init__(self, phrases: list[tuple[Any, Any]]) -> None:
+        self.phrases = phrases
+        self.asked = 0
+
+    def __call__(self) -> list[tuple[Any, Any]]:
+        self.asked += 1
+        return self.phrases
+
+
+def _phrase(rng: np.random.Generator, n: int, rows: int) -> tuple[Any, Any]:
+    """A phrase's rows (distinct, some beyond ``ROWS`` when ``rows`` is larger) and parts."""
+    ids = np.sort(rng.choice(rows, size=n, replace=False)).astype(np.int64)
+    return ids, rng.uniform(0.5, 30.0, size=n)
 
 
 def _spy_pruning(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -61,9 +80,9 @@ def _spy_pruning(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     looked: list[int] = []
     real = keyword_words._top_of_candidates
 
-    def spy(snap: Snapshot, board: Any, rest: list[WordPart], limit: int) -> Any:
+    def spy(snap: Snapshot, board: Any, rest: list[WordPart], limit: int, phrases: Any) -> Any:
         looked.extend(len(p.ids) for p in rest)
-        return real(snap, board, rest, limit)
+        return real(snap, board, rest, limit, phrases)
 
     monkeypatch.setattr(keyword_words, "_top_of_candidates", spy)
     return looked
@@ -88,14 +107,17 @@ def test_pruned_top_rows_are_the_full_sums(seed: int, monkeypatch: pytest.Monkey
         for restricted in (False, True):
             parts = [word_part(snap, t, restricted and t == "rare", weights) for t in sizes]
             phrases = None
-            if seed % 3 == 0:  # FTS5's part of a phrase: rows of its own, no bound
-                ids = np.sort(rng.choice(ROWS, size=50, replace=False)).astype(np.int64)
-                phrases = (ids, rng.uniform(0.5, 30.0, size=50))
+            if seed % 3 != 2:  # FTS5's parts of phrases: rows of their own, no bound
+                phrases = [_phrase(rng, 50, ROWS), _phrase(rng, 400, ROWS)]
+                if seed % 3 == 1:  # rows written after the lengths were read
+                    phrases.append(_phrase(rng, 5, ROWS + 40))
             allowed = None
             if limit == 24:
-                allowed = np.sort(rng.choice(ROWS, size=ROWS // 2, replace=False)).astype(np.int64)
+                allowed = np.sort(rng.choice(ROWS + 40, size=ROWS // 2, replace=False))
             want = _full(snap, parts, phrases, limit, allowed)
-            _same(top_rows(snap, parts, phrases, limit, allowed), want)
+            late = None if phrases is None else _Late(phrases)
+            _same(top_rows(snap, parts, late, limit, allowed), want)
+            assert late is None or late.asked == 1  # read once, when the words need it
     assert looked and max(looked) >= 25_000  # the common words were gathered, not scattered
 
 

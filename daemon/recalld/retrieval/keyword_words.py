@@ -19,7 +19,7 @@ sum's: the same rows and scores, ties at the cut by id.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +28,7 @@ import numpy.typing as npt
 from recalld.index.fts_postings import CountArray, RowIds
 from recalld.retrieval.keyword_postings import Snapshot
 
-__all__ = ["K1", "B", "WordPart", "top_rows", "word_part"]
+__all__ = ["K1", "B", "PhraseRows", "WordPart", "top_rows", "word_part"]
 
 K1 = 1.2  # FTS5's bm25 constants
 B = 0.75
@@ -79,12 +79,17 @@ def word_part(
     return WordPart(ids, counts, w, idf if idf > 0.0 else 1e-6)
 
 
+#: FTS5's part of the sum, one (row ids, their part) per phrase read; ids distinct in each.
+PhraseRows = Sequence[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]
+
+
 class _Board:
     """One search's dense per-row sums, the rows matched and the rows its filters allow."""
 
     def __init__(self, size: int, allowed: npt.NDArray[np.int64] | None) -> None:
         self.scores = np.zeros(size, dtype=np.float64)
         self.matched = np.zeros(size, dtype=bool)
+        self.allowed = allowed
         self.keep: np.ndarray | None = None
         if allowed is not None:
             self.keep = np.zeros(size, dtype=bool)
@@ -93,6 +98,17 @@ class _Board:
     def add(self, ids: npt.NDArray[np.int64], values: np.ndarray) -> None:
         self.scores[ids] += values  # ids are distinct within a word or a phrase part
         self.matched[ids] = True
+
+    def add_phrases(self, phrases: PhraseRows) -> None:
+        """FTS5's rows, which may hold rows written after the lengths were read (grown for)."""
+        top = max((int(ids.max()) + 1 for ids, _ in phrases if len(ids)), default=0)
+        if top > len(self.scores):
+            grown = _Board(top, self.allowed)
+            grown.scores[: len(self.scores)] = self.scores
+            grown.matched[: len(self.matched)] = self.matched
+            self.scores, self.matched, self.keep = grown.scores, grown.matched, grown.keep
+        for ids, values in phrases:
+            self.add(ids, values)  # no bound is known for them: always scored in full
 
     def held(self) -> np.ndarray:
         """The flags of the rows matched that the filters allow."""
@@ -106,23 +122,22 @@ class _Board:
 def top_rows(
     snap: Snapshot,
     parts: Sequence[WordPart],
-    phrases: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None,
+    phrases: Callable[[], PhraseRows] | None,
     limit: int,
     allowed: npt.NDArray[np.int64] | None,
 ) -> Hits:
-    """The ``limit`` best rows by the sum of ``parts`` and FTS5's ``phrases`` part."""
-    size = len(snap.lengths)
-    reach = 0.0  # the best score any row can have so far
-    if phrases is not None and len(phrases[0]):
-        size = max(size, int(phrases[0].max()) + 1)  # rows written after the lengths were read
-        reach = float(phrases[1].max())
-    board = _Board(size, allowed)
-    if phrases is not None and len(phrases[0]):
-        board.add(*phrases)  # FTS5's rows: no bound is known, so always scored in full
+    """The ``limit`` best rows by the sum of ``parts`` and FTS5's ``phrases`` part.
+
+    ``phrases`` is called only once the words need it (when they prune, or at the end): FTS5
+    may still be reading it on another thread meanwhile. The words' lower bound of the cut
+    leaves it out, which keeps it a lower bound (parts only add); a row the phrases hold is
+    always a candidate."""
+    board = _Board(len(snap.lengths), allowed)
     order = sorted((p for p in parts if len(p.ids)), key=lambda p: -p.bound)
     left = sum(p.bound for p in order)  # above what the words not yet added can give a row
     unread = sum(len(p.ids) for p in order)
-    floor, gain = 0.0, reach  # the last lower bound of the cut, and what came in since
+    reach = 0.0  # the best score any row can have so far from the words
+    floor, gain = 0.0, 0.0  # the last lower bound of the cut, and what came in since
     for i, part in enumerate(order):
         values = part.scores(snap)
         board.add(part.ids, values)
@@ -134,20 +149,44 @@ def top_rows(
         if i + 1 < len(order) and unread >= MIN_PRUNED_ROWS and left < min(reach, floor + gain):
             floor, gain = _floor(board, order[: i + 1], limit), 0.0
             if left < floor:
-                return _top_of_candidates(snap, board, order[i + 1 :], limit)
+                return _top_of_candidates(snap, board, order[i + 1 :], limit, phrases)
+    board.add_phrases(phrases() if phrases is not None else ())
     cand = board.candidates()
     return _top(cand, board.scores[cand], limit)
 
 
-def _top_of_candidates(snap: Snapshot, board: _Board, rest: Sequence[WordPart], limit: int) -> Hits:
+def _top_of_candidates(
+    snap: Snapshot,
+    board: _Board,
+    rest: Sequence[WordPart],
+    limit: int,
+    phrases: Callable[[], PhraseRows] | None,
+) -> Hits:
     """The top rows once no row outside the candidates can reach them: the words left are
     added only at the candidates they hold (a gather of the matched flags along each sorted
-    list: cheaper than adding the word, and than a binary search per candidate)."""
-    held = board.held()  # read before the words left are added: they match no new row
+    list: cheaper than adding the word, and than a binary search per candidate). The phrases'
+    rows are candidates too; they are asked for last (FTS5 may still be reading them), and the
+    few the words had not matched get the words left by a binary search each."""
+    held = board.held().copy()  # read before the words left are added: they match no new row
     for other in rest:
         at = np.flatnonzero(held[other.ids])
         board.scores[other.ids[at]] += other.scores(snap, at)
-    cand: npt.NDArray[np.int64] = np.flatnonzero(held)
+    late = phrases() if phrases is not None else ()
+    board.add_phrases(late)
+    if late:
+        ids = np.unique(np.concatenate([rows for rows, _ in late]))
+        new = ids[ids >= len(held)]
+        inside = ids[ids < len(held)]
+        new = np.concatenate([inside[~held[inside]], new])
+        if board.keep is not None:
+            new = new[board.keep[new]]
+        for other in rest:
+            pos = np.searchsorted(other.ids, new)
+            hit = pos < len(other.ids)
+            hit[hit] = other.ids[pos[hit]] == new[hit]
+            at = pos[hit]
+            board.scores[other.ids[at]] += other.scores(snap, at)
+    cand: npt.NDArray[np.int64] = np.flatnonzero(board.held())
     return _top(cand, board.scores[cand], limit)
 
 

@@ -152,7 +152,7 @@ def _keyword_channel(
         if postings is not None:
             try:
                 hits = keyword_scoring.search(
-                    ctx.store.conn, postings, these, want, weights, allowed, phrases
+                    ctx.store.conn, postings, these, want, weights, allowed, phrases, ctx.beside
                 )
             except (apsw.Error, ValueError) as exc:  # FTS5's own query still answers
                 postings.stats["failed"] += 1

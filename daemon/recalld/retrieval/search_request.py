@@ -23,6 +23,7 @@ from recalld.ingest import session_ids
 from recalld.retrieval.answer_budget import MIN_BUDGET_TOKENS
 from recalld.retrieval.filters import parse_filters
 from recalld.retrieval.keyword_postings import PostingsCache
+from recalld.retrieval.keyword_scoring import Beside
 from recalld.retrieval.term_stats import TermCounts
 
 MODES = ("hybrid", "keyword", "vector")
@@ -168,6 +169,7 @@ class SearchContext:
     index_info: Callable[[], dict[str, Any]] | None = None
     counts: TermCounts | None = None  # term frequencies, shared by an engine's searches
     postings: PostingsCache | None = None  # held postings (the writer's engine only)
+    beside: Beside | None = None  # another connection's read on another thread, when free
 
     def __post_init__(self) -> None:
         if self.counts is None:
