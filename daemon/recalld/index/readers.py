@@ -37,25 +37,19 @@ class ReaderPool:
     @contextmanager
     def reader(self) -> Iterator[Store]:
         """A pooled read-only connection (held under the swap lock's shared side)."""
-        with self.swap.shared(), self.borrowed() as store:
-            yield store
-
-    @contextmanager
-    def borrowed(self) -> Iterator[Store]:
-        """A second pooled connection for a caller that already holds the swap lock's shared
-        side (the lock is not reentrant: a swap waiting between two takes would deadlock)."""
-        with self._lock:
-            store = self._idle.pop() if self._idle else None
-        if store is None:
-            store = Store(self.index_path, readonly=True)
-            self.tune(store)
+        with self.swap.shared():
             with self._lock:
-                self._all.append(store)
-        try:
-            yield store
-        finally:
-            with self._lock:
-                self._idle.append(store)
+                store = self._idle.pop() if self._idle else None
+            if store is None:
+                store = Store(self.index_path, readonly=True)
+                self.tune(store)
+                with self._lock:
+                    self._all.append(store)
+            try:
+                yield store
+            finally:
+                with self._lock:
+                    self._idle.append(store)
 
     @contextmanager
     def scan_reader(self) -> Iterator[Store]:

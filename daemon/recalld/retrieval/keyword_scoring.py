@@ -44,8 +44,8 @@ Hits = list[tuple[int, float]]
 PhrasePart = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]
 #: FTS5's parts per phrase expression, kept for one search.
 PhraseParts = dict[str, PhraseRows]
-#: Runs a read on another connection of the same index, on another thread.
-Beside = Callable[[Callable[[apsw.Connection], PhraseRows]], "Future[PhraseRows]"]
+#: Runs a search's phrase reads on another thread (an executor's ``submit``).
+Beside = Callable[[Callable[[], PhraseRows]], "Future[PhraseRows]"]
 _TEXT_COLUMNS = "{text context}"
 
 
@@ -174,7 +174,7 @@ def search(
     lower is better), or None when no term is a single word (FTS5 alone is as fast).
     ``allowed``: only these chunk ids (a search's filters). ``phrases``: FTS5's parts already
     read by this search (the feedback search repeats the first one's phrases), filled here.
-    ``beside``: runs FTS5's part on another connection and thread while the words are summed."""
+    ``beside``: reads FTS5's phrases on another thread while the words are summed here."""
     words: list[tuple[str, bool]] = []
     rest: list[Term] = []
     for expr, restricted in terms:
@@ -190,20 +190,28 @@ def search(
             rest.extend(group[1])
     if not words:
         return None
-    pending = _Phrases(conn, rest, weights, {} if phrases is None else phrases, beside)
+    snap = cache.snapshot(conn, [t for t, _ in words])
+    if snap.rows <= 0:
+        return []
+    parts = [word_part(snap, token, restricted, weights) for token, restricted in words]
+    if not rest:
+        return top_rows(snap, parts, None, limit, allowed)
+    fts = _Phrases(conn, rest, weights, {} if phrases is None else phrases)
+    if beside is None or fts.known:
+        return top_rows(snap, parts, fts.rows, limit, allowed)
+    # FTS5 (C, off the GIL) reads the phrases on the other thread, on the search's connection,
+    # which nothing else uses meanwhile (its memory map of the index is the warm one); the
+    # words are summed here, where their arrays' memory is warm too.
+    reading = beside(fts.rows)
     try:
-        snap = cache.snapshot(conn, [t for t, _ in words])
-        if snap.rows <= 0:
-            return []
-        parts = [word_part(snap, token, restricted, weights) for token, restricted in words]
-        return top_rows(snap, parts, pending.rows if rest else None, limit, allowed)
+        return top_rows(snap, parts, reading.result, limit, allowed)
     finally:
-        pending.settle()  # the other connection is the search's until its read is over
+        wait([reading])  # the connection is the search's again once the read is over
 
 
 class _Phrases:
     """FTS5's own bm25 of the other terms (phrases, NEAR, prefixes) for every row they match,
-    one statement per phrase; read beside the words' sums when there is a free thread.
+    one statement per phrase.
 
     The costliest step of a search at scale: a NEAR group of prefixes walks every token they
     expand to (7-16 ms at 1M chunks). One statement per phrase gives the same parts (bm25 is a
@@ -218,34 +226,29 @@ class _Phrases:
         rest: Sequence[Term],
         weights: tuple[float, float, float],
         memo: PhraseParts,
-        beside: Beside | None,
     ) -> None:
         self._conn = conn
         self._w = ", ".join(repr(float(x)) for x in weights)
         self._matches = [match_of([one]) for term in rest for one in _phrases_of(term)]
         self._key = f"{self._w}|{match_of(rest)}"
         self._memo = memo
-        self._future = None
-        if rest and self._key not in memo and beside is not None:
-            self._future = beside(self._read)
+
+    @property
+    def known(self) -> bool:
+        """Read already by this search (nothing to overlap)."""
+        return self._key in self._memo
 
     def rows(self) -> PhraseRows:
-        """Each phrase's (row ids, part), waiting for the other thread if it still reads."""
+        """Each phrase's (row ids, part)."""
         if self._key not in self._memo:
-            future = self._future
-            self._memo[self._key] = self._read(self._conn) if future is None else future.result()
+            self._memo[self._key] = self._read()
         return self._memo[self._key]
 
-    def settle(self) -> None:
-        """Wait for a read beside to end (its error, if any, is the caller's only if asked)."""
-        if self._future is not None:
-            wait([self._future])
-
-    def _read(self, conn: apsw.Connection) -> PhraseRows:
+    def _read(self) -> PhraseRows:
         found: list[PhrasePart] = []
         sql = f"SELECT rowid, bm25(chunks_fts, {self._w}) FROM chunks_fts WHERE chunks_fts MATCH ?"
         for match in self._matches:
-            rows = conn.execute(sql, (match,)).fetchall()
+            rows = self._conn.execute(sql, (match,)).fetchall()
             if rows:
                 ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
                 part = -np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))

@@ -9,10 +9,8 @@ postings, the vector matrix and the provider all take effect from the next searc
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
-
-import apsw
 
 from recalld.config import Config
 from recalld.embedding.active import ActiveProvider
@@ -25,7 +23,6 @@ from recalld.retrieval import get_lines, keyword_scoring, status_answer
 from recalld.retrieval.answer_budget import refit
 from recalld.retrieval.channel_overlap import InFlight
 from recalld.retrieval.keyword_postings import PostingsCache
-from recalld.retrieval.keyword_words import PhraseRows
 from recalld.retrieval.search import run_search
 from recalld.retrieval.search_request import (
     SearchContext,
@@ -61,6 +58,8 @@ class Searcher:
     def __init__(self, index: SearchedIndex) -> None:
         self.index = index
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recalld-channel")
+        # A lone keyword search reads FTS5's phrases here while it sums the words.
+        self._phrases = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recalld-phrases")
         self._reranker: Any = None
         self._reranker_loaded = False
 
@@ -87,9 +86,11 @@ class Searcher:
                 else None,
                 # Side by side only when alone: a busy daemon runs more searches instead.
                 executor=self._executor if alone and ix.overlap_channels else None,
-                # A keyword search's FTS5 part on the free core; a hybrid one's vector channel
-                # has it (measured at 1M: no gain there, one more thread to schedule).
-                beside=self._beside if alone and ix.overlap_channels and embedder is None else None,
+                # A keyword search's phrases on the free core beside its word sums; a hybrid
+                # one's vector channel has it (measured at 1M: no gain there).
+                beside=self._phrases.submit
+                if alone and ix.overlap_channels and embedder is None
+                else None,
                 postings=ix.postings,
                 reranker=self.reranker(),
                 index_info=ix.index_info,
@@ -106,16 +107,6 @@ class Searcher:
         # (0 for a keyword-only search: it misses nothing).
         result["vectors_pending"] = ix.vector_backlog.pending if wants_vectors else 0
         return refit(result)  # the budget holds what the caller receives, this count included
-
-    def _beside(self, read: Callable[[apsw.Connection], PhraseRows]) -> Future[PhraseRows]:
-        """``read`` on a second pooled connection on a channel thread (the search holds the
-        swap lock's shared side until it has the answer)."""
-
-        def run() -> PhraseRows:
-            with self.index.readers.borrowed() as other:
-                return read(other.conn)
-
-        return self._executor.submit(run)
 
     def get(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The ``get`` method: lines of an indexed file."""
@@ -170,3 +161,4 @@ class Searcher:
     def close(self) -> None:
         """Stop the channels' threads (a search in flight finishes)."""
         self._executor.shutdown(wait=False)
+        self._phrases.shutdown(wait=False)
