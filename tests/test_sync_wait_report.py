@@ -80,3 +80,18 @@ def test_the_counts_add_up_to_the_files_checked(home: Path) -> None:
     again = {**report, "files_changed": 0, "files_removed": 0, "files_unchanged": 2}
     merged = merged_reports([report, again])
     assert [merged[k] for k in outcomes] == [1, 1, 1, 2] and merged["files_checked"] == 5, merged
+
+
+def test_a_sync_that_finds_nothing_new_says_the_index_was_up_to_date() -> None:
+    """`recalld start` indexes everything before a first `sync --wait` asks; "0 changed, 6
+    unchanged" read as if nothing had been indexed. Said only when nothing changed at all."""
+    quiet = {"files_checked": 6, "files_changed": 0, "files_unchanged": 6, "chunks_written": 0}
+    assert "already up to date" in describe_sync_report(quiet)
+    changed = {**quiet, "files_changed": 1, "files_unchanged": 5, "chunks_written": 3}
+    assert "already up to date" not in describe_sync_report(changed)
+    removed = {**quiet, "files_removed": 1, "files_unchanged": 5}
+    assert "already up to date" not in describe_sync_report(removed)
+    empty = {**quiet, "files_checked": 0, "files_unchanged": 0}
+    assert "already up to date" not in describe_sync_report(empty)
+    grown = {**quiet, "sessions": {"files": 2, "messages": 4, "chunks_written": 0}}
+    assert "already up to date" not in describe_sync_report(grown)

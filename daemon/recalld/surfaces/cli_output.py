@@ -345,6 +345,13 @@ def report_of(res: dict[str, Any]) -> dict[str, Any]:
     return inner if isinstance(inner, dict) else res
 
 
+def _up_to_date(n: dict[str, int], sessions: object) -> bool:
+    """Nothing changed, nothing to come, and there were notes to look at."""
+    quiet = not any(n.get(k) for k in ("files_changed", "files_removed", "chunks_written"))
+    new_messages = isinstance(sessions, dict) and sessions.get("messages")
+    return quiet and n.get("files_unchanged", 0) > 0 and not new_messages
+
+
 def describe_sync_report(res: dict[str, Any], what: str = "sync") -> str:
     """A sentence for a ``sync`` / ``reindex`` answer: an in-process report, or the daemon's
     ``{"queued": ..., "job": ..., "report": ...}``."""
@@ -371,6 +378,10 @@ def describe_sync_report(res: dict[str, Any], what: str = "sync") -> str:
             f"; {sessions['files']:,} transcripts checked, {sessions.get('messages', 0):,} new "
             f"messages, {sessions.get('chunks_written', 0):,} chunks"
         )
+    if _up_to_date(n, sessions):
+        # After `recalld start` the daemon has indexed everything before a first `sync --wait`
+        # asks: "0 changed, 6 unchanged" read as if nothing had been indexed at all.
+        text += "; the index was already up to date (the daemon indexes notes as they change)"
     if n.get("files_deferred"):
         text += f"; {n['files_deferred']:,} big notes are still being chunked in the background"
     if report.get("vectors_pending"):
