@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from recalld.errors import ConfigError, Forbidden, Unavailable
+from recalld.errors import ConfigError, Forbidden
 
 #: Longest wait for a table's lock: past it the table is left as it was and the command says so
 #: (waiting longer would queue every search and push of the team behind the rewrite).
@@ -133,11 +133,3 @@ def summary(info: dict[str, Any]) -> list[str]:
             "the old text until the server's next checkpoint and the reuse of its segments"
         )
     return lines
-
-
-def unreachable(url: str, exc: Exception) -> Unavailable:
-    """The error for a store that cannot be reached (its first line, the password hidden)."""
-    from recalld.shared.settings import redact_url
-
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return Unavailable(f"cannot reach the shared store at {redact_url(url)}: {first}")

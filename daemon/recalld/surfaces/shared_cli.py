@@ -10,7 +10,7 @@ import secrets
 from typing import Any
 
 from recalld.config import Config
-from recalld.errors import BadRequest, ConfigError, Forbidden, RecalldError
+from recalld.errors import BadRequest, ConfigError, Forbidden, RecalldError, Unavailable
 from recalld.surfaces import exit_codes
 
 
@@ -100,12 +100,13 @@ def _store_error(admin: str, exc: Exception) -> Exception:
     """A store's error as recalld's own: unreachable, not allowed, or what PostgreSQL said."""
     import psycopg
 
-    from recalld.shared.compact import unreachable
+    from recalld.shared.settings import redact_url
 
     if isinstance(exc, RecalldError) or not isinstance(exc, psycopg.Error):
         return exc
     if isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
-        return unreachable(admin, exc)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return Unavailable(f"cannot reach the shared store at {redact_url(admin)}: {first}")
     if isinstance(exc, psycopg.errors.InsufficientPrivilege):
         return Forbidden(f"the shared store refused: {str(exc).strip().splitlines()[0]}")
     return RecalldError(f"the shared store failed: {str(exc).strip().splitlines()[0]}")
