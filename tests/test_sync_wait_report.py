@@ -95,3 +95,42 @@ def test_a_sync_that_finds_nothing_new_says_the_index_was_up_to_date() -> None:
     assert "already up to date" not in describe_sync_report(empty)
     grown = {**quiet, "sessions": {"files": 2, "messages": 4, "chunks_written": 0}}
     assert "already up to date" not in describe_sync_report(grown)
+
+
+def test_a_note_deleted_between_listing_and_reading_is_removed_and_counted(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note that vanishes after the sync listed it (the race, made certain by deleting it
+    as it is read) loses its rows now and counts as removed: before, it counted in no outcome
+    and its old text stayed searchable until the next sync. A new note gone the same way is
+    counted too."""
+    from conftest import make_engine
+    from recalld.ingest import indexer
+
+    memory = home / "memory"
+    kept = write(memory / "kept.md", "# kept\n\nthe kept heron note\n")
+    doomed = write(memory / "doomed.md", "# doomed\n\nthe doomed egret note\n")
+    engine = make_engine(home, None)
+    try:
+        engine.sync()
+        doomed.write_text("# doomed\n\nthe doomed egret note, edited\n")
+        fresh = write(memory / "fresh.md", "# fresh\n\nthe fresh ibis note\n")
+        real = indexer.read_checked
+
+        def vanishing(verdict: object, *args: object) -> bytes:
+            path = getattr(verdict, "real", None)
+            if path is not None and Path(path).name in ("doomed.md", "fresh.md"):
+                Path(path).unlink()
+                raise FileNotFoundError(2, "No such file or directory", str(path))
+            return real(verdict, *args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(indexer, "read_checked", vanishing)
+        report = engine.sync().as_dict()
+        hits = engine.searcher.search({"query": "egret", "mode": "keyword"})["results"]
+    finally:
+        engine.close()
+    assert not fresh.exists() and not doomed.exists() and kept.exists()
+    outcomes = ("files_changed", "files_unchanged", "files_removed", "files_skipped")
+    assert [report[k] for k in outcomes] == [0, 1, 2, 0], report
+    assert report["files_checked"] == 3 == sum(report[k] for k in outcomes), report
+    assert hits == []  # the deleted note's old text is not searchable

@@ -390,14 +390,14 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
             report.files_unchanged += 1
             return None
         if st.st_size > self.max_bytes:
-            self._drop_stale(
-                key, known, report, f"{st.st_size} bytes is over memory.max_file_bytes"
-            )
+            over = f"{st.st_size} bytes is over memory.max_file_bytes"
+            self._drop_stale(key, known, report, over)
             return None
         try:
             data = read_checked(verdict, self.rule.real_roots, self.max_bytes)
-        except FileNotFoundError:
-            return None  # deleted between listing and reading; the next sync removes it
+        except FileNotFoundError:  # deleted between listing and reading
+            self._vanished(key, known, report)
+            return None
         except Swapped as exc:
             skip_file(report, path, f"not read: {exc.strerror}")
             return None

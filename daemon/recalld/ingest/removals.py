@@ -77,6 +77,15 @@ class Removals:
         if skipped is not None:
             skip_file(report, key, skipped)
 
+    def _vanished(self, key: str, known: FileRow | None, report: SyncReport) -> None:
+        """A file listed, then gone before it was read: its rows go now (not at the next sync)
+        and it counts as removed, so the sync's counts still add up to the files it checked."""
+        if known is not None:
+            self._remove(key, report)
+        else:
+            report.files_removed += 1
+            self.progress.files_removed += 1
+
     def _apply(self, change: FileChange) -> None:
         if self.on_change is not None:
             self.on_change(change)
