@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import BENCH, make_config, needs_bench
 from daemon_process import DaemonProcess, wait_for
 from recalld.embedding.registry import ProviderChoice
@@ -225,6 +227,38 @@ def test_transcript_swapped_for_a_link_after_its_check_is_not_read(
         kept = eng.searcher.search({"query": "tulip bulbs", "mode": "keyword", "min_score": 0})
         assert [Path(r["path"]).name for r in kept["results"]] == ["a.jsonl"]
         assert any("out of the transcript folders" in r for r in eng.skipped.values())
+    finally:
+        eng.close()
+
+
+def test_transcript_deleted_as_it_is_read_loses_its_rows(
+    home: Path, local_embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transcript that vanishes between the listing and its read (made certain: deleted as
+    it is opened) loses its rows in that sync, as a note does; before, its old text stayed
+    searchable until the next sync."""
+    from recalld.ingest.session_sync import SessionIndexer
+
+    sessions = home / "sessions"
+    sessions.mkdir()
+    t = sessions / "a.jsonl"
+    t.write_text(msg("user", "the garden needs tulip bulbs"))
+    eng = make_engine(home, local_embedder, str(sessions / "*.jsonl"))
+    try:
+        eng.sync()
+        with t.open("a") as f:
+            f.write(msg("user", "and a trellis"))
+        real = SessionIndexer._open
+
+        def vanishing(self: Any, path: Path) -> Any:
+            path.unlink()
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+
+        monkeypatch.setattr(SessionIndexer, "_open", vanishing)
+        report = eng.sync_sessions([t])
+        monkeypatch.setattr(SessionIndexer, "_open", real)
+        found = eng.searcher.search({"query": "tulip bulbs", "mode": "keyword", "min_score": 0})
+        assert found["results"] == [] and report["files_removed"] == 1, report
     finally:
         eng.close()
 

@@ -182,8 +182,10 @@ class SessionIndexer:
         for path in files:
             try:
                 self._sync_file(path, report)
-            except FileNotFoundError:
-                continue  # vanished mid-read; the next sync removes it
+            except FileNotFoundError:  # vanished mid-read: its rows go now, as a note's do
+                if self.store.file(str(path)) is not None:
+                    self._change(self.store.remove_file(str(path)))
+                    report.files_removed += 1
             except Exception as exc:  # one bad transcript never stops the others
                 if is_index_failure(exc):
                     raise  # the index, not the file: the whole sync fails (retried / rebuilt)
