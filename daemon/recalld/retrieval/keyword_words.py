@@ -167,7 +167,9 @@ def _top_of_candidates(
     list: cheaper than adding the word, and than a binary search per candidate). The phrases'
     rows are candidates too; they are asked for last (FTS5 may still be reading them), and the
     few the words had not matched get the words left by a binary search each."""
-    held = board.held().copy()  # read before the words left are added: they match no new row
+    # Read before the words left are added (they match no new row) and kept apart from the
+    # phrases' rows, added below: a copy when it is the board's own array.
+    held = board.matched.copy() if board.keep is None else board.held()
     for other in rest:
         at = np.flatnonzero(held[other.ids])
         board.scores[other.ids[at]] += other.scores(snap, at)
