@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,3 +135,17 @@ def test_a_note_deleted_between_listing_and_reading_is_removed_and_counted(
     assert [report[k] for k in outcomes] == [0, 1, 2, 0], report
     assert report["files_checked"] == 3 == sum(report[k] for k in outcomes), report
     assert hits == []  # the deleted note's old text is not searchable
+
+
+def test_counts_of_one_are_singular() -> None:
+    """ "1 chunks written" after a one-line edit read as a typo; counts of one are singular."""
+    one: dict[str, Any] = {"files_checked": 1, "files_changed": 1, "chunks_written": 1}
+    one["sessions"] = {"files": 1, "messages": 1, "chunks_written": 1}
+    line = describe_sync_report(one)
+    assert "1 note file checked" in line and "; 1 chunk written" in line, line
+    assert "1 transcript checked, 1 new message, 1 chunk" in line, line
+    many = {**one, "files_checked": 1200, "chunks_written": 2}
+    many["sessions"] = {"files": 3, "messages": 0, "chunks_written": 0}
+    line = describe_sync_report(many)
+    assert "1,200 note files checked" in line and "; 2 chunks written" in line, line
+    assert "3 transcripts checked, 0 new messages, 0 chunks" in line, line

@@ -352,6 +352,11 @@ def _up_to_date(n: dict[str, int], sessions: object) -> bool:
     return quiet and n.get("files_unchanged", 0) > 0 and not new_messages
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 chunk``, ``2 chunks``, ``1,200 chunks``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def describe_sync_report(res: dict[str, Any], what: str = "sync") -> str:
     """A sentence for a ``sync`` / ``reindex`` answer: an in-process report, or the daemon's
     ``{"queued": ..., "job": ..., "report": ...}``."""
@@ -367,16 +372,18 @@ def describe_sync_report(res: dict[str, Any], what: str = "sync") -> str:
     # An older daemon's report has no files_checked: what it listed plus what it removed.
     files = n.get("files_checked", n.get("files_seen", 0) + n.get("files_removed", 0))
     text = (
-        f"{what} done in {report.get('seconds', 0)} s: {files:,} note files checked, "
+        f"{what} done in {report.get('seconds', 0)} s: {_count(files, 'note file')} checked, "
         f"{n.get('files_changed', 0):,} changed, {n.get('files_unchanged', 0):,} unchanged, "
         f"{n.get('files_removed', 0):,} removed, {n.get('files_skipped', 0):,} skipped; "
-        f"{n.get('chunks_written', 0):,} chunks written, {n.get('chunks_embedded', 0):,} embedded"
+        f"{_count(n.get('chunks_written', 0), 'chunk')} written, "
+        f"{n.get('chunks_embedded', 0):,} embedded"
     )
     sessions = report.get("sessions")
     if isinstance(sessions, dict) and sessions.get("files"):
         text += (
-            f"; {sessions['files']:,} transcripts checked, {sessions.get('messages', 0):,} new "
-            f"messages, {sessions.get('chunks_written', 0):,} chunks"
+            f"; {_count(sessions['files'], 'transcript')} checked, "
+            f"{_count(sessions.get('messages', 0), 'new message')}, "
+            f"{_count(sessions.get('chunks_written', 0), 'chunk')}"
         )
     if _up_to_date(n, sessions):
         # After `recalld start` the daemon has indexed everything before a first `sync --wait`
