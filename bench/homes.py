@@ -22,7 +22,7 @@ import numpy as np
 from bench.cache import VectorCache
 from bench.common import log
 from bench.corpora import BUILD_VERSION, F32, Doc, code_signature
-from bench.replicas import PER_FILE, calibrate_noise, make_bundles, replica_vectors
+from bench.replicas import PER_FILE, Replica, calibrate_noise, make_bundles, replica_vectors
 from recalld.config import Config, Value
 from recalld.embedding.local import LocalEmbedder
 from recalld.embedding.registry import ProviderChoice
@@ -210,6 +210,24 @@ def large_home(
     bundles = make_bundles(pool, target)
     log(f"large: {len(bundles)} files chunked in {time.perf_counter() - started:.1f} s")
     noise = calibrate_noise([b for b in bundles if b.varied], real, cache)
+    counts, vectors = _write_bundles(memory, bundles, real, noise["sigma"], embedder.dims)
+    _put_vectors(home, config, embedder, vectors)
+    log(f"large: {len(vectors)} vectors put in the home's embedding cache; indexing ...")
+    counts.update(_sync_large(config, embedder))
+    info: dict[str, Any] = {
+        **counts,
+        "noise": noise,
+        "build_s": time.perf_counter() - started,
+        "per_file": PER_FILE,
+    }
+    Manifest(key, info).write(home)
+    return {**info, "reused": False}
+
+
+def _write_bundles(
+    memory: Path, bundles: Sequence[Replica], real: Mapping[str, F32], sigma: float, dims: int
+) -> tuple[dict[str, float], dict[str, F32]]:
+    """Write each bundle's file; (its counts, one vector per chunk text) for the large home."""
     rng = np.random.default_rng(20240611)
     counts: dict[str, float] = dict.fromkeys(
         (
@@ -224,7 +242,7 @@ def large_home(
     )
     vectors: dict[str, F32] = {}
     for rep in bundles:
-        vecs, derived = replica_vectors(rep, real, noise["sigma"], rng, embedder.dims)
+        vecs, derived = replica_vectors(rep, real, sigma, rng, dims)
         for h, v in vecs.items():
             vectors.setdefault(h, v)  # one vector per text, as the embedding cache keeps it
         path = memory / rep.rel
@@ -236,26 +254,30 @@ def large_home(
         counts["derived_vector_chunks"] += derived
         counts["derived_in_unvaried_files"] += 0 if rep.varied else derived
         counts["real_text_chunks"] += len(rep.chunks) - derived
+    return counts, vectors
+
+
+def _put_vectors(
+    home: Path, config: Config, embedder: LocalEmbedder, vectors: Mapping[str, F32]
+) -> None:
+    """Put every vector in the home's embedding cache, so that the sync embeds nothing."""
     with Store(home / "index.sqlite") as store:
         store.set_identity(identity_for(config, embedder))
         items = list(vectors.items())
         for i in range(0, len(items), 5000):
             store.put_cache(embedder.key, embedder.model, embedder.dims, dict(items[i : i + 5000]))
-    log(f"large: {len(vectors)} vectors put in the home's embedding cache; indexing ...")
+
+
+def _sync_large(config: Config, embedder: LocalEmbedder) -> dict[str, float]:
+    """Index the large home with recalld's own ``Engine.sync()``: its time and chunk counts."""
     engine = engine_for(config, embedder)
     try:
         t = time.perf_counter()
         report = engine.sync()
-        counts["sync_s"] = round(time.perf_counter() - t, 1)
-        counts["sync_embedded"] = report.chunks_embedded
-        counts["indexed_chunks"] = report.chunks_written
+        return {
+            "sync_s": round(time.perf_counter() - t, 1),
+            "sync_embedded": report.chunks_embedded,
+            "indexed_chunks": report.chunks_written,
+        }
     finally:
         engine.close()
-    info: dict[str, Any] = {
-        **counts,
-        "noise": noise,
-        "build_s": time.perf_counter() - started,
-        "per_file": PER_FILE,
-    }
-    Manifest(key, info).write(home)
-    return {**info, "reused": False}

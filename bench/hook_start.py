@@ -108,52 +108,74 @@ def run(sheet: Sheet, runs: int = RUNS) -> None:
         chunks = status["counts"]["chunks"]
         log(f"hook_start: {chunks} chunks indexed in {time.perf_counter() - started:.0f} s")
         env = daemon.env()
-        transcript = next((user_home / ".claude" / "projects").glob("*/s1.jsonl"))
-        start_in, sync_in = HOME / "start.json", HOME / "sync.json"
-        start_in.write_text(
-            json.dumps(
-                {
-                    "session_id": "s2",  # a new session in the folder of s1
-                    "cwd": PROJECT,
-                    "source": "startup",
-                    "hook_event_name": "SessionStart",
-                }
-            )
-        )
-        sync_in.write_text(
-            json.dumps(
-                {
-                    "session_id": "s1",
-                    "transcript_path": str(transcript),
-                    "cwd": PROJECT,
-                    "hook_event_name": "SessionEnd",
-                }
-            )
-        )
-        check = subprocess.run(
-            [str(VENV_BIN / "recalld"), "hook", "session-start"],
-            env=env,
-            stdin=start_in.open("rb"),
-            capture_output=True,
-            check=True,
-        )
-        context = json.loads(check.stdout)["hookSpecificOutput"]["additionalContext"]
-        if "ADR-7" not in context or "s1.jsonl" not in context:
-            raise RuntimeError(
-                f"session-start did not bring the planted note and session: {context}"
-            )
+        start_in, sync_in = _hook_inputs(user_home)
+        _check_session_start(env, start_in)
         recalld = str(VENV_BIN / "recalld")
         cmds = {
             "start": ([recalld, "hook", "session-start"], start_in),
             "sync": ([recalld, "hook", "sync"], sync_in),
             "bare": ([str(VENV_BIN / "python"), "-c", "pass"], None),
         }
-        times: dict[str, list[tuple[float, float]]] = {k: [] for k in cmds}
-        for i in range(runs + WARMUP):
-            order = list(cmds) if i % 2 else list(reversed(cmds))  # neither always first
-            for key in order:
-                cmd, stdin = cmds[key]
-                times[key].append(_timed(cmd, env, stdin))
+        times = _interleaved(cmds, env, runs)
+    _put(sheet, times, runs, chunks)
+
+
+def _hook_inputs(user_home: Path) -> tuple[Path, Path]:
+    """The JSON Claude Code sends to ``session-start`` and to ``sync``, written to two files."""
+    transcript = next((user_home / ".claude" / "projects").glob("*/s1.jsonl"))
+    start_in, sync_in = HOME / "start.json", HOME / "sync.json"
+    start_in.write_text(
+        json.dumps(
+            {
+                "session_id": "s2",  # a new session in the folder of s1
+                "cwd": PROJECT,
+                "source": "startup",
+                "hook_event_name": "SessionStart",
+            }
+        )
+    )
+    sync_in.write_text(
+        json.dumps(
+            {
+                "session_id": "s1",
+                "transcript_path": str(transcript),
+                "cwd": PROJECT,
+                "hook_event_name": "SessionEnd",
+            }
+        )
+    )
+    return start_in, sync_in
+
+
+def _check_session_start(env: dict[str, str], start_in: Path) -> None:
+    """Raise unless ``session-start`` brings the planted note and session (both searches ran)."""
+    check = subprocess.run(
+        [str(VENV_BIN / "recalld"), "hook", "session-start"],
+        env=env,
+        stdin=start_in.open("rb"),
+        capture_output=True,
+        check=True,
+    )
+    context = json.loads(check.stdout)["hookSpecificOutput"]["additionalContext"]
+    if "ADR-7" not in context or "s1.jsonl" not in context:
+        raise RuntimeError(f"session-start did not bring the planted note and session: {context}")
+
+
+def _interleaved(
+    cmds: dict[str, tuple[list[str], Path | None]], env: dict[str, str], runs: int
+) -> dict[str, list[tuple[float, float]]]:
+    """(wall ms, CPU ms) of each command, ``WARMUP`` + ``runs`` rounds of all of them."""
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in cmds}
+    for i in range(runs + WARMUP):
+        order = list(cmds) if i % 2 else list(reversed(cmds))  # neither always first
+        for key in order:
+            cmd, stdin = cmds[key]
+            times[key].append(_timed(cmd, env, stdin))
+    return times
+
+
+def _put(sheet: Sheet, times: dict[str, list[tuple[float, float]]], runs: int, chunks: int) -> None:
+    """Record the medians after the warm-up rounds, the ratios to the bare interpreter and how."""
     p50 = {k: median([w for w, _ in v[WARMUP:]]) for k, v in times.items()}
     cpu = {k: median([c for _, c in v[WARMUP:]]) for k, v in times.items()}
     sheet.put("hook_session_start_ms_p50", p50["start"], 1)

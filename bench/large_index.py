@@ -14,13 +14,13 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from bench import corpora, filtered_search, homes, prefilter
-from bench.common import VENV_BIN, Sampler, percentile
+from bench.common import VENV_BIN, Sampler, Sheet, percentile
 from bench.daemonproc import Daemon
 from bench.speed_ctx import F32, SPEED, Ctx, ms, search_loop
 from recalld.embedding.registry import ProviderChoice
@@ -30,6 +30,16 @@ from recalld.index.vector_index import VectorIndex
 from recalld.retrieval.fts_query import build_match
 
 
+class _Measured(NamedTuple):
+    """What the two daemons' rounds measured, put on the sheet once the daemons are gone."""
+
+    rounds: dict[str, list[float]]
+    keyword: list[float]
+    vector: list[float]
+    recall: float
+    prefilter: float
+
+
 def large_index(ctx: Ctx) -> None:
     """The 100k index: socket search vs numpy, sqlite-vec and ripgrep; vector recall vs exact."""
     home = SPEED / "idx-large"
@@ -37,6 +47,25 @@ def large_index(ctx: Ctx) -> None:
         home, ctx.pool, ctx.real, ctx.sizes.large_chunks, ctx.embedder, ctx.cache, ctx.rebuild
     )
     s = ctx.sheet
+    _put_home(s, info)
+    queries = corpora.real_queries(ctx.sizes.queries, "large")
+    qvecs = ctx.embedder.embed(queries, query=True)
+    with Store(home / "index.sqlite", readonly=True) as store:
+        ids_arr, matrix = _matrix(store, ctx.embedder.dims)
+        vindex = VectorIndex.load(store, ctx.embedder.dims)
+        for pragma in ("cache_size", "mmap_size"):  # as recalld's own Store opens a reader
+            row = store.conn.execute(f"PRAGMA {pragma}").fetchone()
+            s.put(f"reader_{pragma}", int(row[0]) if row else 0)
+        got = _measure_daemons(ctx, home, store, queries, qvecs, matrix, vindex, ids_arr)
+    matrix_mb = matrix.nbytes / 1e6
+    del matrix, vindex
+    _search_profile(ctx, home, queries)
+    _put_measured(s, got, len(qvecs), matrix_mb)
+    _note_large(s, info, queries)
+
+
+def _put_home(s: Sheet, info: dict[str, Any]) -> None:
+    """What the large home holds and how long building and indexing it took."""
     s.put("large_index_chunks", info["chunks"])
     s.put("large_index_files", info["files"])
     s.put("large_varied_files", info["varied_files"])
@@ -50,76 +79,93 @@ def large_index(ctx: Ctx) -> None:
     s.put("large_sync_s", info["sync_s"], 1)
     s.put("large_sync_chunks_per_s", info["indexed_chunks"] / max(info["sync_s"], 1e-9), 0)
     s.put("large_reused", info["reused"])
-    queries = corpora.real_queries(ctx.sizes.queries, "large")
-    qvecs = ctx.embedder.embed(queries, query=True)
+
+
+def _matrix(store: Store, dims: int) -> tuple[npt.NDArray[np.int64], F32]:
+    """(chunk ids, float32 matrix) of every vector in the index, row i being chunk ids[i]."""
+    ids_l: list[int] = []
+    blobs: list[F32] = []
+    for ids, blob in store.iter_vectors():
+        ids_l.extend(ids)
+        blobs.append(np.frombuffer(blob, dtype="<f4").reshape(len(ids), dims))
+    ids_arr = np.asarray(ids_l, dtype=np.int64)
+    matrix = np.ascontiguousarray(np.vstack(blobs), dtype=np.float32)
+    del blobs
+    return ids_arr, matrix
+
+
+def _measure_daemons(
+    ctx: Ctx,
+    home: Path,
+    store: Store,
+    queries: list[str],
+    qvecs: F32,
+    matrix: F32,
+    vindex: VectorIndex,
+    ids_arr: npt.NDArray[np.int64],
+) -> _Measured:
+    """The default daemon and the one-BLAS-thread one, side by side with the references."""
+    s = ctx.sheet
     want = 6 * 4  # max_results x candidate_multiplier: what the vector channel fetches
-    with Store(home / "index.sqlite", readonly=True) as store:
-        ids_l: list[int] = []
-        blobs: list[F32] = []
-        for ids, blob in store.iter_vectors():
-            ids_l.extend(ids)
-            blobs.append(np.frombuffer(blob, dtype="<f4").reshape(len(ids), ctx.embedder.dims))
-        ids_arr = np.asarray(ids_l, dtype=np.int64)
-        matrix = np.ascontiguousarray(np.vstack(blobs), dtype=np.float32)
-        del blobs
-        vindex = VectorIndex.load(store, ctx.embedder.dims)
-        for pragma in ("cache_size", "mmap_size"):  # as recalld's own Store opens a reader
-            row = store.conn.execute(f"PRAGMA {pragma}").fetchone()
-            s.put(f"reader_{pragma}", int(row[0]) if row else 0)
-        memory = home / "memory"
-        t = time.perf_counter()
-        d = Daemon(home).start()
-        d1 = Daemon(home / "blas1", {"OPENBLAS_NUM_THREADS": "1"})
-        try:
-            d.wait_idle()
-            s.put("large_daemon_ready_s", time.perf_counter() - t, 2)
-            s.put("large_index_mb", (home / "index.sqlite").stat().st_size / 1e6, 0)
-            _blas1_home(home)
-            d1.start().wait_idle()
-            with d.client() as c, d1.client() as c1:
-                t = time.perf_counter()
-                c.search(queries[0])
-                s.put("large_first_search_ms", ms(t), 1)
-                search_loop(c, queries[1:11])
-                search_loop(c1, queries[:11])
-                rounds = _side_by_side(
-                    ctx, c, c1, store, queries, qvecs, matrix, vindex, memory, want
-                )
-                kw, _ = search_loop(c, queries, mode="keyword")
-                vec, _ = search_loop(c, queries, mode="vector")
-                filtered_search.measure(s, c, home / "index.sqlite", queries, "100k")
-                recall = _recall(vindex, qvecs, matrix, ids_arr)
-                kept = prefilter.measure(vindex, qvecs, matrix, ids_arr)
-                _pyspy(ctx, d, c, queries)
-            time.sleep(1.0)
-            parts = d.rss_parts()
-            s.put("rss_idle_mb_100k", parts["VmRSS"], 1)
-            s.put("rss_idle_anon_mb_100k", parts.get("RssAnon"), 1)
-            s.put("rss_idle_file_mb_100k", parts.get("RssFile"), 1)
-        finally:
-            d.stop()
-            d1.stop()
-    matrix_mb = matrix.nbytes / 1e6
-    del matrix, vindex
-    _search_profile(ctx, home, queries)
+    memory = home / "memory"
+    t = time.perf_counter()
+    d = Daemon(home).start()
+    d1 = Daemon(home / "blas1", {"OPENBLAS_NUM_THREADS": "1"})
+    try:
+        d.wait_idle()
+        s.put("large_daemon_ready_s", time.perf_counter() - t, 2)
+        s.put("large_index_mb", (home / "index.sqlite").stat().st_size / 1e6, 0)
+        _blas1_home(home)
+        d1.start().wait_idle()
+        with d.client() as c, d1.client() as c1:
+            t = time.perf_counter()
+            c.search(queries[0])
+            s.put("large_first_search_ms", ms(t), 1)
+            search_loop(c, queries[1:11])
+            search_loop(c1, queries[:11])
+            rounds = _side_by_side(ctx, c, c1, store, queries, qvecs, matrix, vindex, memory, want)
+            kw, _ = search_loop(c, queries, mode="keyword")
+            vec, _ = search_loop(c, queries, mode="vector")
+            filtered_search.measure(s, c, home / "index.sqlite", queries, "100k")
+            recall = _recall(vindex, qvecs, matrix, ids_arr)
+            kept = prefilter.measure(vindex, qvecs, matrix, ids_arr)
+            _pyspy(ctx, d, c, queries)
+        time.sleep(1.0)
+        parts = d.rss_parts()
+        s.put("rss_idle_mb_100k", parts["VmRSS"], 1)
+        s.put("rss_idle_anon_mb_100k", parts.get("RssAnon"), 1)
+        s.put("rss_idle_file_mb_100k", parts.get("RssFile"), 1)
+    finally:
+        d.stop()
+        d1.stop()
+    return _Measured(rounds, kw, vec, recall, kept)
+
+
+def _put_measured(s: Sheet, got: _Measured, n_queries: int, matrix_mb: float) -> None:
+    """The medians of the rounds, the keyword and vector modes, recall and the scan's rate."""
+    rounds = got.rounds
     for name, values in rounds.items():
         s.put(f"{name}_p50_ms_100k", percentile(values, 0.5), 3)
         if name == "search":
             s.put("search_p95_ms_100k", percentile(values, 0.95), 2)
-    s.put("keyword_search_p50_ms_100k", percentile(kw, 0.5), 2)
-    s.put("vector_search_p50_ms_100k", percentile(vec, 0.5), 2)
-    s.put("vector_recall_vs_exact_100k", recall, 4)
-    prefilter.put(s, "100k", kept, len(qvecs))
+    s.put("keyword_search_p50_ms_100k", percentile(got.keyword, 0.5), 2)
+    s.put("vector_search_p50_ms_100k", percentile(got.vector, 0.5), 2)
+    s.put("vector_recall_vs_exact_100k", got.recall, 4)
+    prefilter.put(s, "100k", got.prefilter, n_queries)
     s.put("numpy_scan_gb_per_s", matrix_mb / percentile(rounds["numpy"], 0.5), 2)
-    s.note(
-        "search_blas1_p50_ms_100k",
-        "the same daemon code and index started with OPENBLAS_NUM_THREADS=1 (a second daemon, "
-        "queried in the same rounds right after the default one)",
-    )
     s.put(
         "vector_scan_vs_numpy",
         percentile(rounds["vector_scan"], 0.5) / percentile(rounds["numpy"], 0.5),
         3,
+    )
+
+
+def _note_large(s: Sheet, info: dict[str, Any], queries: Sequence[str]) -> None:
+    """How the large index's searches, the one-BLAS-thread daemon and recall were measured."""
+    s.note(
+        "search_blas1_p50_ms_100k",
+        "the same daemon code and index started with OPENBLAS_NUM_THREADS=1 (a second daemon, "
+        "queried in the same rounds right after the default one)",
     )
     s.note(
         "search_p50_ms_100k",
@@ -232,6 +278,21 @@ def _blas1_home(home: Path) -> None:
         link.symlink_to(home / "index.sqlite")
 
 
+_ROUND_KEYS = (
+    "search",
+    "search_server",
+    "search_blas1",
+    "search_blas1_server",
+    "numpy",
+    "vector_scan",
+    "sqlite_vec",
+    "query_embed",
+    "fts",
+    "ripgrep",
+)
+_KNN = "SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?"
+
+
 def _side_by_side(
     ctx: Ctx,
     c: Any,
@@ -245,23 +306,7 @@ def _side_by_side(
     want: int,
 ) -> dict[str, list[float]]:
     """One round per query: the daemon's search, then each reference on the same query."""
-    rg = str(VENV_BIN / "rg")
-    out: dict[str, list[float]] = {
-        k: []
-        for k in (
-            "search",
-            "search_server",
-            "search_blas1",
-            "search_blas1_server",
-            "numpy",
-            "vector_scan",
-            "sqlite_vec",
-            "query_embed",
-            "fts",
-            "ripgrep",
-        )
-    }
-    knn = "SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?"
+    out: dict[str, list[float]] = {k: [] for k in _ROUND_KEYS}
     for i, q in enumerate(queries):
         qv = qvecs[i]
         for which in ("search", "search_blas1") if i % 2 else ("search_blas1", "search"):
@@ -269,33 +314,47 @@ def _side_by_side(
             res = (c if which == "search" else c1).search(q)
             out[which].append(ms(t))
             out[f"{which}_server"].append(float(res["took_ms"]))
-        t = time.perf_counter()
-        scores = matrix @ qv
-        top = np.argpartition(-scores, want - 1)[:want]
-        top = top[np.argsort(-scores[top])]
-        out["numpy"].append(ms(t))
-        t = time.perf_counter()
-        vindex.search(qv, want)
-        out["vector_scan"].append(ms(t))
-        t = time.perf_counter()
-        store.conn.execute(knn, (vector_blob(qv), want)).fetchall()
-        out["sqlite_vec"].append(ms(t))
-        t = time.perf_counter()
-        ctx.embedder.embed([q], query=True)
-        out["query_embed"].append(ms(t))
-        match = build_match(q)
-        t = time.perf_counter()
-        if match:
-            store.keyword_search(match, want, None, None)
-        out["fts"].append(ms(t))
-        terms = corpora.two_terms(q)
-        cmd = [rg, "-i", "-c", "--no-ignore", "--no-messages", "-F"]
-        for term in terms:
-            cmd += ["-e", term]
-        t = time.perf_counter()
-        subprocess.run([*cmd, str(memory)], stdout=subprocess.DEVNULL, check=False)
-        out["ripgrep"].append(ms(t))
+        _vector_references(out, store, qv, matrix, vindex, want)
+        _text_references(ctx, out, store, q, memory, want)
     return out
+
+
+def _vector_references(
+    out: dict[str, list[float]], store: Store, qv: F32, matrix: F32, vindex: VectorIndex, want: int
+) -> None:
+    """Time numpy brute force, the daemon's VectorIndex in-process and sqlite-vec on one query."""
+    t = time.perf_counter()
+    scores = matrix @ qv
+    top = np.argpartition(-scores, want - 1)[:want]
+    top = top[np.argsort(-scores[top])]
+    out["numpy"].append(ms(t))
+    t = time.perf_counter()
+    vindex.search(qv, want)
+    out["vector_scan"].append(ms(t))
+    t = time.perf_counter()
+    store.conn.execute(_KNN, (vector_blob(qv), want)).fetchall()
+    out["sqlite_vec"].append(ms(t))
+
+
+def _text_references(
+    ctx: Ctx, out: dict[str, list[float]], store: Store, q: str, memory: Path, want: int
+) -> None:
+    """Time the query embedding alone, FTS5 alone and ripgrep's two terms on one query."""
+    t = time.perf_counter()
+    ctx.embedder.embed([q], query=True)
+    out["query_embed"].append(ms(t))
+    match = build_match(q)
+    t = time.perf_counter()
+    if match:
+        store.keyword_search(match, want, None, None)
+    out["fts"].append(ms(t))
+    terms = corpora.two_terms(q)
+    cmd = [str(VENV_BIN / "rg"), "-i", "-c", "--no-ignore", "--no-messages", "-F"]
+    for term in terms:
+        cmd += ["-e", term]
+    t = time.perf_counter()
+    subprocess.run([*cmd, str(memory)], stdout=subprocess.DEVNULL, check=False)
+    out["ripgrep"].append(ms(t))
 
 
 def _recall(vindex: VectorIndex, qvecs: F32, matrix: F32, ids: npt.NDArray[np.int64]) -> float:

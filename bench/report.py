@@ -12,14 +12,29 @@ from bench.common import Sheet
 from bench.report_sections import ablation_md, bounds, corpus_md, needles_md, quality_md
 from bench.targets import REQUIRED, TARGETS, fmt, num
 
+Row = tuple[str, str, str, str]  # measurement, recalld, reference, ratio
 
-def _speed_rows(m: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    def ratio(a: str, b: str) -> str:
-        x, y = num(m.get(a)), num(m.get(b))
-        return f"{x / y:.2f}x" if x is not None and y else "–"
 
+def _ratio(m: dict[str, Any], a: str, b: str) -> str:
+    """Metric ``a`` over metric ``b`` as ``1.23x``, or a dash when either is missing."""
+    x, y = num(m.get(a)), num(m.get(b))
+    return f"{x / y:.2f}x" if x is not None and y else "–"
+
+
+def _speed_rows(m: dict[str, Any]) -> list[Row]:
+    """The rows of the speed table, in the page's order."""
     small = fmt(m.get("small_index_chunks"), "", 0)
     large = fmt(m.get("large_index_chunks"), "", 0)
+    return [
+        *_search_rows(m, small, large),
+        *_query_mode_rows(m),
+        *_indexing_rows(m),
+        *_process_rows(m, small, large),
+    ]
+
+
+def _search_rows(m: dict[str, Any], small: str, large: str) -> list[Row]:
+    """Hybrid search at both sizes and the vector channel's parts beside their references."""
     return [
         (
             f"hybrid search p50 / p95, socket, {small} chunks",
@@ -42,13 +57,13 @@ def _speed_rows(m: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             fmt(m.get("vector_scan_p50_ms_100k"), "ms", 3),
             f"numpy float32 brute force {fmt(m.get('numpy_p50_ms_100k'), 'ms', 3)} "
             f"({fmt(m.get('numpy_scan_gb_per_s'), 'GB/s')}, 1 BLAS thread)",
-            ratio("vector_scan_p50_ms_100k", "numpy_p50_ms_100k"),
+            _ratio(m, "vector_scan_p50_ms_100k", "numpy_p50_ms_100k"),
         ),
         (
             "sqlite-vec vec0 brute-force KNN p50 (k = 24)",
             fmt(m.get("sqlite_vec_p50_ms_100k"), "ms"),
             f"numpy {fmt(m.get('numpy_p50_ms_100k'), 'ms', 3)}",
-            ratio("sqlite_vec_p50_ms_100k", "numpy_p50_ms_100k"),
+            _ratio(m, "sqlite_vec_p50_ms_100k", "numpy_p50_ms_100k"),
         ),
         (
             "vector recall@10 vs exact",
@@ -63,12 +78,18 @@ def _speed_rows(m: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             f"at 1M {fmt(m.get('prefilter_recall_1m'), '', 4)}",
             "",
         ),
+    ]
+
+
+def _query_mode_rows(m: dict[str, Any]) -> list[Row]:
+    """Keyword-only, vector-only and filtered search, and searches per second under load."""
+    return [
         (
             "keyword-only search p50, socket",
             fmt(m.get("keyword_search_p50_ms_100k"), "ms"),
             f"FTS5 query alone {fmt(m.get('fts_p50_ms_100k'), 'ms')}; ripgrep two terms "
             f"{fmt(m.get('ripgrep_p50_ms_100k'), 'ms')}",
-            ratio("keyword_search_p50_ms_100k", "ripgrep_p50_ms_100k"),
+            _ratio(m, "keyword_search_p50_ms_100k", "ripgrep_p50_ms_100k"),
         ),
         ("vector-only search p50, socket", fmt(m.get("vector_search_p50_ms_100k"), "ms"), "", ""),
         (
@@ -79,7 +100,7 @@ def _speed_rows(m: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             f"unfiltered in the same rounds {fmt(m.get('unfiltered_search_p50_ms_100k'), 'ms')}; "
             f"{fmt(m.get('filtered_results_mean_100k'), '', 2)} results on average, "
             f"{m.get('filtered_hits_outside_100k')} dated before since",
-            ratio("filtered_search_p50_ms_100k", "unfiltered_search_p50_ms_100k"),
+            _ratio(m, "filtered_search_p50_ms_100k", "unfiltered_search_p50_ms_100k"),
         ),
         (
             "hybrid searches per second, 1 / 4 / 16 clients, 100k scale home (median round)",
@@ -91,14 +112,20 @@ def _speed_rows(m: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             + f"; the search helper answered {m.get('search_helper_searches_100k')} searches "
             f"(ready {fmt(m.get('search_helper_load_s_100k'), 's', 1)} after it was started; "
             "RSS rows count it)",
-            ratio("throughput_4_clients_100k", "throughput_1_clients_100k"),
+            _ratio(m, "throughput_4_clients_100k", "throughput_1_clients_100k"),
         ),
+    ]
+
+
+def _indexing_rows(m: dict[str, Any]) -> list[Row]:
+    """Indexing throughput, the no-op resync, save to searchable and transcript appends."""
+    return [
         (
             "indexing throughput (fresh, every chunk embedded)",
             fmt(m.get("index_chunks_per_s"), "chunks/s"),
             f"raw embedder {fmt(m.get('embed_chunks_per_s'), 'chunks/s')} (median of the "
             f"per-part ratios {fmt(m.get('index_vs_embed_ratio_median'), '', 2)})",
-            ratio("index_chunks_per_s", "embed_chunks_per_s"),
+            _ratio(m, "index_chunks_per_s", "embed_chunks_per_s"),
         ),
         (
             "indexing throughput, all vectors cached (pipeline alone): small / large index",
@@ -132,6 +159,12 @@ def _speed_rows(m: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             f"unchanged sync {fmt(m.get('transcript_unchanged_sync_ms_10mb'), 'ms')}",
             "",
         ),
+    ]
+
+
+def _process_rows(m: dict[str, Any], small: str, large: str) -> list[Row]:
+    """The daemon's memory, the client's import, the CLI's start-up and the status round trip."""
+    return [
         (
             f"daemon RSS idle ({small} chunks / {large} chunks)",
             f"{fmt(m.get('rss_idle_mb'), 'MB', 0)} / {fmt(m.get('rss_idle_mb_100k'), 'MB', 0)}",
@@ -162,14 +195,14 @@ def _speed_rows(m: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             f"{fmt(m.get('cli_search_cpu_ms'), 'ms', 1)} vs "
             f"{fmt(m.get('bare_python_cpu_ms'), 'ms', 1)}; heavy modules "
             f"imported: {m.get('cli_search_heavy_imports', '–')}",
-            ratio("cli_search_ms", "bare_python_ms"),
+            _ratio(m, "cli_search_ms", "bare_python_ms"),
         ),
         (
             "status round trip p50 / p95",
             f"{fmt(m.get('status_rtt_p50_ms'), 'ms', 3)} / "
             f"{fmt(m.get('status_rtt_p95_ms'), 'ms', 3)}",
             f"hello p50 {fmt(m.get('hello_rtt_p50_ms'), 'ms', 3)}",
-            ratio("status_rtt_p50_ms", "hello_rtt_p50_ms"),
+            _ratio(m, "status_rtt_p50_ms", "hello_rtt_p50_ms"),
         ),
     ]
 

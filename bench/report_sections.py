@@ -55,6 +55,16 @@ def _spy_top(sheet: Sheet, n: int = 4) -> str:
 
 def bounds(sheet: Sheet) -> list[str]:
     """One data-backed bullet per missed target (profiles are printed further down)."""
+    return [
+        *_search_bound(sheet),
+        *_status_bound(sheet.metrics),
+        *_quality_bounds(sheet),
+        *_resource_bounds(sheet.metrics),
+    ]
+
+
+def _search_bound(sheet: Sheet) -> list[str]:
+    """The bullet of a missed search at the large index: its parts, measured in the same rounds."""
     m = sheet.metrics
     out = []
     emb = num(m.get("query_embed_p50_ms_100k"))
@@ -86,6 +96,12 @@ def bounds(sheet: Sheet) -> list[str]:
             "The scan itself is memory-bound: an int8 or float16 matrix would cut its "
             "4-byte-per-dimension traffic by 4x or 2x." + _blas_gap(m) + _spy_top(sheet)
         )
+    return out
+
+
+def _status_bound(m: dict[str, Any]) -> list[str]:
+    """The bullet of a missed status round trip: the transport floor beside it."""
+    out = []
     if missed("status_rtt_p50_ms", m):
         hello = m.get("hello_rtt_p50_ms")
         own = (
@@ -99,6 +115,13 @@ def bounds(sheet: Sheet) -> list[str]:
             "own work: a hand-off to a worker thread and Python building the answer (row "
             "counts and index facts are kept until the next commit); see profile_status."
         )
+    return out
+
+
+def _quality_bounds(sheet: Sheet) -> list[str]:
+    """The bullets of missed quality targets: each mode's figure beside hybrid's."""
+    m = sheet.metrics
+    out = []
     for name, metric in (("locomo", "recall@10"), ("scifact-train", "ndcg@10")):
         rows = sheet.tables.get("quality", {}).get(name)
         if rows and missed(f"q_{name.split('-')[0]}", m):
@@ -116,6 +139,12 @@ def bounds(sheet: Sheet) -> list[str]:
                 f"{rows['keyword']['hit@1']:.3f}, vector {rows['vector']['hit@1']:.3f}: the "
                 "vector channel's weight pulls some exact command-name hits off rank 1."
             )
+    return out
+
+
+def _resource_bounds(m: dict[str, Any]) -> list[str]:
+    """The bullets of missed memory, import, resync, indexing and scan targets."""
+    out = []
     if missed("rss_idle_mb", m):
         out.append(
             f"- **daemon RSS**: of {fmt(m.get('rss_idle_mb'), 'MB', 0)} resident, "

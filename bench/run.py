@@ -88,7 +88,7 @@ from bench import (  # noqa: E402
     write_forget,
 )
 from bench.cache import VectorCache  # noqa: E402
-from bench.common import FULL, OUT, QUICK, ROOT, Sheet, log, stage  # noqa: E402
+from bench.common import FULL, OUT, QUICK, ROOT, Sheet, Sizes, log, stage  # noqa: E402
 
 FULL_SHEET = OUT / "full-sheet.json"  # the last full run, for --update
 
@@ -147,13 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     sizes = QUICK if args.quick else FULL
-    sheet = Sheet()
-    sheet.put("commit", common.git_commit())
-    sheet.put("date", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    sheet.put("source_hash", SOURCE_HASH)
-    import recalld
-
-    assert Path(recalld.__file__).resolve().is_relative_to(SNAPSHOT), recalld.__file__
+    sheet = _new_sheet()
     meta: dict[str, Any] = {"machine": common.machine(), "run": sizes.name, "stages": {}}
     timings: dict[str, float] = {}
     only = args.only_set
@@ -163,62 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     embedder.warm()
     cache = VectorCache(embedder)
     try:
-        with stage("pool", timings):
-            for name in corpora.SETS:
-                cache.harvest(quality.home_of(name) / "index.sqlite")
-            pool = corpora.load_pool(sizes.pool_limits)
-            real = corpora.pool_vectors(pool, cache, "pool")
-            sheet.put("pool_files", len(pool))
-            sheet.put("pool_chunks", sum(len(d.chunks) for d in pool))
+        pool, real = _pool(sizes, sheet, cache, timings)
         ctx = speed_ctx.Ctx(sizes, sheet, embedder, cache, pool, real, args.rebuild)
-        speed.run_all(ctx, only, timings)
-        if only is None or "cli_start" in only:
-            with stage("cli_start", timings):
-                cli_start.run_part(sheet)
-        issue16 = (
-            ("chat", chat_mix.chat_index),
-            ("first_sync", first_sync.first_sync),
-            ("busy", busy_search.busy),  # issue 40: searches while the daemon works
-        )
-        speed.run_all(ctx, only, timings, steps=issue16)  # keyword first, the chat mix
-        if only is None or "scale" in only:
-            with stage("scale", timings):
-                scale.run(ctx)
-        if only is None or "write_forget" in only:
-            with stage("write_forget", timings):
-                write_forget.run(ctx)
-        if only is None or "shared" in only:
-            with stage("shared", timings):
-                from bench import shared_store
-
-                sizes_shared = (100_000, 1_000_000) if sizes.name == "full" else (5_000, 20_000)
-                shared_store.run(sheet, *sizes_shared, min(sizes.queries, 200))
-        if not args.skip_quality and (only is None or "quality" in only):
-            with stage("quality", timings):
-                quality.run_quality(
-                    sizes,
-                    sheet,
-                    cache,
-                    pool,
-                    {"date": sheet.metrics["date"], "commit": sheet.metrics["commit"]},
-                )
-        elif only is None:
-            quality.load_last(sheet)
-        if not args.skip_quality and (only is None or "ablation" in only):
-            with stage("ablation", timings):
-                sheet.tables["ablation"] = ablation.run_all(sizes.quality_limit)
-        elif only is None:
-            last = ablation.load_last()
-            if last:
-                sheet.tables["ablation"] = last
-                sheet.tables["ablation_reused"] = True
-        if not args.skip_quality and (only is None or "needles" in only):
-            with stage("needles", timings):
-                sheet.tables["transcript_needles"] = transcript_needles.run()
-        elif only is None:
-            last = transcript_needles.load_last()
-            if last:
-                sheet.tables["transcript_needles"] = {**last, "reused": True}
+        _speed_parts(ctx, only, timings)
+        _quality_parts(ctx, only, timings, args.skip_quality)
         sheet.put("embedded_for_corpora", cache.embedded_now)
     finally:
         cache.close()
@@ -226,6 +168,98 @@ def main(argv: list[str] | None = None) -> int:
     meta["stages"] = timings
     meta["wall_s"] = time.perf_counter() - started
     meta["loadavg_end"] = common.machine()["loadavg"]
+    return _write(args, sheet, meta)
+
+
+def _new_sheet() -> Sheet:
+    """A sheet with this run's commit, date and source hash; the snapshot must be what runs."""
+    sheet = Sheet()
+    sheet.put("commit", common.git_commit())
+    sheet.put("date", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    sheet.put("source_hash", SOURCE_HASH)
+    import recalld
+
+    assert Path(recalld.__file__).resolve().is_relative_to(SNAPSHOT), recalld.__file__
+    return sheet
+
+
+def _pool(
+    sizes: Sizes, sheet: Sheet, cache: VectorCache, timings: dict[str, float]
+) -> tuple[list[corpora.Doc], dict[str, corpora.F32]]:
+    """The real files every part draws on and their vectors (cached ones first)."""
+    with stage("pool", timings):
+        for name in corpora.SETS:
+            cache.harvest(quality.home_of(name) / "index.sqlite")
+        pool = corpora.load_pool(sizes.pool_limits)
+        real = corpora.pool_vectors(pool, cache, "pool")
+        sheet.put("pool_files", len(pool))
+        sheet.put("pool_chunks", sum(len(d.chunks) for d in pool))
+    return pool, real
+
+
+def _speed_parts(ctx: speed_ctx.Ctx, only: set[str] | None, timings: dict[str, float]) -> None:
+    """The speed parts, in order (``only``: those alone)."""
+    sizes, sheet = ctx.sizes, ctx.sheet
+    speed.run_all(ctx, only, timings)
+    if only is None or "cli_start" in only:
+        with stage("cli_start", timings):
+            cli_start.run_part(sheet)
+    issue16 = (
+        ("chat", chat_mix.chat_index),
+        ("first_sync", first_sync.first_sync),
+        ("busy", busy_search.busy),  # issue 40: searches while the daemon works
+    )
+    speed.run_all(ctx, only, timings, steps=issue16)  # keyword first, the chat mix
+    if only is None or "scale" in only:
+        with stage("scale", timings):
+            scale.run(ctx)
+    if only is None or "write_forget" in only:
+        with stage("write_forget", timings):
+            write_forget.run(ctx)
+    if only is None or "shared" in only:
+        with stage("shared", timings):
+            from bench import shared_store
+
+            sizes_shared = (100_000, 1_000_000) if sizes.name == "full" else (5_000, 20_000)
+            shared_store.run(sheet, *sizes_shared, min(sizes.queries, 200))
+
+
+def _quality_parts(
+    ctx: speed_ctx.Ctx, only: set[str] | None, timings: dict[str, float], skip: bool
+) -> None:
+    """Quality, ablation and transcript needles: measured, or the last full run's kept."""
+    sizes, sheet = ctx.sizes, ctx.sheet
+    if not skip and (only is None or "quality" in only):
+        with stage("quality", timings):
+            quality.run_quality(
+                sizes,
+                sheet,
+                ctx.cache,
+                ctx.pool,
+                {"date": sheet.metrics["date"], "commit": sheet.metrics["commit"]},
+            )
+    elif only is None:
+        quality.load_last(sheet)
+    if not skip and (only is None or "ablation" in only):
+        with stage("ablation", timings):
+            sheet.tables["ablation"] = ablation.run_all(sizes.quality_limit)
+    elif only is None:
+        last = ablation.load_last()
+        if last:
+            sheet.tables["ablation"] = last
+            sheet.tables["ablation_reused"] = True
+    if not skip and (only is None or "needles" in only):
+        with stage("needles", timings):
+            sheet.tables["transcript_needles"] = transcript_needles.run()
+    elif only is None:
+        last = transcript_needles.load_last()
+        if last:
+            sheet.tables["transcript_needles"] = {**last, "reused": True}
+
+
+def _write(args: argparse.Namespace, sheet: Sheet, meta: dict[str, Any]) -> int:
+    """Write the report where this kind of run goes; 1 if any part failed."""
+    only = args.only_set
     if args.update and only:
         sheet, meta = _update_full(sheet, meta, only)
     if args.quick or (only and not args.update):

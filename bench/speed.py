@@ -12,13 +12,15 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from bench import corpora, homes
-from bench.common import VENV_BIN, Sampler, log, median, percentile
+from bench.common import VENV_BIN, Sampler, Sheet, log, median, percentile
 from bench.daemonproc import Daemon
 from bench.indexing_speed import index_throughput, rss_indexing
 from bench.large_index import large_index
 from bench.speed_ctx import SPEED, Ctx, ms, profile_top, search_loop
+from recalld.config import Config
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
 from recalld.index.store import Store
@@ -98,52 +100,61 @@ def small_index(ctx: Ctx) -> None:
     with Daemon(home) as d:
         d.wait_idle()
         with d.client() as c:
-            search_loop(c, queries[:10])  # warm-up (loads the vector matrix)
-            wall, took = search_loop(c, queries)
-            kw_wall, _ = search_loop(c, queries, mode="keyword")
-            s.put("search_p50_ms_10k", percentile(wall, 0.5), 2)
-            s.put("search_p95_ms_10k", percentile(wall, 0.95), 2)
-            s.put("search_server_p50_ms_10k", percentile(took, 0.5), 2)
-            s.put("keyword_search_p50_ms_10k", percentile(kw_wall, 0.5), 2)
-            time.sleep(1.0)
-            parts = d.rss_parts()
-            s.put("rss_idle_mb", parts["VmRSS"], 1)
-            s.put("rss_idle_anon_mb", parts.get("RssAnon"), 1)
-            s.put("rss_idle_file_mb", parts.get("RssFile"), 1)
-            s.note(
-                "rss_idle_mb",
-                (
-                    f"VmRSS of the daemon serving the {info['chunks']}-chunk index, model loaded, "
-                    f"after {len(queries) * 2 + 10} searches, idle for 1 s"
-                ),
-            )
-            n = ctx.sizes.status_calls
-            st_ms = [0.0] * n
-            for i in range(n + 50):
-                t = time.perf_counter()
-                c.status()
-                if i >= 50:
-                    st_ms[i - 50] = ms(t)
-            hello_ms = []
-            for i in range(n // 2 + 20):
-                t = time.perf_counter()
-                c.hello()
-                if i >= 20:
-                    hello_ms.append(ms(t))
-            s.put("status_rtt_p50_ms", percentile(st_ms, 0.5), 3)
-            s.put("status_rtt_p95_ms", percentile(st_ms, 0.95), 3)
-            s.put("hello_rtt_p50_ms", percentile(hello_ms, 0.5), 3)
-            s.note(
-                "status_rtt_p50_ms",
-                (
-                    f"{n} `status` calls on one connection to the daemon of the 10k index (after "
-                    "50 "
-                    f"warm-up calls); `hello` ({n // 2} calls) is the transport floor"
-                ),
-            )
+            _small_search(s, d, c, queries, info["chunks"])
+            _status_rtt(s, c, ctx.sizes.status_calls)
         save_to_searchable(ctx, d, home)
         if float(ctx.sheet.metrics.get("status_rtt_p50_ms", 0)) > 1.0:
             _profile_status(ctx, home)
+
+
+def _small_search(s: Sheet, d: Daemon, c: Any, queries: Sequence[str], chunks: int) -> None:
+    """Hybrid and keyword search through the socket, then the daemon's RSS once idle."""
+    search_loop(c, queries[:10])  # warm-up (loads the vector matrix)
+    wall, took = search_loop(c, queries)
+    kw_wall, _ = search_loop(c, queries, mode="keyword")
+    s.put("search_p50_ms_10k", percentile(wall, 0.5), 2)
+    s.put("search_p95_ms_10k", percentile(wall, 0.95), 2)
+    s.put("search_server_p50_ms_10k", percentile(took, 0.5), 2)
+    s.put("keyword_search_p50_ms_10k", percentile(kw_wall, 0.5), 2)
+    time.sleep(1.0)
+    parts = d.rss_parts()
+    s.put("rss_idle_mb", parts["VmRSS"], 1)
+    s.put("rss_idle_anon_mb", parts.get("RssAnon"), 1)
+    s.put("rss_idle_file_mb", parts.get("RssFile"), 1)
+    s.note(
+        "rss_idle_mb",
+        (
+            f"VmRSS of the daemon serving the {chunks}-chunk index, model loaded, "
+            f"after {len(queries) * 2 + 10} searches, idle for 1 s"
+        ),
+    )
+
+
+def _status_rtt(s: Sheet, c: Any, n: int) -> None:
+    """``n`` status calls and half as many hellos (the transport floor) on one connection."""
+    st_ms = [0.0] * n
+    for i in range(n + 50):
+        t = time.perf_counter()
+        c.status()
+        if i >= 50:
+            st_ms[i - 50] = ms(t)
+    hello_ms = []
+    for i in range(n // 2 + 20):
+        t = time.perf_counter()
+        c.hello()
+        if i >= 20:
+            hello_ms.append(ms(t))
+    s.put("status_rtt_p50_ms", percentile(st_ms, 0.5), 3)
+    s.put("status_rtt_p95_ms", percentile(st_ms, 0.95), 3)
+    s.put("hello_rtt_p50_ms", percentile(hello_ms, 0.5), 3)
+    s.note(
+        "status_rtt_p50_ms",
+        (
+            f"{n} `status` calls on one connection to the daemon of the 10k index (after "
+            "50 "
+            f"warm-up calls); `hello` ({n // 2} calls) is the transport floor"
+        ),
+    )
 
 
 def _profile_status(ctx: Ctx, home: Path) -> None:
@@ -258,15 +269,7 @@ def transcript_append(ctx: Ctx) -> None:
         s.note("transcript_append_ms_10kb", "Engine.sync_sessions() does not exist in this tree")
         return
     home = SPEED / "sessions"
-    homes.wipe(home)
-    tdir = home / "transcripts"
-    tdir.mkdir(parents=True)
-    files = {"10kb": tdir / "small.jsonl", "10mb": tdir / "large.jsonl"}
-    files["10kb"].write_bytes(corpora.transcript_bytes(10 * 1024))
-    files["10mb"].write_bytes(corpora.transcript_bytes(10 * 1024 * 1024))
-    config = homes.home_config(home, sessions=[str(tdir / "*.jsonl")], watch=False)
-    with Store(home / "index.sqlite") as store:
-        store.copy_cache_from(ctx.cache.path)
+    files, config = _transcript_home(ctx, home)
     engine = homes.engine_for(config, ctx.embedder)
     try:
         t = time.perf_counter()
@@ -275,26 +278,7 @@ def transcript_append(ctx: Ctx) -> None:
         s.tables["transcript_initial_report"] = first
         ctx.cache.harvest(home / "index.sqlite")
         for size, path in files.items():
-            template = path.read_bytes()[-200_000:]
-            noop = []
-            for _ in range(3):
-                t = time.perf_counter()
-                engine.sync_sessions([path])
-                noop.append(ms(t))
-            times = []
-            for n in range(ctx.sizes.append_trials):
-                token = f"zq{uuid.uuid4().hex[:10]}"
-                with path.open("ab") as fh:
-                    fh.write(corpora.user_message_line(template, token, n))
-                t = time.perf_counter()
-                engine.sync_sessions([path])
-                times.append(ms(t))
-                hits = engine.searcher.search({"query": token, "mode": "keyword", "min_score": 0.0})
-                if not any(r["path"] == str(path) for r in hits["results"]):
-                    s.errors[f"transcript_{size}"] = f"appended message {n} not found by search"
-            s.put(f"transcript_append_ms_{size}", median(times), 2)
-            s.put(f"transcript_unchanged_sync_ms_{size}", median(noop), 2)
-            s.put(f"transcript_bytes_{size}", path.stat().st_size)
+            _time_appends(ctx, engine, size, path)
         s.note(
             "transcript_append_ms_10kb",
             (
@@ -312,6 +296,45 @@ def transcript_append(ctx: Ctx) -> None:
         s.errors["transcript_append"] = f"{type(exc).__name__}: {exc}"
     finally:
         engine.close()
+
+
+def _transcript_home(ctx: Ctx, home: Path) -> tuple[dict[str, Path], Config]:
+    """A fresh home whose sessions are a 10 KB and a 10 MB transcript: (the files, its config)."""
+    homes.wipe(home)
+    tdir = home / "transcripts"
+    tdir.mkdir(parents=True)
+    files = {"10kb": tdir / "small.jsonl", "10mb": tdir / "large.jsonl"}
+    files["10kb"].write_bytes(corpora.transcript_bytes(10 * 1024))
+    files["10mb"].write_bytes(corpora.transcript_bytes(10 * 1024 * 1024))
+    config = homes.home_config(home, sessions=[str(tdir / "*.jsonl")], watch=False)
+    with Store(home / "index.sqlite") as store:
+        store.copy_cache_from(ctx.cache.path)
+    return files, config
+
+
+def _time_appends(ctx: Ctx, engine: Engine, size: str, path: Path) -> None:
+    """Unchanged syncs of one transcript, then appends each followed by a timed sync."""
+    s = ctx.sheet
+    template = path.read_bytes()[-200_000:]
+    noop = []
+    for _ in range(3):
+        t = time.perf_counter()
+        engine.sync_sessions([path])
+        noop.append(ms(t))
+    times = []
+    for n in range(ctx.sizes.append_trials):
+        token = f"zq{uuid.uuid4().hex[:10]}"
+        with path.open("ab") as fh:
+            fh.write(corpora.user_message_line(template, token, n))
+        t = time.perf_counter()
+        engine.sync_sessions([path])
+        times.append(ms(t))
+        hits = engine.searcher.search({"query": token, "mode": "keyword", "min_score": 0.0})
+        if not any(r["path"] == str(path) for r in hits["results"]):
+            s.errors[f"transcript_{size}"] = f"appended message {n} not found by search"
+    s.put(f"transcript_append_ms_{size}", median(times), 2)
+    s.put(f"transcript_unchanged_sync_ms_{size}", median(noop), 2)
+    s.put(f"transcript_bytes_{size}", path.stat().st_size)
 
 
 def run_all(
