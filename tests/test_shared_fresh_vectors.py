@@ -29,8 +29,8 @@ from recalld.shared import embedded, schema  # noqa: E402
 from recalld.shared import push as push_module  # noqa: E402
 from recalld.shared.push import Pusher, Scope  # noqa: E402
 from recalld.shared.remote import PushChunk, PushFile, Remote  # noqa: E402
+from shared_store_support import PASSWORDS, _alice_in, _schema_at, _server, _settings  # noqa: E402
 from test_reader_pool import HashEmbedder  # noqa: E402
-from test_shared_store import PASSWORDS, _alice_in, _schema_at, _server, _settings  # noqa: E402
 
 
 class _Hash3(HashEmbedder):

