@@ -21,12 +21,18 @@ from bench.common import Sheet, percentile
 SHARE = 0.01
 
 
+def _count(row: tuple[Any, ...] | None) -> int:
+    """The value of a ``count(*)`` row (which SQLite always returns)."""
+    assert row is not None
+    return int(row[0])
+
+
 def since_keeping(index: Path, share: float) -> tuple[str, float]:
     """The ISO ``since`` that keeps about ``share`` of the chunks, and the share it keeps."""
     from recalld.index.store import Store
 
     with Store(index, readonly=True) as store:
-        total = int(store.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+        total = _count(store.conn.execute("SELECT count(*) FROM chunks").fetchone())
         offset = max(int(total * share) - 1, 0)
         row = store.conn.execute(
             "SELECT date FROM chunks WHERE date IS NOT NULL ORDER BY date DESC LIMIT 1 OFFSET ?",
@@ -35,8 +41,9 @@ def since_keeping(index: Path, share: float) -> tuple[str, float]:
         if row is None:
             raise RuntimeError(f"{index}: no chunk has a date (migration 6 not applied?)")
         cut = float(row[0])
-        kept = int(store.conn.execute("SELECT count(*) FROM chunks WHERE date >= ?", (cut,))
-                   .fetchone()[0])  # fmt: skip
+        kept = _count(
+            store.conn.execute("SELECT count(*) FROM chunks WHERE date >= ?", (cut,)).fetchone()
+        )
     since = datetime.fromtimestamp(cut, UTC).isoformat().replace("+00:00", "Z")
     return since, kept / max(total, 1)
 

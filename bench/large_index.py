@@ -372,4 +372,4 @@ def _recall(vindex: VectorIndex, qvecs: F32, matrix: F32, ids: npt.NDArray[np.in
         score_of = dict(zip(ids.tolist(), scores.tolist(), strict=True))
         got = vindex.search(qvecs[i], 10)
         shares.append(sum(score_of[cid] >= tenth - 1e-5 for cid, _ in got) / 10)
-    return statistics.mean(shares)
+    return float(statistics.mean(shares))

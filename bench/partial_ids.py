@@ -114,7 +114,8 @@ def build(corpus: Path, lines_of: dict[str, list[str]], indexed: str, out: Path)
                     where[m.group()].add((rel, n))
     squashed_lines: dict[str, list[tuple[str, int, str]]] = {}
     rng = random.Random(SEED)
-    queries, qrels = [], []
+    queries: list[tuple[str, str, list[tuple[str, int]]]] = []
+    qrels: list[str] = []
     texts = {rel: "\n".join(lines) for rel, lines in lines_of.items()}
     starts = {
         rel: list(itertools.accumulate((len(x) + 1 for x in lines), initial=0))
@@ -129,8 +130,8 @@ def build(corpus: Path, lines_of: dict[str, list[str]], indexed: str, out: Path)
         if not 1 <= len(where[ident]) <= 3 or len(ident) > 60 or ident not in indexed:
             continue
         # Relevant: every line holding the literal, also inside a longer identifier.
-        places = _occurrences(ident, texts, starts)
-        if not 1 <= len(places) <= 3:
+        found = _occurrences(ident, texts, starts)
+        if not 1 <= len(found) <= 3:
             continue
         form = partial_form(ident, rng)
         if form is None or form.lower() == ident.lower():
@@ -140,7 +141,7 @@ def build(corpus: Path, lines_of: dict[str, list[str]], indexed: str, out: Path)
             squashed_lines[sq] = _lines_holding(sq, squashed, begins, flat)
         if any(ident not in line for _, _, line in squashed_lines[sq]):
             continue
-        queries.append((ident, form, sorted(places)))
+        queries.append((ident, form, sorted(found)))
     rng.shuffle(queries)
     queries = sorted(queries[:MAX_QUERIES])
     out.mkdir(parents=True, exist_ok=True)

@@ -318,7 +318,7 @@ def _fusion_note() -> str:
     """The fusion defaults, read from recalld's settings table (not hard-coded here)."""
     from recalld.config import SETTINGS
 
-    d = {x.key: x.default for x in SETTINGS}
+    d: dict[str, Any] = {x.key: x.default for x in SETTINGS}
     shape = (
         f"; query shape on: vector weight {d['search.question_vector_weight']} for questions, "
         f"{d['search.statement_vector_weight']} for statements, "

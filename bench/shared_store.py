@@ -79,6 +79,7 @@ def _remote(url: str, member: str, collection: str) -> Any:
             }
         )
     )
+    assert settings is not None  # the [shared] keys above are all set
     return Remote(settings)
 
 
@@ -95,12 +96,19 @@ def clustered(
     noise = rng.standard_normal((n, DIMS)).astype(np.float32) * (spread / np.sqrt(DIMS))
     vecs = centres[rng.integers(0, topics, n)] + noise
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    return vecs
+    out: np.ndarray = vecs
+    return out
 
 
 def topics(n: int) -> int:
     """Topics of a store of ``n`` chunks (about 200 chunks a topic)."""
     return max(n // 200, 1)
+
+
+def _scalar(row: tuple[Any, ...] | None) -> int:
+    """The one value of an aggregate's row (which the server always returns)."""
+    assert row is not None
+    return int(row[0])
 
 
 def bulk_load(url: str, admin: str, target: int, seed: int = 36) -> tuple[np.ndarray, int, float]:
@@ -128,7 +136,7 @@ def bulk_load(url: str, admin: str, target: int, seed: int = 36) -> tuple[np.nda
 
         register_vector(conn)
         conn.execute("DELETE FROM recalld.files WHERE collection = 'team@bench'")
-        base = int(conn.execute("SELECT coalesce(max(id), 0) FROM recalld.chunks").fetchone()[0])
+        base = _scalar(conn.execute("SELECT coalesce(max(id), 0) FROM recalld.chunks").fetchone())
         conn.execute("DROP INDEX IF EXISTS recalld.vectors_hnsw")
         conn.execute("DROP INDEX IF EXISTS recalld.postings_by_impact")  # built after, as HNSW
         conn.execute("CREATE TEMP TABLE staged (id bigint, path text, n int, text text, t text)")
@@ -216,7 +224,8 @@ def channel_cost(url: str, local_home: Path, queries: list[str], rounds: int) ->
                     t = time.perf_counter()
                     res = c.search(q)
                     times[mode].append((time.perf_counter() - t) * 1000)
-                    hits += mode == "on" and bool(res.get("shared", {}).get("hits"))
+                    found = res.get("shared")
+                    hits += mode == "on" and isinstance(found, dict) and bool(found.get("hits"))
     finally:
         config.write_text(plain, encoding="utf-8")
         d.stop()
