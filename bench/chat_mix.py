@@ -132,7 +132,7 @@ def keyword_home(home: Path, chunks: int) -> int:
     """A keyword-only index of the chat mix, written straight through recalld's Store."""
     from recalld.config import Config
     from recalld.index.store import FileRow, Store
-    from recalld.ingest.indexer import identity_for
+    from recalld.ingest.identity_check import identity_for
 
     index = home / "index.sqlite"
     marker = home / f"built-{chunks}"

@@ -39,7 +39,8 @@ from recalld.embedding.local import LocalEmbedder
 from recalld.index import migrations
 from recalld.index.store import NewChunk
 from recalld.ingest.chunking import chunk_markdown
-from recalld.ingest.indexer import chunking_identity, text_hash
+from recalld.ingest.identity_check import chunking_identity
+from recalld.ingest.indexer import text_hash
 from recalld.tokens import default_tokenizer
 
 F32 = npt.NDArray[np.float32]

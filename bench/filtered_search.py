@@ -105,7 +105,8 @@ def build_home(home: Path, target: int) -> dict[str, Any]:
     from bench.common import FULL
     from recalld.embedding.local import LocalEmbedder
     from recalld.index.store import FileRow, NewChunk, Store
-    from recalld.ingest.indexer import content_hash, identity_for
+    from recalld.ingest.identity_check import identity_for
+    from recalld.ingest.indexer import content_hash
     from recalld.ingest.note_facts import date_of_note
 
     homes.wipe(home)

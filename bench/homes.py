@@ -28,7 +28,7 @@ from recalld.embedding.local import LocalEmbedder
 from recalld.embedding.registry import ProviderChoice
 from recalld.engine import Engine
 from recalld.index.store import Store
-from recalld.ingest.indexer import identity_for
+from recalld.ingest.identity_check import identity_for
 
 
 def home_config(

@@ -37,7 +37,8 @@ from recalld.index.ident_tokens import ident_text
 from recalld.index.store import FileRow, NewChunk, Store
 from recalld.index.vector_index import VectorIndex
 from recalld.index.vector_load import load_rows
-from recalld.ingest.indexer import content_hash, identity_for, text_hash
+from recalld.ingest.identity_check import identity_for
+from recalld.ingest.indexer import content_hash, text_hash
 from recalld.retrieval import keyword_preload
 from recalld.retrieval.keyword_postings import PostingsCache
 

@@ -20,7 +20,7 @@ from recalld.ingest.front_matter import (
     read_front_matter,
     simple_yaml,
 )
-from recalld.ingest.indexer import chunking_identity
+from recalld.ingest.identity_check import chunking_identity
 
 HUGO = """---
 title: Sprint retrospective

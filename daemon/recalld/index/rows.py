@@ -40,6 +40,17 @@ class FileRow:
     hash: str
     lines: int
 
+    @property
+    def provisional(self) -> bool:
+        """Whether the file is held as one keyword row until it is chunked (a big first
+        sync's quick pass, recalld.ingest.first_pass): no content hash, a modification time
+        no file has, so the next sync reads it again whatever its stat says."""
+        return (self.source, self.hash, self.mtime_ns) == PROVISIONAL
+
+
+#: A provisional file row's source, content hash and modification time (FileRow.provisional).
+PROVISIONAL = ("memory", "", -1)
+
 
 @dataclass(frozen=True)
 class NewChunk:

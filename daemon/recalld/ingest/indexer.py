@@ -10,7 +10,6 @@ is fastest on full batches.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import time
@@ -27,7 +26,8 @@ from recalld.embedding.base import Embedder
 from recalld.fd_limits import OUT_OF_RESOURCES
 from recalld.index import tombstones
 from recalld.index.index_health import is_index_failure
-from recalld.index.store import FileChange, FileRow, Identity, Store
+from recalld.index.store import FileChange, FileRow, Store
+from recalld.ingest import first_pass
 from recalld.ingest.batch_write import fewer_checkpoints, write_batch
 from recalld.ingest.chunk_pool import Outcome, Raw, pool_for
 from recalld.ingest.chunk_vectors import ChunkVectors
@@ -64,50 +64,12 @@ from recalld.ingest.vector_backfill import (
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-# md-4: front matter names and context in the first chunk's context; md-5: notes are redacted;
-# md-6: passwords said in a sentence are redacted (rebuilt out of indexes made before).
-CHUNKER_VERSION = "md-6"
-# sessions-4: new secret shapes (issue 41), so secrets indexed before are rebuilt out; sessions-5:
-# passwords said in a sentence, likewise.
-SESSION_CHUNKER_VERSION = "sessions-5"  # 2: whole transcripts, chunk kinds; 3: summaries, hooks
-# (3 re-reads transcripts indexed before: compaction summaries, hook output, fuller toolUseResult)
 EMBED_GROUP_CHUNKS = 256  # chunks embedded per call across files
 
 
 def content_hash(data: bytes) -> str:
     """Hash of a file's bytes."""
     return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-
-def chunking_identity(config: Config) -> str:
-    """The chunking settings that an index is built with (part of its identity)."""
-    return json.dumps(
-        {
-            "chunker": CHUNKER_VERSION,
-            "session_chunker": SESSION_CHUNKER_VERSION,
-            "include_thinking": config.bool("sessions.include_thinking"),
-            "tool_result_chars": config.int("sessions.tool_result_chars"),
-            "embed_kinds": sorted(config.list("sessions.embed_kinds")),
-            "embed_tool_head_chars": config.int("sessions.embed_tool_head_chars"),
-            "max_tokens": config.int("chunking.max_tokens"),
-            "front_matter": config.bool("chunking.front_matter"),
-            "target_tokens": config.int("chunking.target_tokens"),
-            "chat_windows": config.bool("chunking.chat_windows"),
-            "chat_window_overlap": config.float("chunking.chat_window_overlap"),
-            "chat_window_chars": config.int("chunking.chat_window_chars"),
-            "message_window_overlap": config.float("chunking.message_window_overlap"),
-        },
-        sort_keys=True,
-    )
-
-
-def identity_for(config: Config, embedder: Embedder | None) -> Identity:
-    """The identity an index built now with this config and provider would have."""
-    if embedder is None:
-        return Identity("", "none", "", 0, chunking_identity(config))
-    return Identity(
-        embedder.key, embedder.label, embedder.model, embedder.dims, chunking_identity(config)
-    )
 
 
 ProgressHook = Callable[[Progress], None]
@@ -208,6 +170,8 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         self.progress.phase = "indexing"
         self.progress.add(gone)
         self.progress.add(str(f) for f in files)
+        if paths is None:
+            self._first_pass(files)
         self._index_files(files, report)
         # After the files: the sources of 20,000 renames are 20,000 removals, which must not
         # hold up the edits among the files (a removal has nothing newer to show).
@@ -215,6 +179,34 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
             self._remove_gone(gone, forgotten, report)
         self._end(report, started)
         return report
+
+    def _first_pass(self, files: list[Path]) -> None:
+        """A big first sync in the daemon: every new note keyword-searchable as one row before
+        the notes are chunked (recalld.ingest.first_pass); the chunked pass then replaces them."""
+        if self.background is None or self._known is None:
+            return
+        new = first_pass.new_notes(files, self._known)
+        if len(new) < first_pass.first_pass_files():
+            return
+        # What reading finds (skipped, vanished) is counted by the chunked pass, not here.
+        scratch, progress, self.progress = SyncReport(), self.progress, Progress()
+
+        def read(path: Path) -> Raw | None:
+            verdict = self._verdicts.get(str(path))
+            try:
+                return self._prepare_one(path, scratch, partial(self._read, path, scratch))
+            finally:
+                if verdict is not None:  # the chunked pass checks the file with it again
+                    self._verdicts[str(path)] = verdict
+
+        started = time.monotonic()
+        try:
+            rows = first_pass.write(self.store, map(read, new), self._stopping, self._apply)
+        finally:
+            self.progress = progress
+        self._known.update(rows)  # read again by the chunked pass: their stat never matches
+        took = time.monotonic() - started
+        log.info("first pass: %d new notes keyword-searchable in %.2f s", len(rows), took)
 
     def _begin(self) -> None:
         """Start counting into the daemon's job (or a progress of this sync's own)."""

@@ -20,8 +20,9 @@ from recalld.index.readers import ReaderPool
 from recalld.index.store import Store
 from recalld.index.vector_holder import VectorHolder
 from recalld.index.vector_index import VectorIndex
+from recalld.ingest.identity_check import identity_for
 from recalld.ingest.index_writes import IndexWrites
-from recalld.ingest.indexer import SyncReport, identity_for
+from recalld.ingest.indexer import SyncReport
 
 
 class Rebuilds:

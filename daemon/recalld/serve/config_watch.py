@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from recalld.config import SETTINGS, Config
 from recalld.engine import Engine
 from recalld.errors import ConfigError, RecalldError, Unavailable
-from recalld.ingest.indexer import chunking_identity
+from recalld.ingest.identity_check import chunking_identity
 from recalld.ingest.watcher import Watcher
 from recalld.serve import log_guard
 from recalld.serve.writer_jobs import Job

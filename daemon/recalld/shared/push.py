@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from recalld.index.store import VECTORS_GENERATION, ChunkRow, Store
-from recalld.ingest.indexer import CHUNKER_VERSION, SESSION_CHUNKER_VERSION, text_hash
+from recalld.ingest.identity_check import CHUNKER_VERSION, SESSION_CHUNKER_VERSION
+from recalld.ingest.indexer import text_hash
 from recalld.ingest.redactor import redact
 from recalld.shared.fresh_vectors import FRESH_CAP, MERGE_ROWS
 from recalld.shared.remote import PushChunk, PushFile, Remote
@@ -253,8 +254,10 @@ class Pusher:
     def _local_files(self) -> dict[str, tuple[str, str]]:
         """key -> (absolute path, content hash) of the shared files in the local index.
 
-        A file whose chunks still wait for vectors (keyword first) is left for a later round:
-        pushed now, it would reach the store without them and never be pushed again.
+        A file whose chunks still wait for vectors (keyword first), or that is held as one
+        provisional keyword row until it is chunked (recalld.ingest.first_pass), is left for
+        a later round: pushed now, it would reach the store without them (or unchunked) and
+        never be pushed again.
         """
         with self.reader() as store:
             files = store.files()
@@ -265,7 +268,7 @@ class Pusher:
             key = self.scope.key(path, row.source)
             if key is None:
                 continue
-            if path in unfinished:
+            if path in unfinished or row.provisional:
                 self.state.unfinished += 1
                 if key in self.state.known:  # keep what the store has until vectors come
                     out[key] = (path, self.state.known[key])

@@ -1,0 +1,93 @@
+"""A big first sync's quick pass: every new note keyword-searchable as one row, then chunked.
+
+Chunking is most of a first sync's CPU (~3 s for the bench's 10k notes on this 2-core host,
+both cores busy to the end), while FTS5 takes the same files whole in a fraction of that (the
+bench's floor: read them, one plain FTS5 insert each). So when the daemon's full sync finds
+many notes the index has never held (:data:`FIRST_PASS_FILES` or more), it first writes each of
+them as one keyword-only row: the whole note, decoded and redacted as every note is, under a
+*provisional* file row (``FileRow.provisional``: no content hash, a modification time no file
+has). The folder answers keyword searches about a second later, each hit citing the whole note;
+the same sync then reads every note again, chunks it and replaces its row in one transaction, as
+for any changed file. A stop or a crash in between leaves provisional rows that the next sync
+replaces the same way (their stat never matches). What waits for the real chunks: vectors (the
+row takes none), the shared store (a provisional file is not pushed), a note's date, tags and
+identifier tokens (the search filters and the ``ident`` column).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from recalld.index.rows import PROVISIONAL, FileRow, NewChunk
+from recalld.index.store import FileChange, Store
+from recalld.ingest import chunk_pool
+from recalld.ingest.batch_write import write_batch
+from recalld.ingest.chunk_pool import Raw
+from recalld.ingest.note_rows import note_text, text_hash
+from recalld.ingest.sync_report import Prepared, SyncReport
+
+#: Notes per transaction: about a tenth of a second of writing here, so a search waits little.
+BATCH_FILES = 500
+#: The provisional chunk's hash is its text's under this prefix: never a real chunk's, so the
+#: chunked rows that replace it never keep it as "unchanged" (recalld.index.unchanged_chunks).
+_HASH_PREFIX = "first pass\n"
+
+
+def first_pass_files() -> int:
+    """New notes that make a sync worth a first pass: as many as make it start chunking
+    workers (chunk_pool.MIN_FILES, read each time so both move together): under that, the
+    chunked rows come within about a second anyway and writing each note twice does not pay."""
+    return chunk_pool.MIN_FILES
+
+
+def new_notes(files: Iterable[Path], known: Mapping[str, FileRow]) -> list[Path]:
+    """The files the index holds no row of, in the sync's order."""
+    return [f for f in files if str(f) not in known]
+
+
+def provisional(raw: Raw) -> Prepared | None:
+    """A note's provisional file row and its one keyword row (None for a blank note: the
+    chunked pass writes what a blank note has)."""
+    text = note_text(raw.data).text  # secrets never reach the index, here either
+    if not text.strip():
+        return None
+    lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+    source, digest, mtime_ns = PROVISIONAL
+    row = FileRow(str(raw.path), source, raw.st.st_size, mtime_ns, digest, lines)
+    title = raw.path.stem.replace("_", " ").replace("-", " ")
+    chunk = NewChunk(
+        1, lines, text, text_hash(_HASH_PREFIX + text), title, embed=False, ident=""
+    )  # keyword only, by policy: never due a vector, replaced by the note's chunks
+    return Prepared(row, [chunk])
+
+
+def write(
+    store: Store,
+    notes: Iterable[Raw | None],
+    stopping: Callable[[], bool],
+    on_change: Callable[[FileChange], None],
+) -> dict[str, FileRow]:
+    """Write each read note's provisional rows, :data:`BATCH_FILES` a transaction; stop
+    between notes when ``stopping`` says so. Returns the file rows written, by path."""
+    written: dict[str, FileRow] = {}
+    batch: list[Prepared] = []
+    report = SyncReport()  # this pass reports nothing: the chunked pass that follows does
+
+    def flush() -> None:
+        for prepared, change in write_batch(store, batch, None, report):
+            on_change(change)
+            written[prepared.row.path] = prepared.row
+        batch.clear()
+
+    for raw in notes:
+        if stopping():
+            break
+        prepared = provisional(raw) if raw is not None else None
+        if prepared is not None:
+            batch.append(prepared)
+        if len(batch) >= BATCH_FILES:
+            flush()
+    if batch:
+        flush()
+    return written
