@@ -22,8 +22,9 @@ from daemon_process import DaemonProcess, wait_for
 from recalld.engine import Engine
 from recalld.index.store import Store
 from recalld.ingest import chunk_pool, first_pass
-from recalld.ingest.vector_backfill import BackgroundChunker
+from recalld.ingest.vector_backfill import BackgroundChunker, vector_counts, vector_counts_by_rows
 from recalld.shared.push import Pusher, Scope
+from test_reader_pool import HashEmbedder
 
 NOTES = 40
 MTIME_NS = 1_700_000_000 * 10**9
@@ -149,9 +150,11 @@ def test_notes_already_indexed_take_no_first_pass(
             eng.sync()
             _notes(memory / "later", 25)  # 25 new ones, beside 45 known
             eng.sync()
+            report = eng.reindex()  # a new file nobody searches until it is swapped in
     finally:
         eng.background.close()
         eng.close()
+    assert report.files_changed == 45 + 25 + 2  # and the two blank notes
     assert [len(s[0]) for s in seen] == [30, 25]
     assert all("/later/" in p for p in seen[1][0])
 
@@ -184,23 +187,35 @@ def test_a_pass_cut_short_leaves_rows_the_next_sync_replaces(tmp_path: Path) -> 
     assert got == _chunks(tmp_path / "plain" / "index.sqlite", tmp_path / "plain")
 
 
-def test_a_note_held_as_one_row_is_not_pushed_to_the_shared_store(tmp_path: Path) -> None:
+def test_a_note_held_as_one_row_is_due_a_vector_and_not_pushed(tmp_path: Path) -> None:
+    """Until its chunks are in, a provisional note counts as one vector still due (status
+    never says 0 pending with notes unchunked), and the pusher leaves it for a later round."""
     memory = tmp_path / "memory"
     _notes(memory, 4)
-    eng = make_engine(tmp_path, None)
+    eng = make_engine(tmp_path, HashEmbedder())
     try:
         eng.sync()
+        with eng.reader() as store:
+            assert vector_counts(store) == vector_counts_by_rows(store) == (0, 4 * 2)
         late = write(memory / "team" / "late.md", "# Late\n\nwritten during the first sync\n")
         raw = chunk_pool.Raw(late, late.read_bytes(), late.stat(), "")
         first_pass.write(eng.writes.writer, [raw], bool, lambda _: None)
+        with eng.reader() as store:
+            assert store.counts()["provisional_files"] == 1
+            assert vector_counts(store) == vector_counts_by_rows(store) == (1, 4 * 2 + 1)
         scope = Scope(("**",), [memory])
         pusher = Pusher(None, None, eng.reader, scope, tmp_path / "p.json")  # type: ignore[arg-type]
         local = pusher._local_files()
+        assert pusher.state.unfinished == 1
+        eng.sync()  # its chunks and their vector: pushed next round
+        with eng.reader() as store:
+            assert store.counts()["provisional_files"] == 0
+            assert vector_counts(store) == vector_counts_by_rows(store) == (0, 4 * 2 + 1)
+        assert any(k.endswith("team/late.md") for k in pusher._local_files())
     finally:
         eng.close()
     names = sorted(k.rsplit("/", 1)[1] for k in local)
     assert names == ["blank.md"] + [f"note-{i:03d}.md" for i in range(4)], "late.md waits"
-    assert pusher.state.unfinished == 1
 
 
 @pytest.mark.slow

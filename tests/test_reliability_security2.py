@@ -100,9 +100,14 @@ class Swapper:
 def _tally(
     n: int, get: Callable[[], dict[str, Any]], errors: tuple[type[Exception], ...]
 ) -> Counter[str]:
-    """Run ``get`` ``n`` times; count answers by outcome (a leak is any answer with the secret)."""
+    """Run ``get`` ``n`` times, or up to five times that until the race has gone both ways
+    often enough (:func:`_both_ways`; how often each way wins depends on the host's
+    scheduling, not on the code); count answers by outcome (a leak is any answer with the
+    secret)."""
     seen: Counter[str] = Counter()
-    for _ in range(n):
+    for done in range(5 * n):
+        if done >= n and _both_ways(seen, n):
+            break
         try:
             answer = get()
         except errors as exc:
@@ -113,6 +118,12 @@ def _tally(
             outcome = "leak"
         seen[outcome] += 1
     return seen
+
+
+def _both_ways(seen: Counter[str], n: int) -> bool:
+    """The race really ran both ways: the note read a tenth of ``n`` times, the link refused
+    a fiftieth."""
+    return seen["note"] > n // 10 and seen["forbidden"] > n // 50
 
 
 @pytest.mark.slow
@@ -128,8 +139,7 @@ def test_get_never_follows_a_link_swapped_in_after_the_check(swap_home: Path) ->
     print(f"engine: {ENGINE_GETS} gets, {swapper.swaps} swaps, outcomes {dict(seen)}")
     assert seen["leak"] == 0, dict(seen)
     assert set(seen) <= EXPECTED, dict(seen)  # no raw OSError from a name that changed
-    assert seen["note"] > ENGINE_GETS // 10, dict(seen)  # the race really ran both ways
-    assert seen["forbidden"] > ENGINE_GETS // 50, dict(seen)
+    assert _both_ways(seen, ENGINE_GETS), dict(seen)
     assert swapper.swaps > 1000
 
 
@@ -145,8 +155,7 @@ def test_get_over_the_socket_never_follows_a_swapped_link(swap_home: Path) -> No
     print(f"socket: {SOCKET_GETS} gets, {swapper.swaps} swaps, outcomes {dict(seen)}")
     assert seen["leak"] == 0, dict(seen)
     assert set(seen) <= EXPECTED, dict(seen)  # no raw OSError from a name that changed
-    assert seen["note"] > SOCKET_GETS // 10, dict(seen)
-    assert seen["forbidden"] > SOCKET_GETS // 50, dict(seen)
+    assert _both_ways(seen, SOCKET_GETS), dict(seen)
 
 
 def test_open_checked_refuses_every_link_and_odd_file(tmp_path: Path) -> None:

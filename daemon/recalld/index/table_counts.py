@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import apsw
 
+from recalld.index.rows import PROVISIONAL
+
 
 def table_exists(conn: apsw.Connection, name: str) -> bool:
     """Whether a table (or virtual table) of that name exists."""
@@ -29,9 +31,7 @@ def count_rows(conn: apsw.Connection) -> dict[str, int]:
     vec = "chunks_vec_rowids" if table_exists(conn, "chunks_vec_rowids") else "chunks_vec"
     with conn:  # one read transaction: a write between two counts is in none or all
         out = {
-            "files": one("SELECT count(*) FROM files"),
-            "memory_files": one("SELECT count(*) FROM files WHERE source = 'memory'"),
-            "session_files": one("SELECT count(*) FROM files WHERE source = 'sessions'"),
+            **_file_counts(conn),
             "chunks": one("SELECT count(*) FROM chunks"),
             "fts_rows": one(f"SELECT count(*) FROM {fts}"),
             "vectors": one(f"SELECT count(*) FROM {vec}")
@@ -41,3 +41,30 @@ def count_rows(conn: apsw.Connection) -> dict[str, int]:
             "cached_embeddings": one("SELECT count(*) FROM embedding_cache"),
         }
     return out
+
+
+def _file_counts(conn: apsw.Connection) -> dict[str, int]:
+    """The files by source, and the notes held as one keyword row until they are chunked
+    (``FileRow.provisional``, recalld.ingest.first_pass), in one scan of the table."""
+    source, digest, mtime_ns = PROVISIONAL
+    row = conn.execute(
+        "SELECT count(*), coalesce(sum(source = 'memory'), 0), "
+        "coalesce(sum(source = 'sessions'), 0), "
+        "coalesce(sum(source = ? AND hash = ? AND mtime_ns = ?), 0) FROM files",
+        (source, digest, mtime_ns),
+    ).fetchone()
+    files, memory, sessions, provisional = (int(v) for v in row) if row else (0, 0, 0, 0)
+    return {
+        "files": files,
+        "memory_files": memory,
+        "session_files": sessions,
+        "provisional_files": provisional,
+    }
+
+
+def provisional_files(conn: apsw.Connection) -> int:
+    """How many notes are held as one keyword row until they are chunked."""
+    row = conn.execute(
+        "SELECT count(*) FROM files WHERE source = ? AND hash = ? AND mtime_ns = ?", PROVISIONAL
+    ).fetchone()
+    return int(row[0]) if row else 0

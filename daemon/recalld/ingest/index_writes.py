@@ -172,6 +172,9 @@ class IndexWrites:
         self.s.search_first.configure(self.config())  # an edit applies from the next step
         indexer.ahead = self._embed_ahead(indexer.embedder)
         indexer.backlog = self.s.vector_backlog if store is self.s.writer else None
+        # A big first sync of the live index has a quick pass (a rebuild's new file, which
+        # nobody searches until it is swapped in, has not): recalld.ingest.first_pass.
+        indexer.quick_first_pass = self.s.background is not None and store is self.s.writer
         indexer.job = self.s.job
         return indexer
 

@@ -128,6 +128,7 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         self.background: BackgroundChunker[list[Chunk]] | None = None
         self.ahead: EmbedAhead | None = None
         self.backlog: VectorBacklog | None = None  # the engine's count of chunks due a vector
+        self.quick_first_pass = False  # the daemon's live index (not a rebuild's): first_pass
         # False for a note recalld just wrote: two writes within one tick of the file system's
         # clock may leave the same size and mtime, so the content hash decides.
         self.trust_stat = True
@@ -183,7 +184,7 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
     def _first_pass(self, files: list[Path]) -> None:
         """A big first sync in the daemon: every new note keyword-searchable as one row before
         the notes are chunked (recalld.ingest.first_pass); the chunked pass then replaces them."""
-        if self.background is None or self._known is None:
+        if not self.quick_first_pass or self._known is None:
             return
         new = first_pass.new_notes(files, self._known)
         if len(new) < first_pass.first_pass_files():

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from recalld.index.table_counts import provisional_files
 from recalld.ingest.embed_ahead import AHEAD_CALL, EmbedAhead
 
 if TYPE_CHECKING:
@@ -238,8 +239,9 @@ def vector_counts(store: Store) -> tuple[int, int]:
     keyword_only = sum(1 for i in ids if i in skip)
     row = store.conn.execute("SELECT count(*) FROM chunks").fetchone()
     chunks = int(row[0]) if row else 0
-    pending = len(ids) - keyword_only
-    return pending, chunks - keyword_only
+    held = provisional_files(store.conn)  # one vector at least each (vectors_missing)
+    pending = len(ids) - keyword_only + held
+    return pending, chunks - keyword_only + held
 
 
 def vector_counts_by_rows(store: Store) -> tuple[int, int]:
@@ -263,7 +265,10 @@ def vectors_missing(counts: Mapping[str, int], *, vector_table: bool) -> dict[st
     """
     if not vector_table:
         return {"vectors_pending": 0, "vectors_total": 0}
-    due = counts["chunks"] - counts["keyword_only_chunks"]
+    # A note held as one keyword row until it is chunked (ingest.first_pass) is due one vector
+    # at least: its chunks are not known yet, and 0 pending must mean every vector is in.
+    held = counts.get("provisional_files", 0)
+    due = counts["chunks"] - counts["keyword_only_chunks"] + held
     return {"vectors_pending": max(due - counts["vectors"], 0), "vectors_total": due}
 
 
