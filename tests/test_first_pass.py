@@ -24,6 +24,7 @@ from recalld.index.store import Store
 from recalld.ingest import chunk_pool, first_pass
 from recalld.ingest.vector_backfill import BackgroundChunker, vector_counts, vector_counts_by_rows
 from recalld.shared.push import Pusher, Scope
+from recalld.surfaces.cli_output import print_status
 from test_reader_pool import HashEmbedder
 
 NOTES = 40
@@ -89,6 +90,7 @@ def _first_pass_seen(monkeypatch: pytest.MonkeyPatch, eng: Engine) -> Iterator[l
         heron = eng.searcher.search({"query": "heron039", "mode": "keyword"})["results"]
         secret = eng.searcher.search({"query": SECRET, "mode": "keyword"})["results"]
         seen.append((rows, provisional, fts, heron, secret))
+        print_status(eng.status(), False)  # what `recalld status` says meanwhile
         return rows
 
     with monkeypatch.context() as patch:
@@ -97,7 +99,7 @@ def _first_pass_seen(monkeypatch: pytest.MonkeyPatch, eng: Engine) -> Iterator[l
 
 
 def test_a_big_first_sync_is_searchable_as_whole_notes_then_chunked_as_without_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     got = {}
     for name, threshold in (("plain", 10_000), ("first-pass", 20)):
@@ -121,6 +123,9 @@ def test_a_big_first_sync_is_searchable_as_whole_notes_then_chunked_as_without_i
     assert all(r.mtime_ns == -1 and r.hash == "" for r in provisional)
     assert [h["path"].endswith("note-039.md") for h in heron] == [True]
     assert (heron[0]["start_line"], heron[0]["end_line"]) == (1, 36)  # the whole note
+    assert heron[0]["stale"] is False, "read whole a moment ago: not changed since indexed"
+    said = capsys.readouterr().out
+    assert f"0 keyword-only by policy, 0 cached embeddings, {NOTES} notes held whole" in said
     assert secret == []
     # After the sync: the same rows as a sync without the first pass, and the same report.
     assert rows == plain

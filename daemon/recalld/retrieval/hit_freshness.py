@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from recalld.index.chunk_facts import hit_facts
+from recalld.index.rows import PROVISIONAL
 
 __all__ = ["add_freshness", "iso"]
 
@@ -47,4 +48,13 @@ def add_freshness(results: Sequence[dict[str, Any]], conn: Any) -> None:
         r["modified"] = iso(mtime / 1e9) if mtime is not None else None
         r["indexed"] = iso(row[3]) if row else None
         r["date"] = iso(row[0]) if row else None
-        r["stale"] = st is None or row is None or (st.st_size, st.st_mtime_ns) != row[1:3]
+        r["stale"] = st is None or row is None or _moved(st, row[1], row[2])
+
+
+def _moved(st: os.stat_result, size: int, mtime_ns: int) -> bool:
+    """Whether the file is not what was indexed. A note held as one row until it is chunked
+    (recalld.ingest.first_pass) has no indexed mtime: its size alone tells, for the seconds
+    until its chunks replace it."""
+    if mtime_ns == PROVISIONAL[2]:
+        return st.st_size != size
+    return (st.st_size, st.st_mtime_ns) != (size, mtime_ns)

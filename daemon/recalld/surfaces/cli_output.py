@@ -181,8 +181,8 @@ def print_status(res: dict[str, Any], as_json: bool) -> None:
         f"files:     {counts.get('files', 0)} ({counts.get('memory_files', 0)} memory, "
         f"{counts.get('session_files', 0)} sessions)",
         f"chunks:    {counts.get('chunks', 0)} ({counts.get('vectors', 0)} with vectors, "
-        f"{counts.get('keyword_only_chunks', 0)} keyword-only by policy, "
-        f"{counts.get('cached_embeddings', 0)} cached embeddings)",
+        f"{_by_policy(counts)} keyword-only by policy, "
+        f"{counts.get('cached_embeddings', 0)} cached embeddings{_held_whole(counts)})",
         f"last sync: {when(last)}",
     ]
     if res.get("shared"):
@@ -220,6 +220,17 @@ def print_status(res: dict[str, Any], as_json: bool) -> None:
 
 
 SKIPPED_SHOWN = 5  # skipped files named in the text status (--json lists up to 100)
+
+
+def _by_policy(counts: Mapping[str, Any]) -> int:
+    """Keyword-only chunks by policy: not the notes held whole until they are chunked."""
+    return int(counts.get("keyword_only_chunks", 0)) - int(counts.get("provisional_files", 0))
+
+
+def _held_whole(counts: Mapping[str, Any]) -> str:
+    """``, 9,000 notes held whole until chunked`` during a big first sync's first seconds."""
+    held = int(counts.get("provisional_files", 0))
+    return f", {held:,} notes held whole until chunked" if held else ""
 
 
 def skipped_lines(res: dict[str, Any]) -> list[str]:
