@@ -3,7 +3,7 @@
 Chunking is most of a first sync's CPU (~3 s for the bench's 10k notes on this 2-core host,
 both cores busy to the end), while FTS5 takes the same files whole in a fraction of that (the
 bench's floor: read them, one plain FTS5 insert each). So when the daemon's full sync finds
-many notes the index has never held (:data:`FIRST_PASS_FILES` or more), it first writes each of
+many notes the index has never held (:func:`first_pass_files` or more), it first writes each of
 them as one keyword-only row: the whole note, decoded and redacted as every note is, under a
 *provisional* file row (``FileRow.provisional``: no content hash, a modification time no file
 has). The folder answers keyword searches about a second later, each hit citing the whole note;
