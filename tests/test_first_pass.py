@@ -132,13 +132,10 @@ def test_a_big_first_sync_is_searchable_as_whole_notes_then_chunked_as_without_i
     assert not any("first pass" in str(v) for row in rows for v in row)
     for key in ("files_changed", "files_unchanged", "files_skipped", "chunks_written"):
         assert getattr(report, key) == getattr(plain_report, key), key
-    store = Store(tmp_path / "first-pass" / "index.sqlite", readonly=True)
-    try:  # the keyword rows of the replaced ones are gone with them
+    with _store(tmp_path / "first-pass") as store:  # the replaced rows' keyword rows are gone
         assert store.integrity_ok()
         counts = store.counts()
         assert counts["chunks"] == counts["fts_rows"] == len(rows) - NOTES - 1
-    finally:
-        store.close()
 
 
 def test_notes_already_indexed_take_no_first_pass(
