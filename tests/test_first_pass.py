@@ -87,6 +87,9 @@ def _first_pass_seen(monkeypatch: pytest.MonkeyPatch, eng: Engine) -> Iterator[l
         with eng.reader() as store:
             provisional = [r for r in store.files("memory").values() if r.provisional]
             fts = store.conn.execute("SELECT count(*) FROM chunks_fts").fetchone()[0]
+            held = [r[0] for r in store.conn.execute("SELECT text FROM chunks")]
+        assert not [t for t in held if SECRET in t], "redacted before it reached the index"
+        assert any("[REDACTED:github_token]" in t for t in held)
         heron = eng.searcher.search({"query": "heron039", "mode": "keyword"})["results"]
         secret = eng.searcher.search({"query": SECRET, "mode": "keyword"})["results"]
         seen.append((rows, provisional, fts, heron, secret))
