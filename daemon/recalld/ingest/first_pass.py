@@ -24,7 +24,7 @@ from recalld.index.store import FileChange, Store
 from recalld.ingest import chunk_pool
 from recalld.ingest.batch_write import write_batch
 from recalld.ingest.chunk_pool import Raw
-from recalld.ingest.note_rows import note_text, text_hash
+from recalld.ingest.note_rows import line_count, name_title, note_text, text_hash
 from recalld.ingest.sync_report import Prepared, SyncReport
 
 #: Notes per transaction: about a tenth of a second of writing here, so a search waits little.
@@ -52,10 +52,10 @@ def provisional(raw: Raw) -> Prepared | None:
     text = note_text(raw.data).text  # secrets never reach the index, here either
     if not text.strip():
         return None
-    lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+    lines = line_count(text)
     source, digest, mtime_ns = PROVISIONAL
     row = FileRow(str(raw.path), source, raw.st.st_size, mtime_ns, digest, lines)
-    title = raw.path.stem.replace("_", " ").replace("-", " ")
+    title = name_title(raw.path)
     chunk = NewChunk(
         1, lines, text, text_hash(_HASH_PREFIX + text), title, embed=False, ident=""
     )  # keyword only, by policy: never due a vector, replaced by the note's chunks

@@ -91,7 +91,17 @@ def _title(pieces: Sequence[Chunk], path: Path) -> str:
     for piece in pieces:
         if piece.heading:
             return str(piece.heading).split(" > ")[0]
+    return name_title(path)
+
+
+def name_title(path: Path) -> str:
+    """A note's title from its file name: the name without suffix, ``_`` and ``-`` as spaces."""
     return path.stem.replace("_", " ").replace("-", " ")
+
+
+def line_count(text: str) -> int:
+    """Lines of a note's text (a last line without a line break counts)."""
+    return text.count("\n") + (0 if text.endswith("\n") or not text else 1)
 
 
 def _context(title: str, heading: str) -> str:
@@ -130,5 +140,4 @@ def note_rows(
                  ident=ident_text(c.text) if idents else None)
         for c, context in zip(pieces, _contexts(pieces, title, fm), strict=True)
     ]  # fmt: skip
-    lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-    return NoteRows(chunks, lines, error)
+    return NoteRows(chunks, line_count(text), error)
