@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from recalld.ingest.sessions import command_secrets, pem_blocks, prose_secrets
+from recalld.ingest.sessions.cues import Cues
 from recalld.ingest.sessions.json_escapes import ESCAPE_HINT, map_strings, unescape
 from recalld.ingest.sessions.redaction_tally import count as _count
 from recalld.ingest.sessions.redaction_tally import counts as counts  # status reads it here
@@ -310,8 +311,13 @@ _JSON_RULES: _Folded = (
         for regex, (_, needle) in zip(_JSON_ASSIGN, _KEYS, strict=True)
     ),
 )
-# Below this size the needle checks are cheaper than the regex calls they save; above it a
-# literal-led regex scan costs about what the substring check does, so they are skipped.
+# Each rule list with the automaton of its needles (recalld.ingest.sessions.cues).
+_Folding = tuple[_Folded, Cues[bytes]]
+_TEXT: _Folding = (_TEXT_RULES, Cues([needles for _, needles, _ in _TEXT_RULES]))
+_JSON: _Folding = (_JSON_RULES, Cues([needles for _, needles, _ in _JSON_RULES]))
+_SUB_CUES: Cues[str] = Cues([rule.needles for rule, _ in _SUBS])
+# Up to this size a text is screened for the rules' cues; above it every rule runs: a
+# literal-led regex scan costs about what the screen does there.
 _SMALL = 4096
 
 
@@ -340,27 +346,39 @@ KINDS: frozenset[str] = frozenset(
 )
 
 
-def _redact(
-    text: str, folded_rules: _Folded, json_line: bool = False, keep_lines: bool = False
-) -> str:
+def _run_subs(text: str, small: bool) -> str:
+    """The token rules (``_SUBS``) in order, each where its cue is in the text as it is by
+    then (a token such as ``[REDACTED:discord_webhook]`` can hold a later rule's cue)."""
+    due = _SUB_CUES.due(text) if small else _SUB_CUES.every()
+    while due:
+        i = due.pop(0)
+        rule, sub = _SUBS[i]
+        new = rule.regex.sub(sub, text)
+        if new != text:  # not `is not`: a rule that declines a match returns it as it was
+            text = new
+            due = _SUB_CUES.due(text, i) if small else _SUB_CUES.every(i)
+    return text
+
+
+def _redact(text: str, folding: _Folding, json_line: bool = False, keep_lines: bool = False) -> str:
     if not text:
         return text
     small = len(text) <= _SMALL
     if "PRIVATE KEY" in text:
         text = pem_blocks.redact_pem(text, keep_lines)
     text = pem_blocks.redact_encoded_keys(text)
-    # any(map(...)): the same test as a generator of `n in text`, without a frame per needle
-    # (these tests were ~6 % of chunking a note).
-    for rule, sub in _SUBS:
-        if not small or any(map(text.__contains__, rule.needles)):
-            text = rule.regex.sub(sub, text)
+    text = _run_subs(text, small)
     text = _apply_spans(text, command_secrets.token_spans(text))
+    rules, cues = folding
     folded = _fold(text)
-    for regex, needles, edit in folded_rules:
-        if not small or any(map(folded.__contains__, needles)):
-            new = _apply_folded(text, regex, folded, edit)
-            if new is not text:
-                text, folded = new, _fold(new)
+    due = cues.due(folded) if small else cues.every()
+    while due:
+        i = due.pop(0)
+        regex, _, edit = rules[i]
+        new = _apply_folded(text, regex, folded, edit)
+        if new is not text:  # the next rules are screened on the text as it is now
+            text, folded = new, _fold(new)
+            due = cues.due(folded, i) if small else cues.every(i)
     # Prose rules last: "password=..." and key ids are tokens by now, and an AWS key id's
     # token is itself a cue for the secret next to it.
     return _apply_spans(text, prose_secrets.find(text, folded, escaped=json_line))
@@ -380,10 +398,10 @@ def _redact_text(text: str) -> str:
     """The text rules, then again on a decoded copy when escapes could hide a secret
     (``postgres:\\/\\/admin:pw@h`` in a tool result that holds JSON); the decoded copy is what
     comes back when it held one."""
-    out = _redact(text, _TEXT_RULES)
+    out = _redact(text, _TEXT)
     if "\\" in out and ESCAPE_HINT.search(out):
         decoded = unescape(out)
-        again = _redact(decoded, _TEXT_RULES)
+        again = _redact(decoded, _TEXT)
         if again != decoded:
             return again
     return out
@@ -416,13 +434,13 @@ def redact_lines(text: str, where: str = "served") -> tuple[str, int]:
     """:func:`redact` for text whose line numbers matter (a memory note, a range of one): a
     multi-line secret becomes one token and as many line breaks, and escapes are decoded one
     line at a time, so every line keeps its number. Returns the text and the tokens added."""
-    out = _redact(text, _TEXT_RULES, keep_lines=True)
+    out = _redact(text, _TEXT, keep_lines=True)
     if "\\" in out and ESCAPE_HINT.search(out):
         lines = out.split("\n")
         for i, line in enumerate(lines):
             if "\\" in line and ESCAPE_HINT.search(line):
                 decoded = unescape(line)
-                again = _redact(decoded, _TEXT_RULES)
+                again = _redact(decoded, _TEXT)
                 if again != decoded:
                     lines[i] = again.replace("\r", "\\r").replace("\n", "\\n")
         out = "\n".join(lines)
@@ -439,7 +457,7 @@ def redact_line(raw: str) -> str:
     and written back re-encoded where that found more. A valid JSON line therefore stays valid
     JSON with the same keys and nesting.
     """
-    out = _redact(raw, _JSON_RULES, json_line=True)
+    out = _redact(raw, _JSON, json_line=True)
     if "\\" in out and ESCAPE_HINT.search(out):
         out = map_strings(out, _hides_characters, _value_in_context)
     _count("served", raw, out)
