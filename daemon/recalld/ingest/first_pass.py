@@ -16,16 +16,19 @@ identifier tokens (the search filters and the ``ident`` column).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
+from recalld.index.provisional_rows import insert_provisional
 from recalld.index.rows import PROVISIONAL, FileRow, NewChunk
 from recalld.index.store import FileChange, Store
 from recalld.ingest import chunk_pool
-from recalld.ingest.batch_write import write_batch
 from recalld.ingest.chunk_pool import Raw
 from recalld.ingest.note_rows import line_count, name_title, note_text, text_hash
-from recalld.ingest.sync_report import Prepared, SyncReport
+from recalld.ingest.sync_report import Prepared
 
 #: Notes per transaction: about a tenth of a second of writing here, so a search waits little.
 BATCH_FILES = 500
@@ -69,25 +72,72 @@ def write(
     on_change: Callable[[FileChange], None],
 ) -> dict[str, FileRow]:
     """Write each read note's provisional rows, :data:`BATCH_FILES` a transaction; stop
-    between notes when ``stopping`` says so. Returns the file rows written, by path."""
+    between notes when ``stopping`` says so. Returns the file rows written, by path.
+
+    ``notes`` are read and redacted on a thread of its own while this one writes the batch
+    before: each batch is one call into SQLite, which lets go of the GIL, so the two overlap
+    on two cores (recalld.index.provisional_rows)."""
     written: dict[str, FileRow] = {}
-    batch: list[Prepared] = []
-    report = SyncReport()  # this pass reports nothing: the chunked pass that follows does
-
-    def flush() -> None:
-        for prepared, change in write_batch(store, batch, None, report):
+    with _Prepare(notes, stopping) as batches:
+        for batch in batches:
+            rows = {p.row.path: p.row for p in batch}
+            change, paths = insert_provisional(store, [(p.row, p.chunks[0]) for p in batch])
             on_change(change)
-            written[prepared.row.path] = prepared.row
-        batch.clear()
-
-    for raw in notes:
-        if stopping():
-            break
-        prepared = provisional(raw) if raw is not None else None
-        if prepared is not None:
-            batch.append(prepared)
-        if len(batch) >= BATCH_FILES:
-            flush()
-    if batch:
-        flush()
+            written.update((path, rows[path]) for path in paths)
     return written
+
+
+class _Prepare:
+    """The notes' prepared rows in batches of :data:`BATCH_FILES`, made on a thread ahead of
+    their writing (at most :data:`_AHEAD` batches ahead). Leaving the ``with`` block early (an
+    error while writing) stops the thread; an error on the thread is raised where the batches
+    are read."""
+
+    _AHEAD = 2
+
+    def __init__(self, notes: Iterable[Raw | None], stopping: Callable[[], bool]) -> None:
+        self._notes, self._stopping = notes, stopping
+        self._out: queue.Queue[list[Prepared] | BaseException | None] = queue.Queue(self._AHEAD)
+        self._quit = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="recalld-first-pass", daemon=True)
+
+    def __enter__(self) -> Iterator[list[Prepared]]:
+        self._thread.start()
+        return self._batches()
+
+    def __exit__(self, *exc: object) -> None:
+        self._quit.set()
+        while self._thread.is_alive():  # it may wait on a full queue
+            with contextlib.suppress(queue.Empty):
+                self._out.get(timeout=0.05)
+        self._thread.join()
+
+    def _batches(self) -> Iterator[list[Prepared]]:
+        while (item := self._out.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def _put(self, item: list[Prepared] | BaseException | None) -> None:
+        while not self._quit.is_set():
+            with contextlib.suppress(queue.Full):
+                self._out.put(item, timeout=0.05)
+                return
+
+    def _run(self) -> None:
+        batch: list[Prepared] = []
+        try:
+            for raw in self._notes:
+                if self._quit.is_set() or self._stopping():
+                    break
+                prepared = provisional(raw) if raw is not None else None
+                if prepared is not None:
+                    batch.append(prepared)
+                if len(batch) >= BATCH_FILES:
+                    self._put(batch)
+                    batch = []
+            if batch:
+                self._put(batch)
+            self._put(None)
+        except BaseException as exc:  # noqa: BLE001 - raised again on the writing thread
+            self._put(exc)
