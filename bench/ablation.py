@@ -46,6 +46,7 @@ OFF: dict[str, Value] = {
     "search.note_units": 0.0,
     "search.unnamed_question_vector_weight": 0.0,
     "search.gap_confidence": 0.0,
+    "search.fill_channels": False,
 }
 VARIANTS: dict[str, dict[str, Value]] = {
     # OpenClaw's fusion: raw scores, 0.7 vector / 0.3 keyword, no title weighting.
@@ -75,6 +76,8 @@ FUSION: dict[str, dict[str, Value]] = {
     "+blend 0.5": {"search.rrf_blend": 0.5},
     # On since session 34 (1.0): the fold table chose it in two full runs running.
     "-gap": {"search.gap_confidence": 0.0},
+    # Issue 39, tenth pass: each channel scores the other's candidates (channel_fill), off.
+    "+fill": {"search.fill_channels": True},
     "+gap 3": {"search.gap_confidence": 3.0},
     "+cov 0.5": {"search.coverage_confidence": 0.5},
     "+cov 1": {"search.coverage_confidence": 1.0},

@@ -241,6 +241,11 @@ SETTINGS: tuple[Setting, ...] = (
         1000,
     ),
     Setting(
+        "search.fill_channels",
+        False,
+        "Each channel scores the other's candidates too (weighted fusion; channel_fill).",
+    ),
+    Setting(
         "search.gap_confidence",
         1.0,
         "Weight raise of a channel whose best hit stands clear of the next (0 = off).",

@@ -6,6 +6,7 @@ the keyword query and the vector channel's mask of allowed chunk ids.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -98,3 +99,22 @@ class KeywordQueries:
         where, args = chunk_filters(sources, path_prefix, alias="", kinds=kinds, facts=facts)
         sql = "SELECT id FROM chunks" + (f" WHERE {where}" if where else "")
         return [int(r[0]) for r in self.conn.execute(sql, args)]
+
+    def keyword_scores_of(
+        self, match: str, ids: Sequence[int], *, context_weight: float, ident_weight: float
+    ) -> list[tuple[int, float]]:
+        """(chunk id, bm25) of the rows of ``ids`` that ``match`` matches, with the weights of
+        :meth:`keyword_search`.
+
+        ``+rowid`` keeps the ids a filter on FTS5's walk of the match (bm25 computed for those
+        rows only): as a constraint, FTS5 seeks each id and the statement was 5-25x slower
+        (locomo's home, 40 ids: 9.2 ms against 0.5 ms; the search itself 1.9 ms)."""
+        if not ids:
+            return []
+        weights = f"1.0, {float(context_weight)!r}, {float(ident_weight)!r}"
+        sql = (
+            f"SELECT rowid, bm25(chunks_fts, {weights}) FROM chunks_fts "
+            "WHERE chunks_fts MATCH ? AND +rowid IN (SELECT value FROM json_each(?))"
+        )
+        rows = self.conn.execute(sql, (match, json.dumps([int(i) for i in ids])))
+        return [(int(r[0]), float(r[1])) for r in rows]

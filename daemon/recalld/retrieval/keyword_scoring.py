@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from recalld.index.fts_postings import RowIds, contained, query_tokens
 from recalld.retrieval.keyword_postings import PostingsCache
-from recalld.retrieval.keyword_words import PhraseRows, top_rows, word_part
+from recalld.retrieval.keyword_words import PhraseRows, scores_at, top_rows, word_part
 
 __all__ = [
     "Beside",
@@ -34,6 +34,7 @@ __all__ = [
     "held_count",
     "holder",
     "match_of",
+    "scores_of",
     "search",
 ]
 
@@ -175,19 +176,7 @@ def search(
     ``allowed``: only these chunk ids (a search's filters). ``phrases``: FTS5's parts already
     read by this search (the feedback search repeats the first one's phrases), filled here.
     ``beside``: reads FTS5's phrases on another thread while the words are summed here."""
-    words: list[tuple[str, bool]] = []
-    rest: list[Term] = []
-    for expr, restricted in terms:
-        token = _word(conn, expr)
-        if token is not None:
-            words.append((token, restricted))
-            continue
-        group = _group_words(conn, expr, restricted)
-        if group is None:
-            rest.append((expr, restricted))
-        else:
-            words.extend(group[0])
-            rest.extend(group[1])
+    words, rest = _split(conn, terms)
     if not words:
         return None
     snap = cache.snapshot(conn, [t for t, _ in words])
@@ -207,6 +196,48 @@ def search(
         return top_rows(snap, parts, reading.result, limit, allowed)
     finally:
         wait([reading])  # the connection is the search's again once the read is over
+
+
+def scores_of(
+    conn: apsw.Connection,
+    cache: PostingsCache,
+    terms: Sequence[Term],
+    weights: tuple[float, float, float],
+    ids: npt.NDArray[np.int64],
+    phrases: PhraseParts,
+) -> Hits | None:
+    """The rows of ``ids`` that ``terms`` match, with the bm25 :func:`search` would give them
+    (FTS5's sign), or None when no term is a single word. ``phrases``: FTS5's parts the search
+    read already (read here otherwise, for every row they match)."""
+    words, rest = _split(conn, terms)
+    if not words:
+        return None
+    snap = cache.snapshot(conn, [t for t, _ in words])
+    if snap.rows <= 0:
+        return []
+    parts = [word_part(snap, token, restricted, weights) for token, restricted in words]
+    read = _Phrases(conn, rest, weights, phrases).rows() if rest else ()
+    return scores_at(snap, parts, read, ids)
+
+
+def _split(
+    conn: apsw.Connection, terms: Sequence[Term]
+) -> tuple[list[tuple[str, bool]], list[Term]]:
+    """``terms`` as single words (scored from held postings) and the rest (FTS5's)."""
+    words: list[tuple[str, bool]] = []
+    rest: list[Term] = []
+    for expr, restricted in terms:
+        token = _word(conn, expr)
+        if token is not None:
+            words.append((token, restricted))
+            continue
+        group = _group_words(conn, expr, restricted)
+        if group is None:
+            rest.append((expr, restricted))
+        else:
+            words.extend(group[0])
+            rest.extend(group[1])
+    return words, rest
 
 
 class _Phrases:

@@ -28,7 +28,7 @@ import numpy.typing as npt
 from recalld.index.fts_postings import CountArray, RowIds
 from recalld.retrieval.keyword_postings import Snapshot
 
-__all__ = ["K1", "B", "PhraseRows", "WordPart", "top_rows", "word_part"]
+__all__ = ["K1", "B", "PhraseRows", "WordPart", "scores_at", "top_rows", "word_part"]
 
 K1 = 1.2  # FTS5's bm25 constants
 B = 0.75
@@ -153,6 +153,33 @@ def top_rows(
     board.add_phrases(phrases() if phrases is not None else ())
     cand = board.candidates()
     return _top(cand, board.scores[cand], limit)
+
+
+def scores_at(
+    snap: Snapshot, parts: Sequence[WordPart], phrases: PhraseRows, ids: npt.NDArray[np.int64]
+) -> Hits:
+    """The rows of ``ids`` (distinct) that the terms match, with the sum :func:`top_rows` gives
+    them (FTS5's sign), in the order of ``ids``: a binary search per row in each word's sorted
+    rows, so a few rows cost the same at any index size."""
+    total = np.zeros(len(ids), dtype=np.float64)
+    matched = np.zeros(len(ids), dtype=bool)
+    for part in parts:
+        if not len(part.ids):
+            continue
+        pos = np.minimum(np.searchsorted(part.ids, ids), len(part.ids) - 1)
+        hit = part.ids[pos] == ids
+        total[hit] += part.scores(snap, pos[hit])
+        matched |= hit
+    for rows, values in phrases:
+        order = np.argsort(rows, kind="stable")
+        sorted_rows = rows[order]
+        if not len(sorted_rows):
+            continue
+        pos = np.minimum(np.searchsorted(sorted_rows, ids), len(sorted_rows) - 1)
+        hit = sorted_rows[pos] == ids
+        total[hit] += values[order[pos[hit]]]
+        matched |= hit
+    return [(int(ids[i]), -float(total[i])) for i in np.flatnonzero(matched)]
 
 
 def _top_of_candidates(

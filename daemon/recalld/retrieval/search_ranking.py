@@ -81,13 +81,13 @@ def rank(
     fused = doc_evidence.add_up(fused, places, cfg.float("search.doc_evidence"))[0]
     notes: dict[int, dict[str, Any]] | None = None
     if explain:
-        notes = _channel_notes(fused, hits.vector, hits.keyword)
+        notes = _channel_notes(fused, hits)
         for cid, share in coverage.items():
             if cid in notes:
                 notes[cid]["coordination"] = round(share, 4)  # rare-term share held
     fused = _boost(fused, rows, shape, cfg, notes)
     mode = _answer_mode(hits, requested_mode)
-    counts = (len(hits.vector), len(hits.keyword))
+    counts = (len(hits.vector) - hits.filled[0], len(hits.keyword) - hits.filled[1])
     return Ranking(fused, rows, mode, method, weights, no_vector, notes, counts, by_shape)
 
 
@@ -247,14 +247,13 @@ def _name_of(row: ChunkRow) -> list[str]:
     return [normalise_name(n) for n in (stem, *context_names(row.context))]
 
 
-def _channel_notes(
-    fused: list[fusion.Fused],
-    vector_hits: list[tuple[int, float]],
-    keyword_hits: list[tuple[int, float]],
-) -> dict[int, dict[str, Any]]:
-    """Per chunk: each channel's rank and mapped score, and the fused score (for --explain)."""
-    vrank = {cid: r for r, (cid, _) in enumerate(vector_hits, 1)}
-    krank = {cid: r for r, (cid, _) in enumerate(keyword_hits, 1)}
+def _channel_notes(fused: list[fusion.Fused], hits: ChannelHits) -> dict[int, dict[str, Any]]:
+    """Per chunk: each channel's rank and mapped score, and the fused score (for --explain).
+    A score the channel gave only because the other channel found the chunk has no rank."""
+    own_vector = hits.vector[: len(hits.vector) - hits.filled[0]]
+    own_keyword = hits.keyword[: len(hits.keyword) - hits.filled[1]]
+    vrank = {cid: r for r, (cid, _) in enumerate(own_vector, 1)}
+    krank = {cid: r for r, (cid, _) in enumerate(own_keyword, 1)}
     notes: dict[int, dict[str, Any]] = {}
     for f in fused:
         notes[f.chunk_id] = {

@@ -128,7 +128,11 @@ def explain_line(e: dict[str, Any]) -> str:
     parts = []
     for name in ("vector", "keyword"):
         ch = e.get(name)
-        parts.append(f"{name} #{ch['rank']} {ch['score']:.3f}" if ch else f"{name} -")
+        if not ch:
+            parts.append(f"{name} -")
+        else:  # no rank: scored because the other channel found it (retrieval.channel_fill)
+            rank = f"#{ch['rank']}" if ch.get("rank") else "(unranked)"
+            parts.append(f"{name} {rank} {ch['score']:.3f}")
     parts.append(f"fused {e.get('fused', 0):.3f}")
     boosts = e.get("boosts")
     if boosts:
