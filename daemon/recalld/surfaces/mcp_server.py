@@ -230,9 +230,17 @@ async def serve(link: DaemonLink) -> None:
     """Serve MCP on stdin/stdout until the host closes stdin."""
     from mcp.server.stdio import stdio_server
 
+    from recalld.surfaces.mcp_drain import draining  # anyio: the mcp extra's
+
     server = build_server(link)
+    options = server.create_initialization_options()
+
+    async def run(read: Any, write: Any) -> None:
+        await server.run(read, write, options)
+
     async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        # stdin's end waits for the answers to what it brought (recalld.surfaces.mcp_drain)
+        await draining(read_stream, write_stream, run)
 
 
 def main() -> int:
