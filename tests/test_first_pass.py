@@ -254,3 +254,33 @@ def test_a_daemon_killed_after_its_first_pass_leaves_an_index_the_next_start_com
             assert store.conn.execute(homeless).fetchone()[0] == 0
     finally:
         d.stop()
+
+
+def test_a_big_folder_copied_in_takes_a_first_pass_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watcher's batch of a folder copied into a memory root: its new notes are
+    keyword-searchable as whole notes before they are chunked, as on a first sync."""
+    monkeypatch.setattr(chunk_pool, "MIN_FILES", 20)
+    memory = tmp_path / "memory"
+    _notes(memory, 30)
+    eng = _engine(tmp_path)
+    try:
+        with _first_pass_seen(monkeypatch, eng) as seen:
+            eng.sync()
+            _notes(memory / "copied", 25)  # the folder, as the watcher names it
+            eng.sync([memory / "copied"])
+            _notes(memory / "files", 22)  # the files, one by one
+            eng.sync(sorted((memory / "files").rglob("*.md")))
+            _notes(memory / "few", 12)  # too few for a pass
+            eng.sync([memory / "few"])
+        with eng.reader() as store:
+            rows = store.files("memory")
+    finally:
+        eng.background.close()
+        eng.close()
+    assert [len(s[0]) for s in seen] == [30, 25, 22]
+    assert all("/copied/" in p for p in seen[1][0])
+    assert all("/files/" in p for p in seen[2][0])
+    assert not [r for r in rows.values() if r.provisional], "every note chunked after"
+    assert len(rows) == 30 + 25 + 22 + 12 + 4  # and the four blank notes

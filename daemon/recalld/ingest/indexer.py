@@ -171,8 +171,7 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         self.progress.phase = "indexing"
         self.progress.add(gone)
         self.progress.add(str(f) for f in files)
-        if paths is None:
-            self._first_pass(files)
+        self._first_pass(files)  # a full sync's, or a folder copied in (a watcher batch)
         self._index_files(files, report)
         # After the files: the sources of 20,000 renames are 20,000 removals, which must not
         # hold up the edits among the files (a removal has nothing newer to show).
@@ -182,11 +181,13 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
         return report
 
     def _first_pass(self, files: list[Path]) -> None:
-        """A big first sync in the daemon: every new note keyword-searchable as one row before
-        the notes are chunked (recalld.ingest.first_pass); the chunked pass then replaces them."""
-        if not self.quick_first_pass or self._known is None:
+        """A big first sync in the daemon (or a big folder copied in): every new note
+        keyword-searchable as one row before the notes are chunked (recalld.ingest.first_pass);
+        the chunked pass then replaces them."""
+        if not self.quick_first_pass or len(files) < first_pass.first_pass_files():
             return
-        new = first_pass.new_notes(files, self._known)
+        known = self._indexed()
+        new = first_pass.new_notes(files, known)
         if len(new) < first_pass.first_pass_files():
             return
         # What reading finds (skipped, vanished) is counted by the chunked pass, not here.
@@ -205,7 +206,7 @@ class Indexer(DirtyPaths, Removals, ChunkVectors):
             rows = first_pass.write(self.store, map(read, new), self._stopping, self._apply)
         finally:
             self.progress = progress
-        self._known.update(rows)  # read again by the chunked pass: their stat never matches
+        known.update(rows)  # read again by the chunked pass: their stat never matches
         took = time.monotonic() - started
         log.info("first pass: %d new notes keyword-searchable in %.2f s", len(rows), took)
 
