@@ -141,24 +141,34 @@ def test_a_big_first_sync_is_searchable_as_whole_notes_then_chunked_as_without_i
         assert counts["chunks"] == counts["fts_rows"] == len(rows) - NOTES - 1
 
 
-def test_notes_already_indexed_take_no_first_pass(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@contextlib.contextmanager
+def _thirty_indexed(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Engine, list[Any]]]:
+    """An engine whose first sync indexed 30 notes with a first pass (20 notes start one), and
+    what each first pass showed, this one's included."""
     monkeypatch.setattr(chunk_pool, "MIN_FILES", 20)
-    memory = tmp_path / "memory"
-    _notes(memory, 30)
-    eng = _engine(tmp_path)
+    _notes(home / "memory", 30)
+    eng = _engine(home)
     try:
         with _first_pass_seen(monkeypatch, eng) as seen:
-            eng.sync()  # 30 new notes: a first pass
-            _notes(memory, 45)  # 15 new (too few), the 30 others rewritten as they were
             eng.sync()
-            _notes(memory / "later", 25)  # 25 new ones, beside 45 known
-            eng.sync()
-            report = eng.reindex()  # a new file nobody searches until it is swapped in
+            yield eng, seen
     finally:
         eng.background.close()
         eng.close()
+
+
+def test_notes_already_indexed_take_no_first_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = tmp_path / "memory"
+    with _thirty_indexed(tmp_path, monkeypatch) as (eng, seen):
+        _notes(memory, 45)  # 15 new (too few), the 30 others rewritten as they were
+        eng.sync()
+        _notes(memory / "later", 25)  # 25 new ones, beside 45 known
+        eng.sync()
+        report = eng.reindex()  # a new file nobody searches until it is swapped in
     assert report.files_changed == 45 + 25 + 2  # and the two blank notes
     assert [len(s[0]) for s in seen] == [30, 25]
     assert all("/later/" in p for p in seen[1][0])
@@ -261,24 +271,16 @@ def test_a_big_folder_copied_in_takes_a_first_pass_too(
 ) -> None:
     """The watcher's batch of a folder copied into a memory root: its new notes are
     keyword-searchable as whole notes before they are chunked, as on a first sync."""
-    monkeypatch.setattr(chunk_pool, "MIN_FILES", 20)
     memory = tmp_path / "memory"
-    _notes(memory, 30)
-    eng = _engine(tmp_path)
-    try:
-        with _first_pass_seen(monkeypatch, eng) as seen:
-            eng.sync()
-            _notes(memory / "copied", 25)  # the folder, as the watcher names it
-            eng.sync([memory / "copied"])
-            _notes(memory / "files", 22)  # the files, one by one
-            eng.sync(sorted((memory / "files").rglob("*.md")))
-            _notes(memory / "few", 12)  # too few for a pass
-            eng.sync([memory / "few"])
+    with _thirty_indexed(tmp_path, monkeypatch) as (eng, seen):
+        _notes(memory / "copied", 25)  # the folder, as the watcher names it
+        eng.sync([memory / "copied"])
+        _notes(memory / "files", 22)  # the files, one by one
+        eng.sync(sorted((memory / "files").rglob("*.md")))
+        _notes(memory / "few", 12)  # too few for a pass
+        eng.sync([memory / "few"])
         with eng.reader() as store:
             rows = store.files("memory")
-    finally:
-        eng.background.close()
-        eng.close()
     assert [len(s[0]) for s in seen] == [30, 25, 22]
     assert all("/copied/" in p for p in seen[1][0])
     assert all("/files/" in p for p in seen[2][0])

@@ -23,8 +23,14 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.index.fts_postings import RowIds, contained, query_tokens
-from recalld.retrieval.keyword_postings import PostingsCache
-from recalld.retrieval.keyword_words import PhraseRows, scores_at, top_rows, word_part
+from recalld.retrieval.keyword_postings import PostingsCache, Snapshot
+from recalld.retrieval.keyword_words import (
+    PhraseRows,
+    WordPart,
+    scores_at,
+    top_rows,
+    word_part,
+)
 
 __all__ = [
     "Beside",
@@ -176,13 +182,12 @@ def search(
     ``allowed``: only these chunk ids (a search's filters). ``phrases``: FTS5's parts already
     read by this search (the feedback search repeats the first one's phrases), filled here.
     ``beside``: reads FTS5's phrases on another thread while the words are summed here."""
-    words, rest = _split(conn, terms)
-    if not words:
+    scored = _word_parts(conn, cache, terms, weights)
+    if scored is None:
         return None
-    snap = cache.snapshot(conn, [t for t, _ in words])
+    snap, parts, rest = scored
     if snap.rows <= 0:
         return []
-    parts = [word_part(snap, token, restricted, weights) for token, restricted in words]
     if not rest:
         return top_rows(snap, parts, None, limit, allowed)
     fts = _Phrases(conn, rest, weights, {} if phrases is None else phrases)
@@ -209,15 +214,32 @@ def scores_of(
     """The rows of ``ids`` that ``terms`` match, with the bm25 :func:`search` would give them
     (FTS5's sign), or None when no term is a single word. ``phrases``: FTS5's parts the search
     read already (read here otherwise, for every row they match)."""
+    scored = _word_parts(conn, cache, terms, weights)
+    if scored is None:
+        return None
+    snap, parts, rest = scored
+    if snap.rows <= 0:
+        return []
+    read = _Phrases(conn, rest, weights, phrases).rows() if rest else ()
+    return scores_at(snap, parts, read, ids)
+
+
+def _word_parts(
+    conn: apsw.Connection,
+    cache: PostingsCache,
+    terms: Sequence[Term],
+    weights: tuple[float, float, float],
+) -> tuple[Snapshot, list[WordPart], list[Term]] | None:
+    """The held postings' snapshot, the single words' parts and the terms left to FTS5; None
+    when no term is a single word."""
     words, rest = _split(conn, terms)
     if not words:
         return None
     snap = cache.snapshot(conn, [t for t, _ in words])
-    if snap.rows <= 0:
-        return []
+    if snap.rows <= 0:  # an empty index: the callers answer nothing
+        return snap, [], rest
     parts = [word_part(snap, token, restricted, weights) for token, restricted in words]
-    read = _Phrases(conn, rest, weights, phrases).rows() if rest else ()
-    return scores_at(snap, parts, read, ids)
+    return snap, parts, rest
 
 
 def _split(
