@@ -94,7 +94,8 @@ def test_fill_appends_each_channels_scores_of_the_others_candidates() -> None:
     assert filled.vector == [(1, 0.9), (2, 0.8), (4, 0.7), (3, 0.5)]  # own first, then best
     assert filled.keyword == [(3, -5.0), (1, -4.0), (4, -1.0), (2, -2.0)]
     assert filled.added == (2, 1)
-    assert channel_fill.added_ids(filled.vector, 2) == {3, 4}
+    assert channel_fill.own(filled.vector, 2) == vector  # the filled ones: 3 and 4
+    assert channel_fill.own(filled.keyword, 1) == keyword
     # nothing to fill: nothing asked
     asked.clear()
     same = channel_fill.fill(vector, [(1, -3.0)], score_vector, score_keyword)
@@ -136,8 +137,8 @@ def test_search_fills_both_channels_and_explains_it(
         )
         hits = seen["hits"]
         assert hits.filled[0] > 0 and hits.filled[1] > 0
-        own_v = {c for c, _ in hits.vector[: len(hits.vector) - hits.filled[0]]}
-        own_k = {c for c, _ in hits.keyword[: len(hits.keyword) - hits.filled[1]]}
+        own_v = {c for c, _ in channel_fill.own(hits.vector, hits.filled[0])}
+        own_k = {c for c, _ in channel_fill.own(hits.keyword, hits.filled[1])}
         filled_v = dict(hits.vector[len(hits.vector) - hits.filled[0] :])
         assert set(filled_v) <= own_k - own_v
         # a filled cosine is the row's exact cosine

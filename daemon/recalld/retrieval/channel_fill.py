@@ -26,7 +26,7 @@ Hits = list[tuple[int, float]]
 #: Scores the given chunk ids (distinct), returning (chunk id, score) in the channel's order.
 Scorer = Callable[[npt.NDArray[np.int64]], Hits]
 
-__all__ = ["Filled", "added_ids", "fill"]
+__all__ = ["Filled", "fill", "own"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,6 @@ def _scored(own: Hits, other: Hits, score: Scorer, *, best_high: bool) -> Hits:
     return sorted(found, key=lambda h: ((-h[1] if best_high else h[1]), h[0]))
 
 
-def added_ids(hits: Sequence[tuple[int, float]], added: int) -> set[int]:
-    """The ids of the last ``added`` hits (the filled ones)."""
-    return {cid for cid, _ in hits[len(hits) - added :]} if added else set()
+def own(hits: Sequence[tuple[int, float]], added: int) -> Sequence[tuple[int, float]]:
+    """The channel's own hits: those before the ``added`` filled ones."""
+    return hits[: len(hits) - added]

@@ -12,7 +12,7 @@ from typing import Any
 from recalld.config import Config
 from recalld.index.store import ChunkRow, Store
 from recalld.ingest.front_matter import context_names
-from recalld.retrieval import doc_evidence, fusion, note_units, rank_fusion
+from recalld.retrieval import channel_fill, doc_evidence, fusion, note_units, rank_fusion
 from recalld.retrieval.query_shape import (
     QueryShape,
     boosted,
@@ -87,7 +87,10 @@ def rank(
                 notes[cid]["coordination"] = round(share, 4)  # rare-term share held
     fused = _boost(fused, rows, shape, cfg, notes)
     mode = _answer_mode(hits, requested_mode)
-    counts = (len(hits.vector) - hits.filled[0], len(hits.keyword) - hits.filled[1])
+    counts = (
+        len(channel_fill.own(hits.vector, hits.filled[0])),
+        len(channel_fill.own(hits.keyword, hits.filled[1])),
+    )
     return Ranking(fused, rows, mode, method, weights, no_vector, notes, counts, by_shape)
 
 
@@ -250,8 +253,8 @@ def _name_of(row: ChunkRow) -> list[str]:
 def _channel_notes(fused: list[fusion.Fused], hits: ChannelHits) -> dict[int, dict[str, Any]]:
     """Per chunk: each channel's rank and mapped score, and the fused score (for --explain).
     A score the channel gave only because the other channel found the chunk has no rank."""
-    own_vector = hits.vector[: len(hits.vector) - hits.filled[0]]
-    own_keyword = hits.keyword[: len(hits.keyword) - hits.filled[1]]
+    own_vector = channel_fill.own(hits.vector, hits.filled[0])
+    own_keyword = channel_fill.own(hits.keyword, hits.filled[1])
     vrank = {cid: r for r, (cid, _) in enumerate(own_vector, 1)}
     krank = {cid: r for r, (cid, _) in enumerate(own_keyword, 1)}
     notes: dict[int, dict[str, Any]] = {}
